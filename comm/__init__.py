@@ -1,0 +1,25 @@
+"""Transports: how ranks exchange tensors (MPI, in-process threads), with traffic accounting.
+
+``as_transport(obj)`` turns what a user passes as ``comm`` (an ``mpi4py`` communicator or a
+transport) into a :class:`Transport`. Nothing here knows any synchronization method.
+"""
+from .base import Traffic, Transport
+from .local import GroupAborted, LocalGroup, LocalTransport, local_group
+
+
+def as_transport(comm) -> Transport:
+    """Return ``comm`` as a :class:`Transport` (wrapping an ``mpi4py`` communicator)."""
+    if isinstance(comm, Transport):
+        return comm
+    try:
+        from mpi4py import MPI
+    except ImportError:  # pragma: no cover - mpi4py is a requirement
+        MPI = None
+    if MPI is not None and isinstance(comm, MPI.Comm):
+        from .mpi import MPITransport
+        return MPITransport(comm)
+    raise TypeError(f"comm must be an mpi4py communicator or a comm.Transport, got {type(comm).__name__}")
+
+
+__all__ = ["Traffic", "Transport", "LocalGroup", "LocalTransport", "GroupAborted", "local_group",
+           "as_transport"]

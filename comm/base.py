@@ -1,0 +1,98 @@
+"""The transport interface every schedule runs on, and its traffic accounting.
+
+A transport moves 1-D tensors between ranks. Schedules only need three primitives (a non-blocking
+send, a blocking receive of a message whose size the sender decides, and a wait for sends) plus a
+dense sum all-reduce for the ``dense`` method. Every transport counts the traffic it carries the
+same way, in a :class:`Traffic` record, so byte and round counts never depend on the transport.
+"""
+from __future__ import annotations
+
+import abc
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Traffic:
+    """Traffic one rank generated: payload bytes sent, messages sent, communication rounds.
+
+    A *round* is one step of a schedule on its critical path; every rank counts every step of
+    the collectives it joins, including steps in which it happens to have nothing to send.
+    """
+
+    bytes_sent: int = 0
+    messages: int = 0
+    rounds: int = 0
+
+    def reset(self) -> None:
+        """Zero every counter (called at the start of each synchronization)."""
+        self.bytes_sent = self.messages = self.rounds = 0
+
+
+class Transport(abc.ABC):
+    """One rank's view of a group: ``rank``, ``size``, point-to-point and a dense all-reduce.
+
+    Subclasses implement ``_isend``, ``_recv``, ``_waitall`` and ``_allreduce_sum``; this class
+    wraps them with accounting so that every transport counts identically.
+    """
+
+    rank: int
+    size: int
+
+    def __init__(self) -> None:
+        self.traffic = Traffic()
+
+    def isend(self, tensor: torch.Tensor, dest: int, tag: int):
+        """Start sending the contiguous 1-D ``tensor`` to ``dest``; the buffer must stay untouched
+        until :meth:`waitall` returns for the handle."""
+        self.traffic.bytes_sent += tensor.numel() * tensor.element_size()
+        self.traffic.messages += 1
+        return self._isend(tensor, dest, tag)
+
+    def recv(self, source: int, tag: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """Receive one message from ``source`` (its length is whatever was sent) as a new 1-D
+        tensor of ``dtype`` on ``device``."""
+        return self._recv(source, tag, dtype, device)
+
+    def waitall(self, handles) -> None:
+        """Wait until the sends behind ``handles`` have completed."""
+        self._waitall(handles)
+
+    def allreduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Return the element-wise sum of ``tensor`` over all ranks, identical on every rank.
+
+        The library's algorithm is not observable, so traffic is counted as Rabenseifner's
+        reduce-scatter + all-gather: 2 ceil(log2 P) rounds and 2 (P-1)/P of the buffer sent.
+        """
+        if self.size > 1:
+            steps = 2 * math.ceil(math.log2(self.size))
+            nbytes = tensor.numel() * tensor.element_size()
+            self.traffic.bytes_sent += 2 * (self.size - 1) * nbytes // self.size
+            self.traffic.messages += steps
+            self.traffic.rounds += steps
+        return self._allreduce_sum(tensor)
+
+    def barrier(self) -> None:
+        """Block until every rank has reached this call."""
+        self._barrier()
+
+    @abc.abstractmethod
+    def abort(self, message: str) -> None:
+        """End the whole group (every rank) because this rank failed with ``message``."""
+
+    @abc.abstractmethod
+    def _isend(self, tensor, dest, tag): ...
+
+    @abc.abstractmethod
+    def _recv(self, source, tag, dtype, device): ...
+
+    @abc.abstractmethod
+    def _waitall(self, handles): ...
+
+    @abc.abstractmethod
+    def _allreduce_sum(self, tensor): ...
+
+    @abc.abstractmethod
+    def _barrier(self): ...

@@ -1,0 +1,158 @@
+"""An in-process group: P ranks as threads of one process, exchanging tensors through mailboxes.
+
+Tests and the scale simulator run the very same schedule code on it as under ``mpiexec``, and it
+counts traffic exactly as the MPI transport does (the accounting lives in :class:`Transport`).
+
+    >>> from comm import local_group
+    >>> local_group(4).run(lambda t: t.rank * 10)
+    [0, 10, 20, 30]
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import defaultdict
+from typing import Callable
+
+import torch
+
+from .base import Transport
+
+
+class GroupAborted(RuntimeError):
+    """Raised on the ranks of an in-process group after another rank failed."""
+
+
+class LocalGroup:
+    """Shared state of an in-process group; :meth:`run` executes a function on every rank."""
+
+    def __init__(self, size: int, timeout: float = 300.0) -> None:
+        if size < 1:
+            raise ValueError(f"group size must be >= 1, got {size}")
+        self.size = size
+        self.timeout = timeout
+        self._mailboxes: dict = defaultdict(queue.Queue)
+        self._lock = threading.Lock()
+        self._aborted = threading.Event()
+        self._barrier = threading.Barrier(size)
+
+    def rank(self, rank: int) -> "LocalTransport":
+        """The transport of rank ``rank`` (call it from the thread that plays that rank)."""
+        return LocalTransport(self, rank)
+
+    def mailbox(self, source: int, dest: int, tag: int) -> queue.Queue:
+        """The FIFO queue carrying messages from ``source`` to ``dest`` with ``tag``."""
+        with self._lock:
+            return self._mailboxes[(source, dest, tag)]
+
+    def abort(self) -> None:
+        """Make every pending and future receive or barrier on this group fail."""
+        self._aborted.set()
+        self._barrier.abort()
+
+    @property
+    def aborted(self) -> bool:
+        """True once a rank has failed."""
+        return self._aborted.is_set()
+
+    def run(self, fn: Callable, *args, **kwargs) -> list:
+        """Run ``fn(transport, *args, **kwargs)`` on every rank in its own thread.
+
+        Returns the P results in rank order. If any rank raises, the group is aborted (so no
+        rank waits forever) and the first original exception is re-raised here.
+        """
+        results: list = [None] * self.size
+        errors: list = [None] * self.size
+
+        def body(rank: int) -> None:
+            try:
+                results[rank] = fn(self.rank(rank), *args, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                errors[rank] = exc
+                self.abort()
+
+        threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(self.size)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        originals = [e for e in errors if e is not None and not isinstance(e, GroupAborted)]
+        failures = originals or [e for e in errors if e is not None]
+        if failures:
+            raise failures[0]
+        return results
+
+
+def local_group(size: int, timeout: float = 300.0) -> LocalGroup:
+    """Create an in-process group of ``size`` ranks (see :class:`LocalGroup`)."""
+    return LocalGroup(size, timeout)
+
+
+class LocalTransport(Transport):
+    """One thread-rank of a :class:`LocalGroup`."""
+
+    _POLL_SECONDS = 0.05
+
+    def __init__(self, group: LocalGroup, rank: int) -> None:
+        super().__init__()
+        self.group = group
+        self.rank = rank
+        self.size = group.size
+
+    def _isend(self, tensor, dest, tag):
+        self._check_peer(dest)
+        # The copy is the "wire": the sender may reuse its buffer once isend returns.
+        self.group.mailbox(self.rank, dest, tag).put(tensor.detach().clone())
+        return None
+
+    def _recv(self, source, tag, dtype, device):
+        self._check_peer(source)
+        box = self.group.mailbox(source, self.rank, tag)
+        deadline = time.monotonic() + self.group.timeout
+        while True:
+            if self.group.aborted:
+                raise GroupAborted(f"rank {self.rank}: another rank of the group failed")
+            try:
+                message = box.get(timeout=self._POLL_SECONDS)
+                break
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    self.group.abort()
+                    raise TimeoutError(
+                        f"rank {self.rank}: no message from rank {source} (tag {tag}) "
+                        f"within {self.group.timeout:.0f} s") from None
+        if message.dtype != dtype:
+            raise TypeError(f"rank {self.rank}: expected {dtype} from rank {source}, got {message.dtype}")
+        return message.to(device)
+
+    def _waitall(self, handles):
+        return None
+
+    def _allreduce_sum(self, tensor):
+        tag = -1  # reserved: never produced by schedules, which use tags >= 0
+        for peer in range(self.size):
+            if peer != self.rank:
+                self.group.mailbox(self.rank, peer, tag).put(tensor.detach().clone())
+        parts = [tensor if peer == self.rank else self._recv(peer, tag, tensor.dtype, tensor.device)
+                 for peer in range(self.size)]
+        # Summing in rank order on every rank gives the same bits everywhere.
+        total = parts[0].clone()
+        for part in parts[1:]:
+            total += part
+        return total
+
+    def _barrier(self):
+        try:
+            self.group._barrier.wait(timeout=self.group.timeout)
+        except threading.BrokenBarrierError:
+            raise GroupAborted(f"rank {self.rank}: barrier broken by a failed rank") from None
+
+    def abort(self, message: str) -> None:
+        """Abort the whole in-process group and raise ``message`` on this rank."""
+        self.group.abort()
+        raise GroupAborted(message)
+
+    def _check_peer(self, peer: int) -> None:
+        if not 0 <= peer < self.size:
+            raise ValueError(f"rank {self.rank}: peer {peer} outside the group of {self.size}")

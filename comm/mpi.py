@@ -1,0 +1,116 @@
+"""The mpi4py transport: ``Isend`` and matched-probe receives on contiguous buffers.
+
+Device tensors are handed to MPI directly when the library is CUDA-aware; otherwise they are
+staged through pinned host buffers that are kept and reused across calls. Set the environment
+variable ``SPARDL_CUDA_AWARE_MPI=1`` (or ``0``) to override the detection.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+import torch
+from mpi4py import MPI
+
+from .base import Transport
+
+_MPI_TYPES = {torch.int32: MPI.INT32_T, torch.float32: MPI.FLOAT, torch.float64: MPI.DOUBLE,
+              torch.int64: MPI.INT64_T, torch.uint8: MPI.BYTE}
+
+
+def cuda_aware() -> bool:
+    """Whether the MPI library accepts CUDA device buffers."""
+    override = os.environ.get("SPARDL_CUDA_AWARE_MPI")
+    if override is not None:
+        return override not in ("", "0", "false", "no")
+    query = getattr(MPI, "Query_cuda_support", None)
+    return bool(query()) if query is not None else False
+
+
+class _PinnedPool:
+    """Host staging buffers for device tensors, grown on demand and reused across calls."""
+
+    def __init__(self) -> None:
+        self._buffers: list[torch.Tensor] = []
+
+    def get(self, slot: int, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        """A host buffer of ``numel`` elements of ``dtype`` for staging slot ``slot``."""
+        nbytes = numel * torch.empty((), dtype=dtype).element_size()
+        while len(self._buffers) <= slot:
+            self._buffers.append(torch.empty(0, dtype=torch.uint8))
+        if self._buffers[slot].numel() < nbytes:
+            self._buffers[slot] = torch.empty(max(nbytes, 2 * self._buffers[slot].numel()),
+                                              dtype=torch.uint8, pin_memory=torch.cuda.is_available())
+        return self._buffers[slot][:nbytes].view(dtype)
+
+
+class MPITransport(Transport):
+    """One rank of an ``mpi4py`` communicator."""
+
+    def __init__(self, comm: MPI.Comm) -> None:
+        super().__init__()
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self.device_buffers_ok = cuda_aware()
+        self._staging = _PinnedPool()
+        self._recv_staging = _PinnedPool()
+        self._send_slots = 0
+
+    def _host_view(self, tensor: torch.Tensor, slot: int) -> torch.Tensor:
+        if tensor.device.type == "cpu" or self.device_buffers_ok:
+            return tensor
+        host = self._staging.get(slot, tensor.numel(), tensor.dtype)
+        host.copy_(tensor)
+        return host
+
+    @staticmethod
+    def _buffer(tensor: torch.Tensor):
+        data = tensor.numpy() if tensor.device.type == "cpu" else tensor
+        return [data, _MPI_TYPES[tensor.dtype]]
+
+    def _isend(self, tensor, dest, tag):
+        staged = self._host_view(tensor.contiguous(), self._send_slots)
+        self._send_slots += 1
+        return self.comm.Isend(self._buffer(staged), dest=dest, tag=tag), staged
+
+    def _recv(self, source, tag, dtype, device):
+        status = MPI.Status()
+        message = self.comm.Mprobe(source=source, tag=tag, status=status)
+        numel = status.Get_count(_MPI_TYPES[dtype])
+        direct = device.type == "cpu" or self.device_buffers_ok
+        out = torch.empty(numel, dtype=dtype, device=device) if direct else self._recv_staging.get(0, numel, dtype)
+        message.Recv(self._buffer(out))
+        return out if direct else out.to(device)
+
+    def _waitall(self, handles):
+        MPI.Request.Waitall([request for request, _ in handles])
+        self._send_slots = 0
+
+    def _allreduce_sum(self, tensor):
+        staged = self._host_view(tensor, 0).clone()
+        self.comm.Allreduce(MPI.IN_PLACE, self._buffer(staged), op=MPI.SUM)
+        return staged.to(tensor.device)
+
+    def _barrier(self):
+        self.comm.Barrier()
+
+    def abort(self, message: str) -> None:
+        """Print ``message`` and end every rank of the communicator with exit status 1."""
+        sys.stderr.write(message.rstrip() + "\n")
+        sys.stderr.flush()
+        self.comm.Abort(1)
+
+
+def abort_on_uncaught_exception(comm: MPI.Comm = MPI.COMM_WORLD) -> None:
+    """Make an uncaught exception on this rank print its traceback and abort the whole job,
+    as ``python -m mpi4py`` does, so that no other rank waits forever."""
+
+    def hook(kind, value, tb):
+        text = "".join(traceback.format_exception(kind, value, tb))
+        sys.stderr.write(f"[rank {comm.Get_rank()}] uncaught exception, aborting the job:\n{text}")
+        sys.stderr.flush()
+        comm.Abort(1)
+
+    sys.excepthook = hook

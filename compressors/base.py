@@ -1,0 +1,139 @@
+"""What every synchronizer shares: validation, residual memory, dense warm-up, stats, state.
+
+A method subclasses :class:`Synchronizer` and implements ``_synchronize(accumulated)``, where
+``accumulated`` is ``grad + residual`` (error feedback is written once, here). It returns the
+averaged result and the new residual. Everything else (checking the gradient, timing, traffic,
+``state_dict``) lives in this class.
+"""
+from __future__ import annotations
+
+import abc
+import time
+
+import torch
+
+from allreducers import PhaseTimer
+from comm import Transport, as_transport
+
+
+def check_density(density) -> float:
+    """Return ``density`` as a float, or raise ``ValueError`` unless it lies in (0, 1]."""
+    try:
+        value = float(density)
+    except (TypeError, ValueError):
+        raise ValueError(f"density must be a number in (0, 1], got {density!r}") from None
+    if not 0.0 < value <= 1.0:
+        raise ValueError(f"density must lie in (0, 1], got {density}")
+    return value
+
+
+class Synchronizer(abc.ABC):
+    """Averages one flat gradient over all ranks, keeping its own error-feedback residual.
+
+    Attributes after each :meth:`allreduce`: ``stats`` (``bytes_sent``, ``messages``, ``rounds``,
+    ``nnz`` and ``seconds`` per phase: ``select``, ``comm``, ``accumulate``, ``total``) and
+    ``residual`` (this rank's residual, length ``numel``).
+
+    ``dense_warmup``: the first that many calls run a dense all-reduce instead (the authors'
+    reproduction runs do this for 512 steps on VGG); the residual stays untouched meanwhile.
+    """
+
+    name = "base"
+    uses_residual = True
+
+    def __init__(self, comm, numel: int, density: float, dense_warmup: int = 0) -> None:
+        if isinstance(numel, bool) or not isinstance(numel, int) or numel < 1:
+            raise ValueError(f"numel must be a positive integer, got {numel!r}")
+        if isinstance(dense_warmup, bool) or not isinstance(dense_warmup, int) or dense_warmup < 0:
+            raise ValueError(f"dense_warmup must be a non-negative integer, got {dense_warmup!r}")
+        self.transport: Transport = as_transport(comm)
+        self.rank = self.transport.rank
+        self.size = self.transport.size
+        self.numel = numel
+        self.density = check_density(density)
+        self.dense_warmup = dense_warmup
+        self.calls = 0
+        self._residual = torch.zeros(numel)
+        self.stats: dict = {"bytes_sent": 0, "messages": 0, "rounds": 0, "nnz": 0,
+                            "seconds": {"select": 0.0, "comm": 0.0, "accumulate": 0.0, "total": 0.0}}
+
+    @property
+    def residual(self) -> torch.Tensor:
+        """This rank's error-feedback residual after the last call (zeros if unused)."""
+        return self._residual
+
+    def allreduce(self, grad: torch.Tensor) -> torch.Tensor:
+        """Return the average of ``grad`` over all ranks as synchronized by this method (a new
+        tensor on ``grad``'s device, the same bits on every rank). ``grad`` is not modified."""
+        self._check_gradient(grad)
+        if self._residual.device != grad.device:
+            self._residual = self._residual.to(grad.device)
+        start = time.perf_counter()
+        self.transport.traffic.reset()
+        timer = PhaseTimer(select=0.0, comm=0.0, accumulate=0.0)
+        if self.calls < self.dense_warmup:
+            result = self._dense_average(grad, timer)
+            nnz = int(torch.count_nonzero(result))
+        else:
+            if self.uses_residual:
+                with timer("accumulate"):
+                    grad = self._residual.add_(grad)  # grad + residual, in place: no allocation
+            result, self._residual = self._synchronize(grad, timer)
+            nnz = self._count_nonzero(result)
+        self.calls += 1
+        traffic = self.transport.traffic
+        timer["total"] = time.perf_counter() - start
+        self.stats = {"bytes_sent": traffic.bytes_sent, "messages": traffic.messages,
+                      "rounds": traffic.rounds, "nnz": nnz, "seconds": dict(timer)}
+        self._after_call()
+        return result
+
+    @abc.abstractmethod
+    def _synchronize(self, accumulated: torch.Tensor, timer: PhaseTimer):
+        """Return ``(average, new_residual)`` for this rank's ``accumulated`` = grad + residual.
+
+        ``accumulated`` is the residual buffer itself, updated in place; a method may reuse it
+        as the new residual. Methods with ``uses_residual = False`` receive the gradient.
+        """
+
+    def _after_call(self) -> None:
+        """Hook for per-call bookkeeping of subclasses (counters, adaptive parameters)."""
+
+    def _count_nonzero(self, result: torch.Tensor) -> int:
+        """Non-zeros of the last result (methods that know it cheaper override this)."""
+        return int(torch.count_nonzero(result))
+
+    def _dense_average(self, grad: torch.Tensor, timer: PhaseTimer) -> torch.Tensor:
+        with timer("comm"):
+            total = self.transport.allreduce_sum(grad)
+        with timer("accumulate"):
+            return total.div_(self.size)
+
+    def _check_gradient(self, grad) -> None:
+        if not isinstance(grad, torch.Tensor):
+            raise ValueError(f"{self.name}: gradient must be a torch.Tensor, got {type(grad).__name__}")
+        if grad.dtype != torch.float32:
+            raise ValueError(f"{self.name}: gradient must be float32, got {grad.dtype}")
+        if grad.dim() != 1 or grad.numel() != self.numel:
+            raise ValueError(f"{self.name}: gradient must be 1-D of length {self.numel}, "
+                             f"got shape {tuple(grad.shape)}")
+
+    def state_dict(self) -> dict:
+        """Everything that carries across calls, on the CPU (for checkpoints)."""
+        return {"method": self.name, "numel": self.numel, "calls": self.calls,
+                "residual": self._residual.detach().cpu().clone(), **self._extra_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` saved, so the next call continues bit-identically."""
+        if state.get("method") != self.name or state.get("numel") != self.numel:
+            raise ValueError(f"state of {state.get('method')!r} with numel {state.get('numel')} "
+                             f"does not fit {self.name!r} with numel {self.numel}")
+        self.calls = int(state["calls"])
+        self._residual = state["residual"].clone().to(self._residual.device)
+        self._load_extra_state(state)
+
+    def _extra_state(self) -> dict:
+        return {}
+
+    def _load_extra_state(self, state: dict) -> None:
+        """Restore the entries :meth:`_extra_state` added (none by default)."""

@@ -1,0 +1,18 @@
+"""``dense``: the uncompressed baseline, one library all-reduce of the whole gradient, / P."""
+from __future__ import annotations
+
+from . import register
+from .base import Synchronizer
+
+
+@register("dense", description="MPI Allreduce (sum) of the whole gradient, divided by P")
+class Dense(Synchronizer):
+    """MPI Allreduce (sum) of the whole gradient, divided by P. No residual."""
+
+    uses_residual = False
+
+    def __init__(self, comm, numel: int, density: float = 1.0, dense_warmup: int = 0) -> None:
+        super().__init__(comm, numel, density, dense_warmup)
+
+    def _synchronize(self, accumulated, timer):
+        return self._dense_average(accumulated, timer), self._residual

@@ -1,0 +1,105 @@
+"""The one selection module: exact top-k by magnitude, and selection above a threshold.
+
+``torch.topk`` on CPU sorts far more than it needs (4-9x slower than a threshold pass on large
+vectors). :class:`Selector` instead estimates a threshold from a fixed random sample, keeps the
+candidates above a slightly lower threshold in one vectorized pass, and sorts only those. The
+result is exact: always ``k`` indices, the ``k`` largest ``|x|``, ties broken towards the lower
+index, returned in ascending order. Work buffers are kept and reused across calls.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+_EXACT_BELOW = 32768      # vectors this short are sorted outright
+_SAMPLE = 16384           # sample size used to estimate the threshold
+_SIGMAS = 4.0             # safety margin of the estimate, in standard deviations
+
+
+class Selector:
+    """Exact top-k by magnitude with reused work buffers (one instance per synchronizer)."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self._seed = seed
+        self._samples: dict = {}
+        self._magnitude = torch.empty(0)
+        self._mask = torch.empty(0, dtype=torch.bool)
+
+    def topk(self, x: torch.Tensor, k: int) -> torch.Tensor:
+        """Indices (int64, ascending) of the ``k`` entries of 1-D ``x`` with the largest ``|x|``;
+        exactly ``min(k, len(x))`` of them, ties towards the lower index."""
+        n = x.numel()
+        if k >= n:
+            return torch.arange(n, device=x.device)
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        if x.is_cuda:
+            return torch.topk(x.abs(), k, sorted=False).indices.sort().values
+        if n <= _EXACT_BELOW:
+            return _stable_top(x.abs(), k).sort().values
+        magnitude = self._abs(x)
+        threshold = self._estimate(magnitude, k)
+        if threshold <= 0:
+            return _sparse_top(magnitude, k)
+        candidates = self.above(magnitude, threshold)
+        if candidates.numel() < k:  # the estimate was too high (rare): fall back to exact
+            return _stable_top(magnitude, k).sort().values
+        best = _stable_top(magnitude[candidates], k)
+        return candidates[best].sort().values
+
+    def above(self, magnitude: torch.Tensor, threshold: float) -> torch.Tensor:
+        """Indices (ascending) of the entries of ``magnitude`` that are ``>= threshold``."""
+        if magnitude.is_cuda:
+            return torch.nonzero(magnitude >= threshold).squeeze(1)
+        mask = self._buffer("_mask", magnitude.numel(), torch.bool)
+        torch.ge(magnitude, threshold, out=mask)
+        return torch.nonzero(mask).squeeze(1)
+
+    def magnitude(self, x: torch.Tensor) -> torch.Tensor:
+        """``|x|`` in a reused buffer (valid until the next call on this selector)."""
+        return self._abs(x)
+
+    def _abs(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda:
+            return x.abs()
+        out = self._buffer("_magnitude", x.numel(), x.dtype)
+        return torch.abs(x, out=out)
+
+    def _buffer(self, name: str, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        buffer = getattr(self, name)
+        if buffer.numel() < numel or buffer.dtype != dtype:
+            buffer = torch.empty(numel, dtype=dtype)
+            setattr(self, name, buffer)
+        return buffer[:numel]
+
+    def _estimate(self, magnitude: torch.Tensor, k: int) -> float:
+        """A threshold that about ``k`` plus a few standard deviations of entries exceed."""
+        n = magnitude.numel()
+        sample = self._samples.get(n)
+        if sample is None:
+            generator = torch.Generator().manual_seed(self._seed + n)
+            sample = torch.randint(0, n, (_SAMPLE,), generator=generator).sort().values
+            self._samples[n] = sample
+        expected = k * _SAMPLE / n
+        rank_from_top = min(_SAMPLE, math.ceil(expected + _SIGMAS * math.sqrt(expected) + 4))
+        values = magnitude[sample]
+        return torch.kthvalue(values, _SAMPLE - rank_from_top + 1).values.item()
+
+
+def _stable_top(magnitude: torch.Tensor, k: int) -> torch.Tensor:
+    """Positions of the ``k`` largest values, ties towards the lower position (not sorted)."""
+    return torch.sort(magnitude, descending=True, stable=True).indices[:k]
+
+
+def _sparse_top(magnitude: torch.Tensor, k: int) -> torch.Tensor:
+    """Top-k when most entries are zero: every non-zero (or the k largest of them), then the
+    lowest-index zeros to make up k."""
+    nonzero = torch.nonzero(magnitude > 0).squeeze(1)
+    if nonzero.numel() >= k:
+        return nonzero[_stable_top(magnitude[nonzero], k)].sort().values
+    missing = k - nonzero.numel()
+    # The first (missing + nnz) positions hold at least `missing` zeros.
+    prefix = magnitude[:missing + nonzero.numel()]
+    zeros = torch.nonzero(prefix == 0).squeeze(1)[:missing]
+    return torch.cat([nonzero, zeros]).sort().values

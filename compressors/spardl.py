@@ -1,0 +1,197 @@
+"""``spardl``: SparDL (Zhao et al., arXiv 2304.00737) with global residual collection.
+
+One synchronization of worker w = (team t, position r), teams of m = P/d contiguous ranks:
+
+1. a = grad + residual, zero-padded to m*B (B = ceil(n/m)) and viewed as m blocks.
+2. Spar-Reduce-Scatter inside the team (``allreducers.srs``): ceil(log2 m) rounds, one message
+   per round; each block is cut to its top-k_b (k_b = max(1, int(B*density))) right before it is
+   sent, and whatever the cut drops stays in this worker's dense copy of the block.
+3. The own block r, now summed over the team, is cut to its top-h (h = k_b when d = 1).
+4. d > 1 only, Spar-All-Gather: the d workers holding block r all-gather their h-entry lists
+   (Bruck, or recursive doubling for d a power of two), sum duplicates in team order, and keep
+   the top-k_b of the union; h adapts so that the union tracks k_b (:class:`HeightAdapter`).
+5. Bruck all-gather of the m block lists inside the team; result = values / P, unpadded.
+6. Global residual collection: at every coordinate present in the result the new residual is what
+   this worker's cuts dropped there; elsewhere it is this worker's own accumulated value. Summed
+   over the workers this keeps every discarded value: sum_w a_w = P*result + sum_w residual_w.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from allreducers import (allgather_lists, bruck_allgather_schedule, pack, recursive_doubling_schedule,
+                         run_schedule, srs_schedule, unpack)
+
+from . import register
+from .base import Synchronizer
+from .selection import Selector
+
+SAG_VARIANTS = ("bruck", "recursive")
+
+
+class HeightAdapter:
+    """The adaptive per-team selection size h of Spar-All-Gather.
+
+    Starts at k_b/d and moves by ``step`` (initially max(1, (k_b - h)/100)) towards a union of
+    k_b entries: it keeps its direction while that is right, doubling the step every second
+    time, and reverses with half the step when it overshoots; it stays in [k_b/d, k_b]. With one
+    team, or at full density, h is k_b and never changes (nothing may be dropped at density 1).
+    """
+
+    def __init__(self, block_budget: int, teams: int, block_size: int) -> None:
+        self.block_budget = block_budget
+        self.fixed = teams == 1 or block_budget >= block_size
+        self.floor = max(1, block_budget // teams)
+        self.value = block_budget if self.fixed else self.floor
+        self.step = max(1, (block_budget - self.value) // 100)
+        self.direction = 0
+        self.streak = 0
+
+    def update(self, union_size: int) -> None:
+        """Adapt h after a Spar-All-Gather whose coalesced union had ``union_size`` entries."""
+        if self.fixed:
+            return
+        wanted = (union_size < self.block_budget) - (union_size > self.block_budget)
+        if wanted == 0:
+            self.direction, self.streak = 0, 0
+            return
+        if wanted == self.direction:
+            self.streak += 1
+            if self.streak % 2 == 0:
+                self.step *= 2
+        elif self.direction != 0:
+            self.step, self.streak = max(1, self.step // 2), 0
+        self.direction = wanted
+        self.value = min(self.block_budget, max(self.floor, self.value + wanted * self.step))
+
+    def state_dict(self) -> dict:
+        """The adapter's mutable state."""
+        return {"value": self.value, "step": self.step, "direction": self.direction,
+                "streak": self.streak}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`."""
+        self.value, self.step = int(state["value"]), int(state["step"])
+        self.direction, self.streak = int(state["direction"]), int(state["streak"])
+
+
+def check_teams(teams, sag: str, workers: int) -> None:
+    """Raise ``ValueError`` unless ``teams`` divides ``workers`` and ``sag`` suits ``teams``."""
+    divisors = [d for d in range(1, workers + 1) if workers % d == 0]
+    if isinstance(teams, bool) or not isinstance(teams, int) or teams not in divisors:
+        raise ValueError(f"teams={teams!r} must divide the worker count {workers}; "
+                         f"valid: {', '.join(map(str, divisors))}")
+    if sag not in SAG_VARIANTS:
+        raise ValueError(f"sag={sag!r} is not a Spar-All-Gather variant; valid: {', '.join(SAG_VARIANTS)}")
+    if sag == "recursive" and teams & (teams - 1):
+        powers = [d for d in divisors if not d & (d - 1)]
+        raise ValueError(f"sag='recursive' needs teams a power of two, got {teams}; use sag='bruck' "
+                         f"or teams in {', '.join(map(str, powers))}")
+
+
+@register("spardl", description="SparDL: Spar-Reduce-Scatter + Spar-All-Gather, global residual collection")
+class SparDL(Synchronizer):
+    """SparDL: Spar-Reduce-Scatter, optional Spar-All-Gather over ``teams``, global residuals.
+
+    Options: ``teams`` (d, a divisor of P; 1 = no Spar-All-Gather), ``sag`` (``"bruck"`` for any
+    d, ``"recursive"`` for d a power of two), ``dense_warmup`` (see :class:`Synchronizer`).
+    """
+
+    def __init__(self, comm, numel: int, density: float, teams: int = 1, sag: str = "bruck",
+                 dense_warmup: int = 0) -> None:
+        super().__init__(comm, numel, density, dense_warmup)
+        check_teams(teams, sag, self.size)
+        self.teams = teams
+        self.sag = sag
+        self.team_size = self.size // teams
+        self.team, self.position = divmod(self.rank, self.team_size)
+        self.block_size = math.ceil(numel / self.team_size)
+        self.block_budget = max(1, int(self.block_size * self.density))
+        team_members = [self.team * self.team_size + i for i in range(self.team_size)]
+        holders = [t * self.team_size + self.position for t in range(teams)]
+        self.srs_steps = srs_schedule(self.position, team_members)
+        self.gather_steps = bruck_allgather_schedule(self.position, team_members)
+        sag_schedule = bruck_allgather_schedule if sag == "bruck" else recursive_doubling_schedule
+        self.sag_steps = sag_schedule(self.team, holders) if teams > 1 else []
+        self.height = HeightAdapter(self.block_budget, teams, self.block_size)
+        self.selector = Selector()
+        self._work = torch.empty(0)
+        self._nnz = 0
+
+    def _synchronize(self, accumulated, timer):
+        n, blocks_total, size = self.numel, self.team_size * self.block_size, self.block_size
+        with timer("accumulate"):
+            if self._work.numel() != blocks_total or self._work.device != accumulated.device:
+                self._work = torch.zeros(blocks_total, device=accumulated.device)
+            work = self._work
+            work[:n].copy_(accumulated)
+            work[n:].zero_()
+        blocks = work.view(self.team_size, size)
+        budget = self.block_budget
+
+        def produce(step):
+            with timer("select"):
+                return pack([self._cut(blocks[b], budget) for b in step.send_items], with_counts=False)
+
+        def consume(step, message):
+            with timer("accumulate"):
+                parts = unpack(message, len(step.recv_items), [budget] * len(step.recv_items))
+                for block, (indices, values) in zip(step.recv_items, parts):
+                    blocks[block].index_add_(0, indices, values)
+
+        run_schedule(self.transport, self.srs_steps, produce, consume, work.device, timer)
+        with timer("select"):
+            own = self._cut(blocks[self.position], self.height.value)
+        if self.teams > 1:
+            own = self._spar_all_gather(own, timer)
+        gathered = allgather_lists(self.transport, self.gather_steps, self.position, own,
+                                   budget if self.teams == 1 else None, timer)
+        with timer("accumulate"):
+            flat = torch.cat([indices.long() + block * size for block, (indices, _) in sorted(gathered.items())])
+            values = torch.cat([values for _, (_, values) in sorted(gathered.items())])
+            if blocks_total > n:
+                inside = flat < n
+                flat, values = flat[inside], values[inside]
+            result = torch.zeros(n, device=work.device)
+            result[flat] = values / self.size
+            accumulated[flat] = work[flat]  # global residual collection (module docstring, 6.)
+            self._nnz = int(torch.count_nonzero(values))
+        return result, accumulated
+
+    def _cut(self, block: torch.Tensor, count: int) -> tuple:
+        """Top-``count`` of ``block`` as (int32 indices, values); zero them in the dense copy."""
+        indices = self.selector.topk(block, count)
+        values = block[indices]
+        block.index_fill_(0, indices, 0.0)
+        return indices.to(torch.int32), values
+
+    def _spar_all_gather(self, own: tuple, timer) -> tuple:
+        """Union of the d teams' top-h lists of this position's block, cut to its top-k_b."""
+        lists = allgather_lists(self.transport, self.sag_steps, self.team, own,
+                                self.height.value, timer)
+        with timer("accumulate"):
+            total = torch.zeros(self.block_size, device=own[1].device)
+            present = torch.zeros(self.block_size, dtype=torch.bool, device=own[1].device)
+            for team in range(self.teams):  # team order: the same sums on every holder
+                indices, values = lists[team]
+                total.index_add_(0, indices, values)
+                present[indices.long()] = True
+            union = torch.nonzero(present).squeeze(1)
+            union_values = total[union]
+        self.height.update(union.numel())
+        if union.numel() > self.block_budget:
+            with timer("select"):
+                keep = self.selector.topk(union_values, self.block_budget)
+                union, union_values = union[keep], union_values[keep]
+        return union.to(torch.int32), union_values
+
+    def _count_nonzero(self, result):
+        return self._nnz
+
+    def _extra_state(self) -> dict:
+        return {"height": self.height.state_dict()}
+
+    def _load_extra_state(self, state: dict) -> None:
+        self.height.load_state_dict(state["height"])

@@ -1,0 +1,85 @@
+"""MNIST and Fashion-MNIST (28x28 grey images, 10 classes) from IDX files.
+
+Looked for, in order, in ``DATA_DIR/MNIST/raw`` (or ``DATA_DIR/FashionMNIST/raw``, torchvision's
+layout), in ``DATA_DIR`` itself, and for Fashion-MNIST in the Debian package's location
+``/usr/share/datasets/fashion-mnist`` (``apt-get install dataset-fashion-mnist``). Each file
+may be gzipped (``.gz``) or not.
+"""
+import gzip
+from pathlib import Path
+
+import numpy as np
+import torch
+import torchvision
+
+from datasets.split import ArrayDataset, DataError, DataSplit
+
+FILES = {
+    "train_images": "train-images-idx3-ubyte",
+    "train_labels": "train-labels-idx1-ubyte",
+    "test_images": "t10k-images-idx3-ubyte",
+    "test_labels": "t10k-labels-idx1-ubyte",
+}
+DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
+_IDX_UINT8 = 0x08
+
+
+def load_mnist(data_dir):
+    """Return the MNIST ``DataSplit`` found under ``data_dir``."""
+    return _load("MNIST", [Path(data_dir) / "MNIST" / "raw", Path(data_dir)],
+                 mean=0.1307, std=0.3081)
+
+
+def load_fashion_mnist(data_dir):
+    """Return the Fashion-MNIST ``DataSplit`` found under ``data_dir`` or Debian's location."""
+    return _load("FashionMNIST",
+                 [Path(data_dir) / "FashionMNIST" / "raw", Path(data_dir), DEBIAN_FASHION_MNIST],
+                 mean=0.2860, std=0.3530)
+
+
+def download_mnist(data_dir):
+    """Download MNIST into ``data_dir/MNIST/raw`` with torchvision."""
+    torchvision.datasets.MNIST(data_dir, download=True)
+
+
+def download_fashion_mnist(data_dir):
+    """Download Fashion-MNIST into ``data_dir/FashionMNIST/raw`` with torchvision."""
+    torchvision.datasets.FashionMNIST(data_dir, download=True)
+
+
+def read_idx(path):
+    """Read an IDX file of unsigned bytes (gzipped or not) into a uint8 numpy array."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as stream:
+        raw = stream.read()
+    if raw[0] != 0 or raw[1] != 0 or raw[2] != _IDX_UINT8:
+        raise DataError(f"{path} is not an IDX file of unsigned bytes")
+    ndim = raw[3]
+    shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
+
+
+def _load(folder, directories, mean, std):
+    files = _find_files(folder, directories)
+    arrays = {key: torch.from_numpy(read_idx(path).copy()) for key, path in files.items()}
+    return DataSplit(
+        ArrayDataset(arrays["train_images"].unsqueeze(1), arrays["train_labels"], [mean], [std]),
+        ArrayDataset(arrays["test_images"].unsqueeze(1), arrays["test_labels"], [mean], [std]),
+        num_classes=10, input_shape=(1, 28, 28))
+
+
+def _find_files(folder, directories):
+    """Return {key: path} from the first directory holding all four files, else DataError."""
+    for directory in directories:
+        found = {}
+        for key, name in FILES.items():
+            for candidate in (directory / name, directory / (name + ".gz")):
+                if candidate.is_file():
+                    found[key] = candidate
+                    break
+        if len(found) == len(FILES):
+            return found
+    searched = ", ".join(str(directory) for directory in directories)
+    raise DataError(
+        f"{folder} not found: put {', '.join(FILES.values())} (each may end in .gz) into "
+        f"{directories[0]} (searched {searched}), or pass --download when online")

@@ -1,0 +1,54 @@
+"""Small networks for the small data sets (digits, MNIST, Fashion-MNIST)."""
+from torch import nn
+
+
+class SmallCNN(nn.Module):
+    """Two conv-BN-ReLU-maxpool blocks (32 and 64 channels) and a 128-unit classifier.
+
+    Each block halves height and width, so inputs need height and width of at least 4.
+    """
+
+    def __init__(self, num_classes, input_shape):
+        super().__init__()
+        channels, height, width = input_shape
+        self.features = nn.Sequential(
+            _conv_block(channels, 32),
+            _conv_block(32, 64),
+        )
+        self.classifier = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(64 * (height // 4) * (width // 4), 128),
+            nn.ReLU(inplace=True),
+            nn.Linear(128, num_classes),
+        )
+
+    def forward(self, images):
+        return self.classifier(self.features(images))
+
+
+def _conv_block(in_channels, out_channels):
+    return nn.Sequential(
+        nn.Conv2d(in_channels, out_channels, kernel_size=3, padding=1, bias=False),
+        nn.BatchNorm2d(out_channels),
+        nn.ReLU(inplace=True),
+        nn.MaxPool2d(2),
+    )
+
+
+class MLP(nn.Module):
+    """A two-hidden-layer perceptron (256 units each) on the flattened image."""
+
+    def __init__(self, num_classes, input_shape):
+        super().__init__()
+        channels, height, width = input_shape
+        self.layers = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(channels * height * width, 256),
+            nn.ReLU(inplace=True),
+            nn.Linear(256, 256),
+            nn.ReLU(inplace=True),
+            nn.Linear(256, num_classes),
+        )
+
+    def forward(self, images):
+        return self.layers(images)

@@ -1,0 +1,7 @@
+"""Shared test setup: the repository root on sys.path, and helpers to run code on P ranks."""
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)

@@ -1,0 +1,48 @@
+"""Helpers for tests that play several ranks in one process."""
+import numpy as np
+import torch
+
+import compressors
+from comm import local_group
+
+
+def heavy_tailed(shape, seed):
+    """Float32 Student-t values: gradient-like, with a few large entries."""
+    return torch.from_numpy(np.random.default_rng(seed).standard_t(3, shape).astype(np.float32))
+
+
+def run_calls(method, workers, numel, density, calls=1, seed=0, **options):
+    """Create ``method`` on ``workers`` in-process ranks and run ``calls`` synchronizations.
+
+    Returns per call: the gradients (workers, numel), residuals before and after, the results and
+    the stats of every rank, and the synchronizers' final state dicts.
+    """
+    grads = heavy_tailed((calls, workers, numel), seed)
+
+    def body(transport):
+        sync = compressors.create(method, transport, numel=numel, density=density, **options)
+        history = []
+        for call in range(calls):
+            before = sync.residual.clone()
+            result = sync.allreduce(grads[call, transport.rank].clone())
+            history.append((before, result, sync.residual.clone(), dict(sync.stats)))
+        return history, sync.state_dict()
+
+    per_rank = local_group(workers).run(body)
+    out = []
+    for call in range(calls):
+        out.append({
+            "grads": grads[call],
+            "before": torch.stack([h[call][0] for h, _ in per_rank]),
+            "results": [h[call][1] for h, _ in per_rank],
+            "after": torch.stack([h[call][2] for h, _ in per_rank]),
+            "stats": [h[call][3] for h, _ in per_rank],
+        })
+    return out, [state for _, state in per_rank]
+
+
+def mass_error(call, workers):
+    """max |sum_r(grad_r + res_before_r) - (P*avg + sum_r res_after_r)| and the scale of the sums."""
+    lhs = (call["grads"].double() + call["before"].double()).sum(0)
+    rhs = workers * call["results"][0].double() + call["after"].double().sum(0)
+    return float((lhs - rhs).abs().max()), float(lhs.abs().max()) + 1.0

@@ -1,0 +1,313 @@
+"""Data-parallel training with sparse gradient synchronization: the command line.
+
+    mpiexec -n N python main_trainer.py [--dnn NAME] [--dataset NAME] [--compression
+        --compressor NAME --density D] ...
+
+With no flags it trains a small CNN on scikit-learn's 8x8 digits (offline, about a minute on
+2 CPU cores). Every flag is described by ``--help`` and in docs/TRAINING.md. This file only
+parses, validates, builds and runs; the training loop lives in ``trainer``.
+Bad input ends every rank with exit status 2 and one message from rank 0; a failure during
+training prints the failing rank's traceback and aborts the whole job.
+"""
+import argparse
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from mpi4py import MPI
+
+import compressors
+import datasets
+import models
+from trainer.checkpoint import Checkpoints
+from trainer.config import DEFAULTS, ConfigError, config_path, load_config, merge
+from trainer.data import make_loaders
+from trainer.distributed import UsageError, abort_on_error, agree, broadcast_tensors, place_rank
+from trainer.loop import Trainer
+from trainer.metrics import MetricsLog
+from trainer.schedule import make_scheduler
+
+DEFAULT_MODEL = "cnn"
+DEFAULT_DATA_DIR = "data"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser that raises ``UsageError`` and prints (help) on rank 0 only."""
+
+    def __init__(self, rank, **kwargs):
+        super().__init__(**kwargs)
+        self.rank = rank
+
+    def error(self, message):
+        raise UsageError(message)
+
+    def _print_message(self, message, file=None):
+        if self.rank == 0:
+            super()._print_message(message, file)
+
+
+def _milestones(text):
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated epochs, got {text!r}") from None
+
+
+def build_parser(rank=0):
+    """The command-line parser (``rank`` decides who prints help)."""
+    parser = _Parser(rank, prog="main_trainer.py",
+                     description="Data-parallel training with sparse gradient synchronization "
+                                 "(SparDL and baselines). Run under mpiexec -n N.",
+                     epilog="Training hyper-parameters default to configs/<dnn>.json; flags "
+                            "override them. See docs/TRAINING.md.")
+    model = parser.add_argument_group("model and data")
+    model.add_argument("--dnn", default=DEFAULT_MODEL,
+                       help=f"model: {', '.join(models.available())} (default: {DEFAULT_MODEL})")
+    model.add_argument("--dataset",
+                       help=f"data set: {', '.join(datasets.available())} (default: the model's "
+                            "config)")
+    model.add_argument("--data-dir",
+                       help=f"directory holding the data set files (default: ./{DEFAULT_DATA_DIR}; "
+                            "fashion-mnist is also found in /usr/share/datasets/fashion-mnist)")
+    model.add_argument("--download", action="store_true",
+                       help="download a missing data set (cifar10, cifar100, mnist, fashion-mnist) "
+                            "into --data-dir first (rank 0; needs the internet)")
+    model.add_argument("--config", help="config file of training defaults (default: "
+                                        "configs/<dnn>.json)")
+
+    training = parser.add_argument_group("training (defaults: the model's config file)")
+    training.add_argument("--batch-size", type=int, help="samples per worker per iteration")
+    training.add_argument("--lr", type=float, help="base learning rate, reached after warm-up")
+    training.add_argument("--max-epochs", type=int, help="epochs to train")
+    training.add_argument("--max-iters", type=int,
+                          help="at most this many iterations per epoch (quick runs; default: all)")
+    training.add_argument("--warmup-epochs", type=float,
+                          help="epochs of linear learning-rate warm-up from lr/N to lr")
+    training.add_argument("--lr-milestones", type=_milestones,
+                          help="comma-separated epochs (0-based) at whose start the learning rate "
+                               "is multiplied by --lr-gamma, e.g. 81,122,155; '' for none")
+    training.add_argument("--lr-gamma", type=float, help="learning-rate decay factor")
+    training.add_argument("--momentum", type=float, help="SGD momentum")
+    training.add_argument("--weight-decay", type=float, help="SGD weight decay")
+    training.add_argument("--eval-batch-size", type=int, help="samples per worker per test batch")
+    training.add_argument("--loader-workers", type=int,
+                          help="data-loading worker processes per rank")
+    training.add_argument("--seed", type=int, default=0,
+                          help="seed of weights, shuffling and augmentation (default: 0)")
+
+    sync = parser.add_argument_group("gradient synchronization")
+    sync.add_argument("--nworkers", type=int,
+                      help="number of workers; must equal the MPI size (default: the MPI size)")
+    sync.add_argument("--compression", action="store_true",
+                      help="synchronize sparsely with --compressor (without it: dense)")
+    sync.add_argument("--compressor",
+                      help=f"method: {', '.join(compressors.available())} (default with "
+                           "--compression: spardl)")
+    sync.add_argument("--density", type=float, default=0.01,
+                      help="fraction of gradient entries kept, in (0, 1] (default: 0.01)")
+    sync.add_argument("--teams", type=int, default=1,
+                      help="spardl: teams d for Spar-All-Gather, a divisor of N (default: 1)")
+    sync.add_argument("--sag", choices=["bruck", "recursive"], default="bruck",
+                      help="spardl: Spar-All-Gather variant; recursive needs d a power of two "
+                           "(default: bruck)")
+    sync.add_argument("--dense-warmup", type=int, default=0, metavar="STEPS",
+                      help="synchronize densely for the first STEPS iterations (default: 0)")
+
+    run = parser.add_argument_group("output and devices")
+    run.add_argument("--log-dir", help="write metrics.jsonl and TensorBoard events here")
+    run.add_argument("--checkpoint-dir", help="save a checkpoint here after every epoch")
+    run.add_argument("--resume", action="store_true",
+                     help="continue from the newest complete checkpoint in --checkpoint-dir")
+    run.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                     help="auto: CUDA when available (default: auto)")
+    return parser
+
+
+def parse_settings(argv, comm):
+    """Parse and check the command line; return (args, training settings) or raise UsageError.
+
+    Only cheap checks happen here, before anything heavy is built.
+    """
+    args = build_parser(comm.Get_rank()).parse_args(argv)
+    problems = []
+    if args.dnn not in models.available():
+        problems.append(f"unknown model {args.dnn!r}; choose one of: "
+                        f"{', '.join(models.available())}")
+    try:
+        settings = merge(load_config(args.config or config_path(args.dnn)), vars(args))
+    except ConfigError as error:
+        settings = dict(DEFAULTS)
+        if args.dnn in models.available():
+            problems.append(str(error))
+    if settings["dataset"] not in datasets.available():
+        problems.append(f"unknown data set {settings['dataset']!r}; choose one of: "
+                        f"{', '.join(datasets.available())}")
+    args.compressor = args.compressor or "spardl"
+    try:
+        compressors.resolve(args.compressor)
+    except ValueError as error:
+        problems.append(str(error))
+    problems += _range_problems(args, settings, comm.Get_size())
+    if problems:
+        raise UsageError("; ".join(problems))
+    if not args.compression:
+        if args.compressor != "dense" and "--compressor" in " ".join(argv or sys.argv):
+            _note(comm, f"--compressor {args.compressor} has no effect without --compression; "
+                        "synchronizing densely")
+        args.compressor = "dense"
+    return args, settings
+
+
+def _note(comm, message):
+    if comm.Get_rank() == 0:
+        print(f"main_trainer.py: note: {message}", file=sys.stderr, flush=True)
+
+
+def _range_problems(args, settings, size):
+    checks = [
+        (0.0 < args.density <= 1.0, f"--density must lie in (0, 1], got {args.density}"),
+        (args.nworkers in (None, size),
+         f"--nworkers {args.nworkers} does not match the {size} MPI process(es) started"),
+        (args.teams >= 1 and size % args.teams == 0,
+         f"--teams {args.teams} must divide the number of workers {size}"),
+        (args.data_dir is None or Path(args.data_dir).is_dir(),
+         f"data directory {args.data_dir} does not exist"),
+        (not args.resume or args.checkpoint_dir, "--resume needs --checkpoint-dir"),
+        (args.device != "cuda" or torch.cuda.is_available(), "--device cuda: no CUDA device"),
+        (args.max_iters is None or args.max_iters >= 1, "--max-iters must be at least 1"),
+        (args.dense_warmup >= 0, "--dense-warmup must be at least 0"),
+        (settings["batch_size"] >= 1 and settings["eval_batch_size"] >= 1,
+         "batch sizes must be at least 1"),
+        (settings["max_epochs"] >= 0, "--max-epochs must be at least 0"),
+        (settings["lr"] > 0, "--lr must be positive"),
+        (settings["warmup_epochs"] >= 0, "--warmup-epochs must be at least 0"),
+        (settings["loader_workers"] >= 0, "--loader-workers must be at least 0"),
+    ]
+    return [message for ok, message in checks if not ok]
+
+
+def load_data(args, settings, comm):
+    """Download (rank 0, with --download) and load the data set on every rank (collective)."""
+    data_dir = args.data_dir or DEFAULT_DATA_DIR
+    problem = None
+    if args.download and comm.Get_rank() == 0:
+        try:
+            datasets.download(settings["dataset"], data_dir)
+        except datasets.DataError as error:
+            problem = str(error)
+    agree(comm, problem)
+    try:
+        split = datasets.load(settings["dataset"], data_dir)
+    except datasets.DataError as error:
+        split, problem = None, str(error)
+    agree(comm, problem)
+    return split
+
+
+def build_model(args, split, comm, device):
+    """Create the model, check it accepts the data's images, and copy rank 0's weights."""
+    model = models.create(args.dnn, split.num_classes, split.input_shape)
+    problem = None
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(torch.zeros(1, *split.input_shape))
+    except RuntimeError as error:
+        problem = (f"model {args.dnn} cannot take the {'x'.join(map(str, split.input_shape))} "
+                   f"images of this data set: {error}")
+    model.train()
+    agree(comm, problem)
+    broadcast_tensors(model.state_dict().values(), comm)
+    return model.to(device)
+
+
+def build_synchronizer(args, numel, comm):
+    """Create the synchronizer with the options its method accepts (collective)."""
+    given = {"teams": args.teams, "sag": args.sag, "dense_warmup": args.dense_warmup}
+    options = {key: value for key, value in given.items()
+               if key in compressors.options(args.compressor)}
+    density = args.density if args.compression else 1.0
+    synchronizer, problem = None, None
+    try:
+        synchronizer = compressors.create(args.compressor, comm, numel=numel, density=density,
+                                          **options)
+    except ValueError as error:
+        problem = str(error)
+    agree(comm, problem)
+    return synchronizer
+
+
+def resume(trainer, checkpoints, args, comm, log):
+    """Load the newest complete checkpoint into ``trainer``, if there is one (collective)."""
+    epoch = checkpoints.newest_complete()
+    if epoch is None:
+        log.note(f"no complete checkpoint in {args.checkpoint_dir}; starting from scratch")
+        return
+    state = checkpoints.load(epoch)
+    saved = state["run_info"]
+    problem = None
+    if state["nworkers"] != comm.Get_size() or saved["compressor"] != args.compressor:
+        problem = (f"checkpoint of epoch {epoch} in {args.checkpoint_dir} was written by "
+                   f"{state['nworkers']} worker(s) with {saved['compressor']}; this run has "
+                   f"{comm.Get_size()} with {args.compressor}")
+    agree(comm, problem)
+    trainer.load_state_dict(state)
+    log.note(f"resumed from the checkpoint of epoch {epoch}")
+
+
+def build_trainer(argv, comm):
+    """Parse, validate and build everything; return a ready ``Trainer`` or raise UsageError."""
+    args, settings = parse_settings(argv, comm)
+    rank, size = comm.Get_rank(), comm.Get_size()
+    device = place_rank(comm, args.device)
+    torch.manual_seed(args.seed)
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    split = load_data(args, settings, comm)
+    model = build_model(args, split, comm, device)
+    synchronizer = build_synchronizer(args, sum(p.numel() for p in model.parameters()
+                                                if p.requires_grad), comm)
+    train_loader, test_loader = make_loaders(
+        split, settings["batch_size"], settings["eval_batch_size"], rank, size, args.seed,
+        settings["loader_workers"], device)
+    iters_per_epoch = min(len(train_loader), args.max_iters or len(train_loader))
+    optimizer = torch.optim.SGD(model.parameters(), lr=settings["lr"],
+                                momentum=settings["momentum"],
+                                weight_decay=settings["weight_decay"])
+    scheduler = make_scheduler(optimizer, iters_per_epoch, settings["warmup_epochs"], size,
+                               settings["lr_milestones"], settings["lr_gamma"])
+    log = MetricsLog(args.log_dir, rank)
+    checkpoints = Checkpoints(args.checkpoint_dir, comm) if args.checkpoint_dir else None
+    run_info = {"model": args.dnn, "dataset": settings["dataset"], "compressor": args.compressor,
+                "density": args.density if args.compression else 1.0, "nworkers": size,
+                "batch_size": settings["batch_size"]}
+    trainer = Trainer(model=model, train_loader=train_loader, test_loader=test_loader,
+                      synchronizer=synchronizer, optimizer=optimizer, scheduler=scheduler,
+                      comm=comm, device=device, log=log, max_epochs=settings["max_epochs"],
+                      iters_per_epoch=iters_per_epoch, run_info=run_info, checkpoints=checkpoints)
+    if args.resume:
+        resume(trainer, checkpoints, args, comm, log)
+    log.note(f"{args.dnn} on {settings['dataset']}: {synchronizer.numel:,} parameters, "
+             f"{size} worker(s) on {device}, {args.compressor} (density {run_info['density']}), "
+             f"batch {settings['batch_size']} per worker, {iters_per_epoch} iterations per epoch")
+    return trainer
+
+
+def main(argv=None):
+    """Run the trainer; return the process exit status (0, or 2 for bad input)."""
+    comm = MPI.COMM_WORLD
+    with abort_on_error(comm):
+        try:
+            trainer = build_trainer(argv, comm)
+        except UsageError as error:
+            if comm.Get_rank() == 0:
+                print(f"main_trainer.py: error: {error}", file=sys.stderr, flush=True)
+            return 2
+        trainer.fit()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

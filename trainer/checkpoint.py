@@ -1,0 +1,89 @@
+"""Per-rank checkpoints, written atomically every epoch; resume from the newest complete one.
+
+Layout: ``DIR/epoch-0003/rank-0001.pt`` holds everything rank 1 needs to continue after epoch 3
+(its own synchronizer residuals included). A file is written to ``*.tmp`` and renamed, so it is
+either complete or absent; an epoch is complete when every rank's file exists. After saving
+epoch e a rank deletes its file of epoch e-2: epoch e-1 is complete by then (every rank saved it
+before joining epoch e's collectives), so one complete checkpoint always survives a crash.
+"""
+import os
+import random
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+
+_EPOCH_DIR = re.compile(r"epoch-(\d+)$")
+_KEPT_EPOCHS = 2
+
+
+class Checkpoints:
+    """This rank's view of a checkpoint directory shared by (or mirrored on) all ranks."""
+
+    def __init__(self, directory, comm):
+        self.directory = Path(directory)
+        self.comm = comm
+        self.rank = comm.Get_rank()
+
+    def path(self, epoch, rank=None):
+        """The file of ``rank`` (default: this rank) for ``epoch``."""
+        rank = self.rank if rank is None else rank
+        return self.directory / f"epoch-{epoch:04d}" / f"rank-{rank:04d}.pt"
+
+    def save(self, epoch, state):
+        """Write ``state`` as this rank's checkpoint of ``epoch``, atomically; prune old ones."""
+        target = self.path(epoch)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".tmp")
+        torch.save(state, partial)
+        os.replace(partial, target)
+        if epoch > _KEPT_EPOCHS:
+            self._remove(epoch - _KEPT_EPOCHS)
+
+    def newest_complete(self):
+        """The newest epoch every rank has a checkpoint of, or None (collective)."""
+        common = None
+        for epochs in self.comm.allgather(self._own_epochs()):
+            common = set(epochs) if common is None else common & set(epochs)
+        return max(common) if common else None
+
+    def load(self, epoch):
+        """This rank's checkpoint of ``epoch``, on the CPU."""
+        return torch.load(self.path(epoch), map_location="cpu", weights_only=False)
+
+    def _own_epochs(self):
+        if not self.directory.is_dir():
+            return []
+        epochs = []
+        for entry in self.directory.iterdir():
+            match = _EPOCH_DIR.match(entry.name)
+            if match and self.path(int(match.group(1))).is_file():
+                epochs.append(int(match.group(1)))
+        return epochs
+
+    def _remove(self, epoch):
+        old = self.path(epoch)
+        old.unlink(missing_ok=True)
+        try:
+            old.parent.rmdir()  # succeeds for the last rank to remove its file
+        except OSError:
+            pass
+
+
+def rng_state():
+    """Every random generator the training touches: torch (CPU and CUDA), python, numpy."""
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": np.random.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state):
+    """Restore what ``rng_state`` returned."""
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

@@ -1,0 +1,19 @@
+"""Data loaders of one rank: its shuffled training shard and its part of the test set."""
+from torch.utils.data import DataLoader, Subset
+
+from trainer.sampler import ShardedSampler, evaluation_shard
+
+
+def make_loaders(split, batch_size, eval_batch_size, rank, world_size, seed, workers, device):
+    """Return (train loader, test loader) of rank ``rank`` for the ``DataSplit`` ``split``.
+
+    The training loader's sampler is a ``ShardedSampler``: call ``loader.sampler.set_epoch``
+    before each epoch.
+    """
+    sampler = ShardedSampler(len(split.train), rank, world_size, seed=seed)
+    pin = device.type == "cuda"
+    train = DataLoader(split.train, batch_size=batch_size, sampler=sampler,
+                       num_workers=workers, pin_memory=pin, persistent_workers=workers > 0)
+    test_part = Subset(split.test, evaluation_shard(len(split.test), rank, world_size))
+    test = DataLoader(test_part, batch_size=eval_batch_size, num_workers=workers, pin_memory=pin)
+    return train, test

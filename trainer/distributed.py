@@ -1,0 +1,79 @@
+"""Collective helpers of the trainer: agreeing on usage errors, aborting on failures,
+broadcasting tensors, summing numbers over ranks, and placing each rank on cores and devices.
+
+All of them take an ``mpi4py`` communicator and are called by every rank.
+"""
+import os
+import sys
+import traceback
+from contextlib import contextmanager
+
+import torch
+from mpi4py import MPI
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported once by rank 0, every rank exits with status 2."""
+
+
+def agree(comm, problem):
+    """Raise ``UsageError`` on every rank if any rank has a ``problem`` (a message or None).
+
+    Collective, so a problem seen by one rank only (a data directory missing on one host) still
+    stops everybody; the message of the lowest such rank is used.
+    """
+    for message in comm.allgather(problem):
+        if message:
+            raise UsageError(message)
+
+
+@contextmanager
+def abort_on_error(comm):
+    """Print this rank's traceback and abort the whole job if the body raises.
+
+    Without this, the other ranks would wait forever in their next collective.
+    """
+    try:
+        yield
+    except Exception:  # noqa: BLE001 - any failure must end every rank
+        sys.stderr.write(f"rank {comm.Get_rank()} failed:\n{traceback.format_exc()}")
+        sys.stderr.flush()
+        comm.Abort(1)
+
+
+def broadcast_tensors(tensors, comm, root=0):
+    """Overwrite every tensor in ``tensors`` (any device) with ``root``'s values, in place."""
+    for tensor in tensors:
+        host = tensor.detach().cpu()
+        comm.Bcast(host.numpy(), root=root)
+        if tensor.device.type != "cpu":
+            tensor.detach().copy_(host)
+
+
+def sum_over_ranks(comm, values):
+    """Return the element-wise sum of the list of floats ``values`` over all ranks.
+
+    Summed in rank order from an all-gather, so every rank gets bit-identical numbers.
+    """
+    totals = [0.0] * len(values)
+    for rank_values in comm.allgather([float(value) for value in values]):
+        totals = [total + value for total, value in zip(totals, rank_values)]
+    return totals
+
+
+def place_rank(comm, device):
+    """Set torch's CPU threads and pick this rank's device; return the ``torch.device``.
+
+    Ranks on one host share its cores evenly (at least one thread each). ``device`` is
+    ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``; CUDA ranks on one host use
+    devices round-robin by local rank.
+    """
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    local_rank, local_size = local.Get_rank(), local.Get_size()
+    local.Free()
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // local_size))
+    if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    index = local_rank % torch.cuda.device_count()
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)

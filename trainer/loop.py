@@ -1,0 +1,120 @@
+"""The data-parallel training loop."""
+import itertools
+import sys
+import time
+
+import torch
+from torch.nn import functional
+from tqdm import tqdm
+
+from trainer.checkpoint import restore_rng, rng_state
+from trainer.distributed import broadcast_tensors
+from trainer.evaluation import evaluate
+from trainer.gradients import GradientBuffer
+from trainer.metrics import EpochMeter
+
+
+class Trainer:
+    """Trains ``model`` on every rank in lock-step; ranks differ only in the data they read.
+
+    One iteration on each rank:
+    1. forward and backward pass on this rank's batch (``compute_seconds``);
+    2. every parameter's gradient is copied into one flat buffer, allocated once;
+    3. ``synchronizer.allreduce`` returns the averaged gradient, identical on every rank
+       (``sync_seconds`` covers steps 2-4; the synchronizer reports selection and communication);
+    4. the average is written back into the parameters' ``.grad``;
+    5. the optimizer steps (SGD's momentum and weight decay act on the synchronized gradient,
+       as in the authors' code), then the learning-rate schedule.
+    Since all ranks start from rank 0's weights and apply the same update, weights stay equal.
+    After each epoch, rank 0's buffers (batch-norm statistics) are copied to all ranks, the test
+    set is evaluated once across ranks, a row is logged and, with ``checkpoints``, saved.
+
+    ``run_info`` (compressor, density, ...) is copied into every logged row.
+    """
+
+    def __init__(self, *, model, train_loader, test_loader, synchronizer, optimizer, scheduler,
+                 comm, device, log, max_epochs, iters_per_epoch, run_info, checkpoints=None):
+        self.model = model
+        self.train_loader = train_loader
+        self.test_loader = test_loader
+        self.synchronizer = synchronizer
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.comm = comm
+        self.device = device
+        self.log = log
+        self.max_epochs = max_epochs
+        self.iters_per_epoch = iters_per_epoch
+        self.run_info = run_info
+        self.checkpoints = checkpoints
+        self.gradients = GradientBuffer(model.parameters(), device)
+        self.epoch = 0
+        self.global_step = 0
+        self.show_progress = comm.Get_rank() == 0 and sys.stdout.isatty()
+
+    def fit(self):
+        """Train from ``self.epoch`` up to ``max_epochs``, evaluating and logging every epoch."""
+        for epoch in range(self.epoch, self.max_epochs):
+            self.train_loader.sampler.set_epoch(epoch)
+            self.model.train()
+            meter, last_lr = self._train_epoch(epoch)
+            row = meter.summary(self.comm)
+            # Batch-norm statistics drift apart per rank (each sees its own data): use rank 0's.
+            broadcast_tensors(list(self.model.buffers()), self.comm)
+            started = time.perf_counter()
+            test_loss, test_acc = evaluate(self.model, self.test_loader, self.device, self.comm)
+            self.epoch = epoch + 1
+            row = {"epoch": self.epoch, "max_epochs": self.max_epochs, "iters": self.global_step,
+                   **row, "test_loss": test_loss, "test_acc": test_acc, "lr": last_lr,
+                   "eval_seconds": time.perf_counter() - started, **self.run_info}
+            self.log.log(row)
+            if self.checkpoints is not None:
+                self.checkpoints.save(self.epoch, self.state_dict())
+        self.log.close()
+
+    def _train_epoch(self, epoch):
+        meter = EpochMeter()
+        batches = itertools.islice(self.train_loader, self.iters_per_epoch)
+        last_lr = self.optimizer.param_groups[0]["lr"]
+        for images, labels in tqdm(batches, total=self.iters_per_epoch, leave=False,
+                                   desc=f"epoch {epoch + 1}", disable=not self.show_progress):
+            started = time.perf_counter()
+            images, labels = images.to(self.device), labels.to(self.device)
+            loss = functional.cross_entropy(self.model(images), labels)
+            self.optimizer.zero_grad()
+            loss.backward()
+            computed = self._now()
+            averaged = self.synchronizer.allreduce(self.gradients.gather())
+            self.gradients.scatter(averaged)
+            synchronized = self._now()
+            last_lr = self.optimizer.param_groups[0]["lr"]
+            self.optimizer.step()
+            self.scheduler.step()
+            self.global_step += 1
+            meter.add_step(loss.item(), labels.numel(), computed - started,
+                           synchronized - computed, self.synchronizer.stats)
+        return meter, last_lr
+
+    def _now(self):
+        """Wall time after the device finished its queued work (so phases are timed right)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+    def state_dict(self):
+        """Everything this rank needs to continue bit-identically after the current epoch."""
+        return {"epoch": self.epoch, "global_step": self.global_step,
+                "nworkers": self.comm.Get_size(), "run_info": self.run_info,
+                "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "synchronizer": self.synchronizer.state_dict(), "rng": rng_state()}
+
+    def load_state_dict(self, state):
+        """Continue from a ``state_dict`` of the same configuration and world size."""
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.synchronizer.load_state_dict(state["synchronizer"])
+        restore_rng(state["rng"])
+        self.epoch = state["epoch"]
+        self.global_step = state["global_step"]

@@ -1,0 +1,99 @@
+"""Per-epoch measurements: accumulated on every rank, combined over ranks, written by rank 0.
+
+``EpochMeter`` sums what one rank saw during an epoch; ``MetricsLog`` writes one row per epoch
+to ``LOG_DIR/metrics.jsonl`` and TensorBoard, and prints one readable line.
+"""
+import json
+import time
+from pathlib import Path
+
+from trainer.distributed import sum_over_ranks
+
+
+class EpochMeter:
+    """Sums of one rank's training epoch: loss, samples, phase times and bytes sent."""
+
+    _FIELDS = ("loss_sum", "samples", "compute_seconds", "sync_seconds", "comm_seconds",
+               "select_seconds", "bytes_sent")
+
+    def __init__(self):
+        self.sums = dict.fromkeys(self._FIELDS, 0.0)
+        self.iterations = 0
+        self.started = time.perf_counter()
+
+    def add_step(self, loss, samples, compute_seconds, sync_seconds, sync_stats):
+        """Record one iteration; ``sync_stats`` is the synchronizer's ``stats`` of that step."""
+        self.iterations += 1
+        self.sums["loss_sum"] += loss * samples
+        self.sums["samples"] += samples
+        self.sums["compute_seconds"] += compute_seconds
+        self.sums["sync_seconds"] += sync_seconds
+        self.sums["comm_seconds"] += sync_stats["seconds"]["comm"]
+        self.sums["select_seconds"] += sync_stats["seconds"]["select"]
+        self.sums["bytes_sent"] += sync_stats["bytes_sent"]
+
+    def summary(self, comm):
+        """Combine all ranks (collective): mean loss per sample; times and bytes per rank."""
+        totals = dict(zip(self._FIELDS, sum_over_ranks(comm, [self.sums[f] for f in self._FIELDS])))
+        workers = comm.Get_size()
+        return {
+            "epoch_iters": self.iterations,
+            "train_loss": totals["loss_sum"] / max(totals["samples"], 1.0),
+            "epoch_seconds": time.perf_counter() - self.started,
+            "compute_seconds": totals["compute_seconds"] / workers,
+            "sync_seconds": totals["sync_seconds"] / workers,
+            "comm_seconds": totals["comm_seconds"] / workers,
+            "select_seconds": totals["select_seconds"] / workers,
+            "bytes_sent_per_rank": totals["bytes_sent"] / workers,
+        }
+
+
+class MetricsLog:
+    """Rank 0 writes each epoch's row to ``metrics.jsonl`` and TensorBoard and prints a line.
+
+    Other ranks, and rank 0 without a ``log_dir``, only print (rank 0) or do nothing. Rows are
+    appended, so a resumed run continues the same file.
+    """
+
+    def __init__(self, log_dir, rank):
+        self.active = rank == 0
+        self.writer = None
+        self.path = None
+        if self.active and log_dir is not None:
+            # Imported here: only rank 0 pays tensorboardX's import time.
+            from tensorboardX import SummaryWriter
+            Path(log_dir).mkdir(parents=True, exist_ok=True)
+            self.path = Path(log_dir) / "metrics.jsonl"
+            self.writer = SummaryWriter(str(log_dir))
+
+    def note(self, message):
+        """Print a message once (rank 0)."""
+        if self.active:
+            print(message, flush=True)
+
+    def log(self, row):
+        """Record one epoch's ``row`` (a dict of JSON-serialisable values, with ``epoch``)."""
+        if not self.active:
+            return
+        print(format_row(row), flush=True)
+        if self.path is not None:
+            with open(self.path, "a") as stream:
+                stream.write(json.dumps(row) + "\n")
+            for key, value in row.items():
+                if isinstance(value, (int, float)) and key != "epoch":
+                    self.writer.add_scalar(key, value, row["epoch"])
+            self.writer.flush()
+
+    def close(self):
+        """Close the TensorBoard writer."""
+        if self.writer is not None:
+            self.writer.close()
+
+
+def format_row(row):
+    """One human-readable line for an epoch row."""
+    return (f"epoch {row['epoch']:>3}/{row['max_epochs']}  train loss {row['train_loss']:.4f}  "
+            f"test loss {row['test_loss']:.4f}  test acc {100 * row['test_acc']:.2f}%  "
+            f"lr {row['lr']:.4g}  {row['epoch_seconds']:.1f}s (compute {row['compute_seconds']:.1f}s, "
+            f"sync {row['sync_seconds']:.1f}s: select {row['select_seconds']:.1f}s, "
+            f"comm {row['comm_seconds']:.1f}s)  {row['bytes_sent_per_rank'] / 2**20:.1f} MiB/rank")

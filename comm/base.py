@@ -61,7 +61,12 @@ class Transport(abc.ABC):
         self._waitall(handles)
 
     def allreduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Return the element-wise sum of ``tensor`` over all ranks, identical on every rank.
+        """Return the element-wise sum of ``tensor`` over all ranks (a new tensor)."""
+        return self.allreduce_sum_(tensor.clone())
+
+    def allreduce_sum_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Replace the contiguous ``tensor`` by its element-wise sum over all ranks, the same
+        bits on every rank, and return it.
 
         The library's algorithm is not observable, so traffic is counted as Rabenseifner's
         reduce-scatter + all-gather: 2 ceil(log2 P) rounds and 2 (P-1)/P of the buffer sent.
@@ -92,7 +97,8 @@ class Transport(abc.ABC):
     def _waitall(self, handles): ...
 
     @abc.abstractmethod
-    def _allreduce_sum(self, tensor): ...
+    def _allreduce_sum(self, tensor):
+        """Sum ``tensor`` over all ranks in place."""
 
     @abc.abstractmethod
     def _barrier(self): ...

@@ -140,7 +140,7 @@ class LocalTransport(Transport):
         total = parts[0].clone()
         for part in parts[1:]:
             total += part
-        return total
+        return tensor.copy_(total)
 
     def _barrier(self):
         try:

@@ -89,9 +89,9 @@ class MPITransport(Transport):
         self._send_slots = 0
 
     def _allreduce_sum(self, tensor):
-        staged = self._host_view(tensor, 0).clone()
+        staged = self._host_view(tensor, 0)
         self.comm.Allreduce(MPI.IN_PLACE, self._buffer(staged), op=MPI.SUM)
-        return staged.to(tensor.device)
+        return tensor if staged is tensor else tensor.copy_(staged)
 
     def _barrier(self):
         self.comm.Barrier()

@@ -54,6 +54,7 @@ class Synchronizer(abc.ABC):
         self.dense_warmup = dense_warmup
         self.calls = 0
         self._residual = torch.zeros(numel)
+        self._out = None
         self.stats: dict = {"bytes_sent": 0, "messages": 0, "rounds": 0, "nnz": 0,
                             "seconds": {"select": 0.0, "comm": 0.0, "accumulate": 0.0, "total": 0.0}}
 
@@ -62,10 +63,19 @@ class Synchronizer(abc.ABC):
         """This rank's error-feedback residual after the last call (zeros if unused)."""
         return self._residual
 
-    def allreduce(self, grad: torch.Tensor) -> torch.Tensor:
+    def allreduce(self, grad: torch.Tensor, out: torch.Tensor = None) -> torch.Tensor:
         """Return the average of ``grad`` over all ranks as synchronized by this method (a new
-        tensor on ``grad``'s device, the same bits on every rank). ``grad`` is not modified."""
+        tensor on ``grad``'s device, the same bits on every rank). ``grad`` is not modified.
+
+        ``out``: optional float32 tensor like ``grad`` that receives the result and is returned;
+        reusing one across calls saves a large allocation per call (as training does).
+        """
         self._check_gradient(grad)
+        if out is not None:
+            self._check_gradient(out, "out")
+            if out.device != grad.device:
+                raise ValueError(f"{self.name}: out is on {out.device}, the gradient on {grad.device}")
+        self._out = out
         if self._residual.device != grad.device:
             self._residual = self._residual.to(grad.device)
         start = time.perf_counter()
@@ -80,6 +90,9 @@ class Synchronizer(abc.ABC):
                     grad = self._residual.add_(grad)  # grad + residual, in place: no allocation
             result, self._residual = self._synchronize(grad, timer)
             nnz = self._count_nonzero(result)
+        if out is not None and result is not out:
+            result = out.copy_(result)
+        self._out = None
         self.calls += 1
         traffic = self.transport.traffic
         timer["total"] = time.perf_counter() - start
@@ -99,23 +112,32 @@ class Synchronizer(abc.ABC):
     def _after_call(self) -> None:
         """Hook for per-call bookkeeping of subclasses (counters, adaptive parameters)."""
 
+    def _new_result(self, device: torch.device) -> torch.Tensor:
+        """A zeroed result vector: the caller's ``out`` buffer if one was given, else a new one."""
+        if self._out is not None:
+            return self._out.zero_()
+        return torch.zeros(self.numel, device=device)
+
     def _count_nonzero(self, result: torch.Tensor) -> int:
         """Non-zeros of the last result (methods that know it cheaper override this)."""
         return int(torch.count_nonzero(result))
 
     def _dense_average(self, grad: torch.Tensor, timer: PhaseTimer) -> torch.Tensor:
+        """The exact average of ``grad`` by the library all-reduce, in ``out`` when given."""
+        with timer("accumulate"):
+            total = grad.clone() if self._out is None else self._out.copy_(grad)
         with timer("comm"):
-            total = self.transport.allreduce_sum(grad)
+            self.transport.allreduce_sum_(total)
         with timer("accumulate"):
             return total.div_(self.size)
 
-    def _check_gradient(self, grad) -> None:
+    def _check_gradient(self, grad, what: str = "gradient") -> None:
         if not isinstance(grad, torch.Tensor):
-            raise ValueError(f"{self.name}: gradient must be a torch.Tensor, got {type(grad).__name__}")
+            raise ValueError(f"{self.name}: {what} must be a torch.Tensor, got {type(grad).__name__}")
         if grad.dtype != torch.float32:
-            raise ValueError(f"{self.name}: gradient must be float32, got {grad.dtype}")
+            raise ValueError(f"{self.name}: {what} must be float32, got {grad.dtype}")
         if grad.dim() != 1 or grad.numel() != self.numel:
-            raise ValueError(f"{self.name}: gradient must be 1-D of length {self.numel}, "
+            raise ValueError(f"{self.name}: {what} must be 1-D of length {self.numel}, "
                              f"got shape {tuple(grad.shape)}")
 
     def state_dict(self) -> dict:

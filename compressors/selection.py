@@ -45,8 +45,7 @@ class Selector:
         candidates = self.above(magnitude, threshold)
         if candidates.numel() < k:  # the estimate was too high (rare): fall back to exact
             return _stable_top(magnitude, k).sort().values
-        best = _stable_top(magnitude[candidates], k)
-        return candidates[best].sort().values
+        return candidates[_first_k_largest(magnitude[candidates], k)]
 
     def above(self, magnitude: torch.Tensor, threshold: float) -> torch.Tensor:
         """Indices (ascending) of the entries of ``magnitude`` that are ``>= threshold``."""
@@ -90,6 +89,16 @@ class Selector:
 def _stable_top(magnitude: torch.Tensor, k: int) -> torch.Tensor:
     """Positions of the ``k`` largest values, ties towards the lower position (not sorted)."""
     return torch.sort(magnitude, descending=True, stable=True).indices[:k]
+
+
+def _first_k_largest(values: torch.Tensor, k: int) -> torch.Tensor:
+    """Boolean mask of the ``k`` largest ``values``, ties towards the lower position, found
+    with one linear-time selection instead of a sort."""
+    kth = torch.kthvalue(values, values.numel() - k + 1).values
+    above = values > kth
+    ties = values == kth
+    missing = k - int(above.sum())
+    return above | (ties & (torch.cumsum(ties, 0) <= missing))
 
 
 def _sparse_top(magnitude: torch.Tensor, k: int) -> torch.Tensor:

@@ -154,9 +154,10 @@ class SparDL(Synchronizer):
             if blocks_total > n:
                 inside = flat < n
                 flat, values = flat[inside], values[inside]
-            result = torch.zeros(n, device=work.device)
-            result[flat] = values / self.size
-            accumulated[flat] = work[flat]  # global residual collection (module docstring, 6.)
+            result = self._new_result(work.device)
+            result.index_copy_(0, flat, values / self.size)
+            # Global residual collection (module docstring, step 6).
+            accumulated.index_copy_(0, flat, work.index_select(0, flat))
             self._nnz = int(torch.count_nonzero(values))
         return result, accumulated
 

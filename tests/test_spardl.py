@@ -213,3 +213,27 @@ def test_height_is_fixed_with_one_team_or_at_full_density():
     full = HeightAdapter(100, 4, 100)
     full.update(10)
     assert full.value == 100
+
+
+@pytest.mark.parametrize("method", ["spardl", "dense"])
+def test_out_buffer_receives_the_same_result(method):
+    grads = heavy_tailed((2, 4, 700), 5)
+
+    def body(transport):
+        fresh = compressors.create(method, transport, numel=700, density=0.02)
+        reused = compressors.create(method, transport, numel=700, density=0.02)
+        out = torch.full((700,), 7.0)
+        same = []
+        for call in range(2):
+            expected = fresh.allreduce(grads[call, transport.rank])
+            got = reused.allreduce(grads[call, transport.rank], out=out)
+            same.append(got is out and torch.equal(got, expected))
+        return all(same)
+
+    assert all(local_group(4).run(body))
+
+
+def test_out_buffer_of_the_wrong_shape_is_rejected():
+    sync = compressors.create("spardl", local_group(1).rank(0), numel=100, density=0.1)
+    with pytest.raises(ValueError, match="out must be 1-D of length 100"):
+        sync.allreduce(torch.zeros(100), out=torch.zeros(50))

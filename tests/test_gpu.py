@@ -1,0 +1,48 @@
+"""CUDA tensors through the same schedules (skipped without a GPU)."""
+import numpy as np
+import pytest
+import torch
+
+import compressors
+from comm import local_group
+from tests.ranks import heavy_tailed
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+
+def synchronize(method, grads, device, **options):
+    workers, numel = grads.shape
+
+    def body(transport):
+        sync = compressors.create(method, transport, numel=numel, **options)
+        outputs = []
+        for _ in range(2):
+            before = sync.residual.clone()
+            result = sync.allreduce(grads[transport.rank].to(device))
+            outputs.append((before.cpu(), result, sync.residual.cpu()))
+        return outputs
+
+    return local_group(workers).run(body)
+
+
+@pytest.mark.parametrize("workers,teams", [(1, 1), (4, 1), (6, 1), (6, 2), (8, 4)])
+@pytest.mark.parametrize("density", [0.01, 1.0])
+def test_spardl_on_cuda_matches_cpu_and_conserves_mass(workers, teams, density):
+    grads = heavy_tailed((workers, 50000), workers)
+    on_gpu = synchronize("spardl", grads, "cuda", density=density, teams=teams)
+    on_cpu = synchronize("spardl", grads, "cpu", density=density, teams=teams)
+    for call in range(2):
+        results = [rank[call][1] for rank in on_gpu]
+        assert all(r.is_cuda and torch.equal(r, results[0]) for r in results)
+        np.testing.assert_allclose(results[0].cpu().numpy(), on_cpu[0][call][1].numpy(), rtol=1e-5, atol=1e-6)
+        before = torch.stack([rank[call][0] for rank in on_gpu]).double()
+        after = torch.stack([rank[call][2] for rank in on_gpu]).double()
+        lhs = (grads.double() + before).sum(0)
+        rhs = workers * results[0].cpu().double() + after.sum(0)
+        assert float((lhs - rhs).abs().max()) <= 1e-5 * (float(lhs.abs().max()) + 1)
+
+
+def test_dense_on_cuda():
+    grads = heavy_tailed((3, 1000), 1)
+    results = synchronize("dense", grads, "cuda", density=1.0)
+    np.testing.assert_allclose(results[0][0][1].cpu().numpy(), grads.double().mean(0).numpy(), rtol=1e-5, atol=1e-6)

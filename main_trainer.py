@@ -138,13 +138,14 @@ def parse_settings(argv, comm):
     try:
         settings = merge(load_config(args.config or config_path(args.dnn)), vars(args))
     except ConfigError as error:
-        settings = dict(DEFAULTS)
+        settings = merge(DEFAULTS, vars(args))
         if args.dnn in models.available():
             problems.append(str(error))
     if settings["dataset"] not in datasets.available():
         problems.append(f"unknown data set {settings['dataset']!r}; choose one of: "
                         f"{', '.join(datasets.available())}")
-    args.compressor = args.compressor or "spardl"
+    ignored = args.compressor if not args.compression else None
+    args.compressor = args.compressor or ("spardl" if args.compression else "dense")
     try:
         compressors.resolve(args.compressor)
     except ValueError as error:
@@ -152,10 +153,9 @@ def parse_settings(argv, comm):
     problems += _range_problems(args, settings, comm.Get_size())
     if problems:
         raise UsageError("; ".join(problems))
-    if not args.compression:
-        if args.compressor != "dense" and "--compressor" in " ".join(argv or sys.argv):
-            _note(comm, f"--compressor {args.compressor} has no effect without --compression; "
-                        "synchronizing densely")
+    if ignored not in (None, "dense"):
+        _note(comm, f"--compressor {ignored} has no effect without --compression; "
+                    "synchronizing densely")
         args.compressor = "dense"
     return args, settings
 

@@ -1,0 +1,125 @@
+"""Data set loaders on tiny files generated in the real formats, and their error messages."""
+import gzip
+import pickle
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+import datasets
+from datasets.mnist import DEBIAN_FASHION_MNIST
+
+
+def _write_cifar_batch(path, count, label_key, num_classes, seed):
+    rng = np.random.default_rng(seed)
+    batch = {b"data": rng.integers(0, 256, (count, 3072), dtype=np.uint8),
+             label_key: rng.integers(0, num_classes, count).tolist(),
+             b"batch_label": b"generated"}
+    with open(path, "wb") as stream:
+        pickle.dump(batch, stream)
+    return batch
+
+
+def test_cifar10_pickle_batches(tmp_path):
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    train = [_write_cifar_batch(folder / f"data_batch_{i}", 4, b"labels", 10, i)
+             for i in range(1, 6)]
+    test = _write_cifar_batch(folder / "test_batch", 3, b"labels", 10, 9)
+    split = datasets.load("cifar10", tmp_path)
+    assert (len(split.train), len(split.test)) == (20, 3)
+    assert split.num_classes == 10 and split.input_shape == (3, 32, 32)
+    image, label = split.test[1]
+    assert image.shape == (3, 32, 32) and image.dtype == torch.float32
+    assert label == test[b"labels"][1]
+    # Test images are not augmented: undoing the normalisation gives back the stored pixels.
+    pixels = image * split.test.std + split.test.mean
+    expected = torch.from_numpy(test[b"data"][1].reshape(3, 32, 32).astype(np.float32)) / 255
+    assert torch.allclose(pixels, expected, atol=1e-5)
+    assert split.train[4][1] == train[1][b"labels"][0]  # batches concatenated in order
+    assert split.train[0][0].shape == (3, 32, 32)  # augmented training images keep their shape
+
+
+def test_cifar100_uses_fine_labels(tmp_path):
+    folder = tmp_path / "cifar-100-python"
+    folder.mkdir()
+    train = _write_cifar_batch(folder / "train", 5, b"fine_labels", 100, 1)
+    _write_cifar_batch(folder / "test", 2, b"fine_labels", 100, 2)
+    split = datasets.load("cifar100", tmp_path)
+    assert split.num_classes == 100 and len(split.train) == 5
+    assert [int(split.train[i][1]) for i in range(5)] == train[b"fine_labels"]
+
+
+def _write_idx(path, array, compress):
+    header = struct.pack(">BBBB", 0, 0, 8, array.ndim) + b"".join(
+        struct.pack(">I", size) for size in array.shape)
+    opener = gzip.open if compress else open
+    with opener(path, "wb") as stream:
+        stream.write(header + array.astype(np.uint8).tobytes())
+
+
+@pytest.mark.parametrize("name,folder", [("mnist", "MNIST"), ("fashion-mnist", "FashionMNIST")])
+@pytest.mark.parametrize("compress", [False, True])
+def test_mnist_idx_files_in_torchvision_layout(tmp_path, name, folder, compress):
+    raw = tmp_path / folder / "raw"
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (6, 28, 28))
+    suffix = ".gz" if compress else ""
+    _write_idx(raw / f"train-images-idx3-ubyte{suffix}", images, compress)
+    _write_idx(raw / f"train-labels-idx1-ubyte{suffix}", np.arange(6) % 10, compress)
+    _write_idx(raw / f"t10k-images-idx3-ubyte{suffix}", images[:2], compress)
+    _write_idx(raw / f"t10k-labels-idx1-ubyte{suffix}", np.array([3, 4]), compress)
+    split = datasets.load(name, tmp_path)
+    assert (len(split.train), len(split.test)) == (6, 2)
+    assert split.input_shape == (1, 28, 28)
+    image, label = split.test[1]
+    assert label == 4
+    pixels = image * split.test.std + split.test.mean
+    assert torch.allclose(pixels[0] * 255, torch.tensor(images[1], dtype=torch.float32), atol=1e-3)
+
+
+def test_digits_ship_with_scikit_learn():
+    split = datasets.load("digits", None)
+    assert (len(split.train), len(split.test)) == (1437, 360)
+    assert split.input_shape == (1, 8, 8) and split.num_classes == 10
+    assert set(int(split.test[i][1]) for i in range(len(split.test))) == set(range(10))
+
+
+@pytest.mark.skipif(not DEBIAN_FASHION_MNIST.is_dir(),
+                    reason="apt-get install dataset-fashion-mnist to test the Debian location")
+def test_fashion_mnist_from_the_debian_package(tmp_path):
+    split = datasets.load("fashion-mnist", tmp_path)
+    assert (len(split.train), len(split.test)) == (60000, 10000)
+
+
+@pytest.mark.parametrize("name,fragment", [
+    ("cifar10", "cifar-10-batches-py lacks data_batch_1"),
+    ("cifar100", "cifar-100-python lacks train, test"),
+    ("mnist", "MNIST/raw"),
+    ("imagenet", "train"),
+])
+def test_missing_files_say_what_to_put_where(tmp_path, name, fragment):
+    with pytest.raises(datasets.DataError, match=fragment) as error:
+        datasets.load(name, tmp_path)
+    assert str(tmp_path) in str(error.value)
+
+
+def test_imagenet_image_folders(tmp_path):
+    from PIL import Image
+    for part in ("train", "val"):
+        for label in ("n01", "n02"):
+            (tmp_path / part / label).mkdir(parents=True)
+            Image.new("RGB", (40, 30), color=(10, 20, 30)).save(tmp_path / part / label / "a.JPEG")
+    split = datasets.load("imagenet", tmp_path)
+    assert split.num_classes == 2 and len(split.train) == 2
+    image, label = split.test[1]
+    assert image.shape == (3, 224, 224) and label == 1
+
+
+def test_unknown_data_set_lists_the_valid_names():
+    with pytest.raises(ValueError, match="cifar10.*digits"):
+        datasets.load("svhn", None)
+    with pytest.raises(datasets.DataError, match="cannot be downloaded"):
+        datasets.download("imagenet", "anywhere")

@@ -1,0 +1,207 @@
+"""Unit tests of the trainer's pieces: sharding, flat gradients, lr schedule, configs,
+collective helpers (on MPI.COMM_SELF), metrics rows and checkpoints."""
+import json
+
+import pytest
+import torch
+from mpi4py import MPI
+
+import models
+
+from trainer.checkpoint import Checkpoints, restore_rng, rng_state
+from trainer.config import DEFAULTS, ConfigError, config_path, load_config, merge
+from trainer.distributed import UsageError, agree, broadcast_tensors, sum_over_ranks
+from trainer.gradients import GradientBuffer
+from trainer.metrics import EpochMeter, MetricsLog
+from trainer.sampler import ShardedSampler, evaluation_shard
+from trainer.schedule import WarmupMultiStep, make_scheduler
+
+
+@pytest.mark.parametrize("num_samples,world_size", [(10, 1), (10, 3), (12, 4), (2, 3), (101, 6)])
+def test_shards_cover_every_sample_with_equal_lengths(num_samples, world_size):
+    shards = []
+    for rank in range(world_size):
+        sampler = ShardedSampler(num_samples, rank, world_size, seed=5)
+        sampler.set_epoch(2)
+        shards.append(list(sampler))
+        assert len(shards[-1]) == len(sampler) == -(-num_samples // world_size)
+    union = [index for shard in shards for index in shard]
+    assert set(union) == set(range(num_samples))
+    if num_samples % world_size == 0:
+        assert sorted(union) == list(range(num_samples))  # no padding: disjoint
+
+
+def test_shards_reshuffle_per_epoch_deterministically_from_the_seed():
+    def order(epoch, seed=1):
+        sampler = ShardedSampler(50, 1, 2, seed=seed)
+        sampler.set_epoch(epoch)
+        return list(sampler)
+
+    assert order(0) == order(0)
+    assert order(0) != order(1)
+    assert order(0, seed=1) != order(0, seed=2)
+
+
+def test_sampler_rejects_bad_rank():
+    with pytest.raises(ValueError):
+        ShardedSampler(10, 3, 3)
+
+
+@pytest.mark.parametrize("num_samples,world_size", [(10, 3), (7, 7), (3, 5)])
+def test_evaluation_shards_cover_the_test_set_exactly_once(num_samples, world_size):
+    parts = [evaluation_shard(num_samples, rank, world_size) for rank in range(world_size)]
+    assert sorted(i for part in parts for i in part) == list(range(num_samples))
+
+
+def test_gradient_buffer_flattens_and_writes_back():
+    torch.manual_seed(0)
+    model = models.create("mlp", 3, (1, 2, 2))
+    model.layers[1].bias.requires_grad_(False)
+    loss = model(torch.randn(4, 1, 2, 2)).sum()
+    loss.backward()
+    buffer = GradientBuffer(model.parameters(), torch.device("cpu"))
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert buffer.numel == sum(p.numel() for p in trainable)
+    flat = buffer.gather()
+    assert torch.equal(flat, torch.cat([p.grad.reshape(-1) for p in trainable]))
+    assert buffer.gather().data_ptr() == flat.data_ptr()  # one buffer, reused
+    replacement = torch.arange(buffer.numel, dtype=torch.float32)
+    buffer.scatter(replacement)
+    assert torch.equal(torch.cat([p.grad.reshape(-1) for p in trainable]), replacement)
+    with pytest.raises(ValueError):
+        buffer.scatter(torch.zeros(buffer.numel + 1))
+
+
+def test_gradient_buffer_zero_fills_missing_grads():
+    first, second = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(3))
+    first.grad = torch.full((2,), 7.0)
+    buffer = GradientBuffer([first, second], torch.device("cpu"))
+    buffer.flat.fill_(-1)
+    assert buffer.gather().tolist() == [7, 7, 0, 0, 0]
+    buffer.scatter(torch.tensor([1.0, 2, 3, 4, 5]))
+    assert second.grad.tolist() == [3, 4, 5]
+
+
+def test_schedule_warms_up_linearly_from_lr_over_p_then_decays():
+    factor = WarmupMultiStep(iters_per_epoch=10, warmup_epochs=2, start_factor=0.25,
+                             milestones=[5, 3], gamma=0.1)
+    assert factor(0) == pytest.approx(0.25)
+    assert factor(10) == pytest.approx(0.625)  # half-way through warm-up
+    assert factor(19) == pytest.approx(0.25 + 0.75 * 19 / 20)
+    assert factor(20) == pytest.approx(1.0)
+    assert factor(29) == pytest.approx(1.0)
+    assert factor(30) == pytest.approx(0.1)
+    assert factor(50) == pytest.approx(0.01)
+
+
+def test_scheduler_drives_the_optimizer_and_round_trips_its_state():
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([parameter], lr=0.4)
+    scheduler = make_scheduler(optimizer, iters_per_epoch=4, warmup_epochs=1, workers=4,
+                               milestones=[2], gamma=0.5)
+    lrs = []
+    for _ in range(12):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert lrs[0] == pytest.approx(0.1)
+    assert lrs[4:8] == pytest.approx([0.4] * 4)
+    assert lrs[8:] == pytest.approx([0.2] * 4)
+    fresh = make_scheduler(torch.optim.SGD([parameter], lr=0.4), 4, 1, 4, [2], 0.5)
+    fresh.load_state_dict(scheduler.state_dict())
+    assert fresh.last_epoch == 12
+
+
+def test_every_model_has_a_valid_config():
+    for name in models.available():
+        config = load_config(config_path(name))
+        assert set(config) == set(DEFAULTS)
+
+
+def test_config_files_fill_in_defaults_and_flags_override(tmp_path):
+    path = tmp_path / "small.json"
+    path.write_text(json.dumps({"lr": 0.5, "lr_milestones": [3]}))
+    config = load_config(path)
+    assert config["lr"] == 0.5 and config["batch_size"] == DEFAULTS["batch_size"]
+    merged = merge(config, {"lr": None, "batch_size": 8, "unrelated": 1})
+    assert merged["lr"] == 0.5 and merged["batch_size"] == 8 and "unrelated" not in merged
+
+
+@pytest.mark.parametrize("content,fragment", [
+    ('{"learning_rate": 1}', "unknown key"),
+    ('{"batch_size": "big"}', "batch_size"),
+    ('{"batch_size": true}', "batch_size"),
+    ('[1, 2]', "one JSON object"),
+    ('{', "cannot read"),
+])
+def test_bad_config_files_are_refused(tmp_path, content, fragment):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match=fragment):
+        load_config(path)
+
+
+def test_missing_config_file_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "absent.json")
+
+
+def test_collective_helpers_on_one_rank():
+    comm = MPI.COMM_SELF
+    agree(comm, None)
+    with pytest.raises(UsageError, match="broken"):
+        agree(comm, "broken")
+    assert sum_over_ranks(comm, [1, 2.5]) == [1.0, 2.5]
+    tensor = torch.arange(4.0)
+    broadcast_tensors([tensor], comm)
+    assert tensor.tolist() == [0, 1, 2, 3]
+
+
+def test_epoch_meter_summarises_means_per_sample_and_per_rank():
+    meter = EpochMeter()
+    stats = {"bytes_sent": 100, "seconds": {"comm": 0.5, "select": 0.25}}
+    meter.add_step(loss=2.0, samples=3, compute_seconds=1.0, sync_seconds=1.0, sync_stats=stats)
+    meter.add_step(loss=1.0, samples=1, compute_seconds=1.0, sync_seconds=1.0, sync_stats=stats)
+    row = meter.summary(MPI.COMM_SELF)
+    assert row["train_loss"] == pytest.approx(7 / 4)
+    assert row["epoch_iters"] == 2
+    assert row["bytes_sent_per_rank"] == 200
+    assert row["comm_seconds"] == pytest.approx(1.0)
+    assert row["select_seconds"] == pytest.approx(0.5)
+
+
+def test_metrics_log_appends_rows_and_writes_tensorboard(tmp_path, capsys):
+    row = {"epoch": 1, "max_epochs": 2, "train_loss": 1.0, "test_loss": 1.0, "test_acc": 0.5,
+           "lr": 0.1, "epoch_seconds": 1.0, "compute_seconds": 0.5, "sync_seconds": 0.4,
+           "select_seconds": 0.1, "comm_seconds": 0.2, "bytes_sent_per_rank": 2.0 ** 20,
+           "compressor": "dense"}
+    for epoch in (1, 2):
+        log = MetricsLog(tmp_path, rank=0)
+        log.log({**row, "epoch": epoch})
+        log.close()
+    MetricsLog(tmp_path / "other", rank=1).log(row)
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in lines] == [1, 2]
+    assert list(tmp_path.glob("events.out.tfevents.*"))
+    assert not (tmp_path / "other").exists()
+    assert "test acc 50.00%" in capsys.readouterr().out
+
+
+def test_checkpoints_are_atomic_pruned_and_found(tmp_path):
+    checkpoints = Checkpoints(tmp_path, MPI.COMM_SELF)
+    assert checkpoints.newest_complete() is None
+    for epoch in (1, 2, 3):
+        checkpoints.save(epoch, {"epoch": epoch, "weights": torch.full((2,), float(epoch))})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch-0002", "epoch-0003"]
+    assert not list(tmp_path.rglob("*.tmp"))
+    assert checkpoints.newest_complete() == 3
+    assert checkpoints.load(3)["weights"].tolist() == [3.0, 3.0]
+    (tmp_path / "epoch-0009").mkdir()  # another rank's newer epoch that this rank lacks
+    assert checkpoints.newest_complete() == 3
+
+
+def test_rng_state_round_trip():
+    saved = rng_state()
+    first = torch.rand(3)
+    restore_rng(saved)
+    assert torch.equal(torch.rand(3), first)

@@ -1,0 +1,54 @@
+"""Resuming from a checkpoint continues exactly as if the run had never stopped."""
+import json
+
+import pytest
+import torch
+
+from tests.mpirun import mpiexec
+
+pytestmark = [pytest.mark.mpi, pytest.mark.slow]
+
+# SparDL keeps per-rank residuals and a dense warm-up counter (30 steps cross the epoch
+# boundary at 23 iterations per epoch on 2 ranks): both must survive the restart.
+FLAGS = ["--compression", "--compressor", "spardl", "--density", "0.02", "--dense-warmup", "30"]
+SAME = ("iters", "train_loss", "test_loss", "test_acc", "lr", "bytes_sent_per_rank")
+
+
+def train(tmp_path, name, epochs, *extra):
+    result = mpiexec(2, "main_trainer.py", "--max-epochs", str(epochs), "--log-dir",
+                     str(tmp_path / name), "--checkpoint-dir", str(tmp_path / f"{name}-ckpt"),
+                     *FLAGS, *extra)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def rows(tmp_path, name):
+    lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+    return [{key: json.loads(line)[key] for key in SAME} for line in lines]
+
+
+def test_two_epochs_equal_one_epoch_resume_one_epoch(tmp_path):
+    train(tmp_path, "straight", 2)
+    first = train(tmp_path, "resumed", 1, "--resume")
+    assert "starting from scratch" in first.stdout
+    second = train(tmp_path, "resumed", 2, "--resume")
+    assert "resumed from the checkpoint of epoch 1" in second.stdout
+    assert rows(tmp_path, "straight") == rows(tmp_path, "resumed")
+    for rank in range(2):
+        straight, resumed = (torch.load(tmp_path / f"{name}-ckpt" / "epoch-0002" /
+                                        f"rank-{rank:04d}.pt", weights_only=False)
+                             for name in ("straight", "resumed"))
+        for key, tensor in straight["model"].items():
+            assert torch.equal(tensor, resumed["model"][key]), key
+        assert torch.equal(straight["synchronizer"]["residual"],
+                           resumed["synchronizer"]["residual"])
+
+
+def test_resume_refuses_a_checkpoint_of_another_world_size(tmp_path):
+    result = mpiexec(3, "main_trainer.py", "--max-epochs", "1", "--max-iters", "2",
+                     "--checkpoint-dir", str(tmp_path), *FLAGS)
+    assert result.returncode == 0, result.stderr
+    result = mpiexec(2, "main_trainer.py", "--max-epochs", "2", "--checkpoint-dir",
+                     str(tmp_path), "--resume", *FLAGS, timeout=120)
+    assert result.returncode == 2
+    assert "written by 3 worker(s)" in result.stderr and "Traceback" not in result.stderr

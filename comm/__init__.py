@@ -8,9 +8,14 @@ from .local import GroupAborted, LocalGroup, LocalTransport, local_group
 
 
 def as_transport(comm) -> Transport:
-    """Return ``comm`` as a :class:`Transport` (wrapping an ``mpi4py`` communicator)."""
+    """Return ``comm`` as a :class:`Transport`: a transport as it is, an ``mpi4py``
+    communicator or a ``torch.distributed`` process group wrapped."""
     if isinstance(comm, Transport):
         return comm
+    import torch.distributed as dist
+    if dist.is_available() and isinstance(comm, dist.ProcessGroup):
+        from .torchdist import TorchDistributedTransport
+        return TorchDistributedTransport(comm)
     try:
         from mpi4py import MPI
     except ImportError:  # pragma: no cover - mpi4py is a requirement
@@ -18,7 +23,8 @@ def as_transport(comm) -> Transport:
     if MPI is not None and isinstance(comm, MPI.Comm):
         from .mpi import MPITransport
         return MPITransport(comm)
-    raise TypeError(f"comm must be an mpi4py communicator or a comm.Transport, got {type(comm).__name__}")
+    raise TypeError("comm must be an mpi4py communicator, a torch.distributed process group or a "
+                    f"comm.Transport, got {type(comm).__name__}")
 
 
 __all__ = ["Traffic", "Transport", "LocalGroup", "LocalTransport", "GroupAborted", "local_group",

@@ -1,21 +1,20 @@
-"""The name -> loader table behind ``datasets.load`` and ``datasets.download``."""
-from datasets import cifar, digits, imagenet, mnist
-from datasets.split import DataError, DataSplit
+"""The name -> loader table behind ``datasets.load`` and ``datasets.download``.
 
+Loaders are named by module and imported on first use: scikit-learn and torchvision each add
+seconds to the start-up of every rank, which runs on other data should not pay.
+"""
+import importlib
+
+from datasets.split import DataError
+
+# name: (module, loader function, downloader function or None)
 _LOADERS = {
-    "digits": digits.load,
-    "mnist": mnist.load_mnist,
-    "fashion-mnist": mnist.load_fashion_mnist,
-    "cifar10": cifar.load_cifar10,
-    "cifar100": cifar.load_cifar100,
-    "imagenet": imagenet.load,
-}
-
-_DOWNLOADERS = {
-    "mnist": mnist.download_mnist,
-    "fashion-mnist": mnist.download_fashion_mnist,
-    "cifar10": cifar.download_cifar10,
-    "cifar100": cifar.download_cifar100,
+    "digits": ("datasets.digits", "load", None),
+    "mnist": ("datasets.mnist", "load_mnist", "download_mnist"),
+    "fashion-mnist": ("datasets.mnist", "load_fashion_mnist", "download_fashion_mnist"),
+    "cifar10": ("datasets.cifar", "load_cifar10", "download_cifar10"),
+    "cifar100": ("datasets.cifar", "load_cifar100", "download_cifar100"),
+    "imagenet": ("datasets.imagenet", "load", None),
 }
 
 
@@ -30,9 +29,8 @@ def load(name, data_dir):
     Returns a ``DataSplit``. Raises ``ValueError`` for an unknown name and ``DataError`` when
     files are missing.
     """
-    if name not in _LOADERS:
-        raise ValueError(f"unknown data set {name!r}; choose one of: {', '.join(available())}")
-    return _LOADERS[name](data_dir)
+    module, loader, _ = _entry(name)
+    return getattr(module, loader)(data_dir)
 
 
 def download(name, data_dir):
@@ -41,10 +39,18 @@ def download(name, data_dir):
     ``digits`` ships with scikit-learn and needs nothing. ImageNet cannot be downloaded and
     raises ``DataError``, as does any failed download.
     """
+    module, _, downloader = _entry(name)
     if name == "imagenet":
-        raise DataError("ImageNet cannot be downloaded automatically; " + imagenet.LAYOUT)
-    if name in _DOWNLOADERS:
+        raise DataError("ImageNet cannot be downloaded automatically; " + module.LAYOUT)
+    if downloader is not None:
         try:
-            _DOWNLOADERS[name](data_dir)
+            getattr(module, downloader)(data_dir)
         except OSError as error:  # urllib's errors are OSErrors
             raise DataError(f"downloading {name} into {data_dir} failed: {error}") from error
+
+
+def _entry(name):
+    if name not in _LOADERS:
+        raise ValueError(f"unknown data set {name!r}; choose one of: {', '.join(available())}")
+    module, loader, downloader = _LOADERS[name]
+    return importlib.import_module(module), loader, downloader

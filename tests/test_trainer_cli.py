@@ -1,0 +1,71 @@
+"""The command line: bad input ends every rank with status 2 and one message, fast; a failure on
+one rank aborts the job; every flag is documented."""
+import re
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.mpirun import ROOT, mpiexec
+
+pytestmark = pytest.mark.mpi
+
+MESSAGE = "main_trainer.py: error:"
+
+
+@pytest.mark.parametrize("flags,fragment", [
+    (["--dnn", "lenet"], "unknown model 'lenet'; choose one of: alexnet"),
+    (["--dataset", "svhn"], "unknown data set 'svhn'"),
+    (["--compression", "--compressor", "nope"], "unknown synchronization method 'nope'"),
+    (["--compressor", "nope"], "unknown synchronization method 'nope'"),
+    (["--compression", "--density", "0"], "--density must lie in (0, 1]"),
+    (["--density", "1.5"], "--density must lie in (0, 1]"),
+    (["--nworkers", "3"], "--nworkers 3 does not match the 2 MPI process(es)"),
+    (["--data-dir", "/nonexistent/data"], "data directory /nonexistent/data does not exist"),
+    (["--dataset", "cifar10", "--data-dir", "{tmp}"], "cifar-10-batches-py lacks data_batch_1"),
+    (["--compression", "--teams", "3"], "--teams 3 must divide the number of workers 2"),
+    (["--dnn", "vgg16", "--dataset", "digits"], "vgg16 cannot take the 1x8x8 images"),
+    (["--resume"], "--resume needs --checkpoint-dir"),
+    (["--config", "{tmp}/absent.json"], "absent.json does not exist"),
+    (["--batch-size", "many"], "invalid int value: 'many'"),
+])
+def test_bad_input_exits_2_with_one_message(tmp_path, flags, fragment):
+    flags = [flag.replace("{tmp}", str(tmp_path)) for flag in flags]
+    started = time.monotonic()
+    result = mpiexec(2, "main_trainer.py", *flags, timeout=120)
+    elapsed = time.monotonic() - started
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output
+    assert output.count(MESSAGE) == 1, output
+    assert fragment in result.stderr
+    assert "Traceback" not in output
+    assert elapsed < 60
+
+
+def test_a_failure_on_one_rank_aborts_every_rank(tmp_path):
+    epoch = tmp_path / "epoch-0001"
+    epoch.mkdir()
+    torch.save({"nworkers": 2, "run_info": {"compressor": "dense"}}, epoch / "rank-0000.pt")
+    (epoch / "rank-0001.pt").write_bytes(b"not a checkpoint")
+    started = time.monotonic()
+    result = mpiexec(2, "main_trainer.py", "--checkpoint-dir", str(tmp_path), "--resume",
+                     timeout=120)
+    assert result.returncode not in (0, 2)
+    assert "rank 1 failed" in result.stderr and "Traceback" in result.stderr
+    assert time.monotonic() - started < 60
+
+
+def test_help_lists_and_the_docs_describe_every_flag():
+    result = mpiexec(2, "main_trainer.py", "--help", timeout=120)
+    assert result.returncode == 0
+    flags = set(re.findall(r"--[a-z][a-z-]+", result.stdout))
+    contract = {"--dnn", "--dataset", "--data-dir", "--batch-size", "--lr", "--max-epochs",
+                "--nworkers", "--compression", "--compressor", "--density", "--teams", "--sag",
+                "--seed", "--log-dir", "--checkpoint-dir", "--resume", "--max-iters", "--device",
+                "--dense-warmup"}
+    assert contract <= flags
+    assert result.stdout.count("usage: main_trainer.py") == 1  # printed by rank 0 only
+    docs = (Path(ROOT) / "docs" / "TRAINING.md").read_text()
+    undocumented = sorted(flag for flag in flags if f"`{flag}" not in docs)
+    assert not undocumented

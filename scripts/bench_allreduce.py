@@ -1,0 +1,358 @@
+#!/usr/bin/env python
+"""Time every synchronization method side by side on the same gradients (CONTRACT section 4).
+
+    scripts/run_bench.sh -n 4 --numel 14728266 --density 0.01 --json bench.json
+    # the same as: OMP_NUM_THREADS=1 MPIR_CVAR_POLLS_BEFORE_YIELD=1 MPIR_CVAR_ENABLE_HEAVY_YIELD=1 \
+    #              .venv/bin/mpiexec -n 4 .venv/bin/python scripts/bench_allreduce.py ...
+
+Every method (default: all of ``compressors.available()``) synchronizes the same gradients: call
+``c`` of rank ``r`` gets ``synthetic_gradient(scale, seed, r, c)`` (heavy tailed, see
+:class:`SyntheticGradients`), or with ``--gradient model:NAME`` a real gradient of that model on a
+random batch. Per call and rank the script records the wall time of ``sync.allreduce``, its phase
+split from ``sync.stats``, the traffic and the cosine between the result and the exact average of
+the raw gradients of that call (one exact MPI all-reduce, outside the timing). A call takes as long
+as its slowest rank, so every time is the maximum over ranks of that call; the table shows the
+median over the timed calls (warm-up calls excluded) and the min and max.
+
+The **floor** row replays SparDL's messages (same sizes, partners and rounds, with d = 1) through
+the transport with no selection, packing or accumulation, plus one ``Selector.topk`` pass over the
+n gradient entries of this rank; ``x floor`` is each method's median over the floor's median.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import compressors  # noqa: E402
+from comm.recording import RecordingTransport  # noqa: E402
+
+FLOOR = "floor"
+PHASES = ("select", "comm", "accumulate")
+
+
+class SyntheticGradients:
+    """Seeded heavy-tailed gradients: ``g[c, r] = scale * N(0, 1)``.
+
+    ``scale`` is one log-normal magnitude per coordinate (``exp(0.8 z)``), shared by every rank
+    and call, so, as in real training, the same coordinates tend to be large everywhere while
+    the values differ per rank and call. The marginal is a normal/log-normal mixture (heavy
+    tailed); each call costs one ``randn`` of length n.
+    """
+
+    def __init__(self, numel: int, seed: int) -> None:
+        self.numel = numel
+        self.seed = seed
+        generator = torch.Generator().manual_seed(_mix(seed, -1, -1))
+        self.scale = torch.randn(numel, generator=generator).mul_(0.8).exp_()
+
+    def get(self, rank: int, call: int) -> torch.Tensor:
+        """The gradient of ``rank`` at call ``call`` (float32, length ``numel``)."""
+        generator = torch.Generator().manual_seed(_mix(self.seed, rank, call))
+        return torch.randn(self.numel, generator=generator).mul_(self.scale)
+
+
+class ModelGradients:
+    """Real gradients: the cross-entropy gradient of model ``name`` (weights seeded by ``seed``,
+    the same on every rank) on a random batch seeded by (seed, rank, call). One forward and
+    backward pass per call: cheap for small models, seconds for VGG-16 on a CPU."""
+
+    def __init__(self, name: str, seed: int, batch: int, input_shape: tuple, classes: int) -> None:
+        import models
+        torch.manual_seed(seed)
+        self.model = models.create(name, classes, input_shape)
+        self.numel = sum(p.numel() for p in self.model.parameters())
+        self.seed, self.batch, self.input_shape, self.classes = seed, batch, input_shape, classes
+
+    def get(self, rank: int, call: int) -> torch.Tensor:
+        """The flattened gradient of ``rank`` at call ``call``."""
+        generator = torch.Generator().manual_seed(_mix(self.seed, rank, call))
+        images = torch.randn(self.batch, *self.input_shape, generator=generator)
+        labels = torch.randint(0, self.classes, (self.batch,), generator=generator)
+        self.model.zero_grad(set_to_none=False)
+        torch.nn.functional.cross_entropy(self.model(images), labels).backward()
+        return torch.cat([p.grad.reshape(-1) for p in self.model.parameters()]).float()
+
+
+def _mix(seed: int, rank: int, call: int) -> int:
+    """A 63-bit generator seed from (seed, rank, call); distinct tuples give unrelated streams."""
+    return int(np.random.SeedSequence([seed, rank + 1, call + 1]).generate_state(2, np.uint64)[0] >> 1)
+
+
+def method_runs(methods: list, teams: list, workers: int) -> list:
+    """``(label, name, options)`` for every row: each method once, spardl once per team count
+    that divides ``workers`` (labelled ``spardl(d=2)`` etc. for d > 1)."""
+    runs = []
+    for name in methods:
+        if name != "spardl":
+            runs.append((name, name, {}))
+            continue
+        for d in teams:
+            if workers % d == 0:
+                runs.append(("spardl" if d == 1 else f"spardl(d={d})", name, {"teams": d}))
+    return runs
+
+
+def time_method(comm, name: str, options: dict, source, density: float, calls: int) -> tuple:
+    """Run ``calls`` synchronizations of one method on this rank.
+
+    Returns (per-call records, the messages of the last call). Each record holds the wall time
+    and phase times in seconds, traffic, nnz, the cosine to the exact average and, when the
+    method reports it, ``lost_mass``.
+    """
+    from comm.mpi import MPITransport
+    from mpi4py import MPI
+    recorder = RecordingTransport(MPITransport(comm))
+    sync = compressors.create(name, recorder, numel=source.numel, density=density, **options)
+    out = torch.empty(source.numel)
+    records, events = [], []
+    for call in range(calls):
+        grad = source.get(comm.Get_rank(), call)
+        exact = grad.clone()
+        comm.Allreduce(MPI.IN_PLACE, exact.numpy(), op=MPI.SUM)
+        exact.div_(comm.Get_size())
+        recorder.take()
+        comm.Barrier()
+        start = time.perf_counter()
+        result = sync.allreduce(grad, out=out)
+        seconds = time.perf_counter() - start
+        events = recorder.take()
+        stats = sync.stats
+        record = {"seconds": seconds, **{p: stats["seconds"].get(p, 0.0) for p in PHASES},
+                  "bytes": stats["bytes_sent"], "messages": stats["messages"],
+                  "rounds": stats["rounds"], "nnz": stats["nnz"], "cosine": cosine(result, exact)}
+        if "lost_mass" in stats:
+            record["lost_mass"] = float(stats["lost_mass"])
+        records.append(record)
+    return records, events
+
+
+def time_floor(comm, events: list, source, density: float, calls: int) -> list:
+    """Replay ``events`` (one SparDL call's messages) ``calls`` times with no method work, after
+    one exact top-k selection over this rank's n entries; per-call records like
+    :func:`time_method`."""
+    from comm.mpi import MPITransport
+    transport = MPITransport(comm)
+    selector = compressors.Selector()
+    grad = source.get(comm.Get_rank(), 0)
+    k = max(1, int(source.numel * density))
+    sends = [(e, torch.zeros(e.nbytes // torch.empty((), dtype=e.dtype).element_size(), dtype=e.dtype))
+             for e in events if e.kind == "send"]
+    rounds = max([e.round + e.rounds for e in events], default=0)
+    records = []
+    for _ in range(calls):
+        comm.Barrier()
+        start = time.perf_counter()
+        selector.topk(grad, k)
+        selected = time.perf_counter()
+        for number in range(rounds):
+            handles = [transport.isend(buffer, e.peer, number) for e, buffer in sends if e.round == number]
+            for e in events:
+                if e.kind == "recv" and e.round == number:
+                    transport.recv(e.peer, number, e.dtype, grad.device)
+            transport.waitall(handles)
+        end = time.perf_counter()
+        records.append({"seconds": end - start, "select": selected - start, "comm": end - selected,
+                        "accumulate": 0.0, "bytes": sum(e.nbytes for e, _ in sends),
+                        "messages": len(sends), "rounds": rounds, "nnz": k, "cosine": None})
+    return records
+
+
+def cosine(result: torch.Tensor, exact: torch.Tensor) -> float:
+    """Cosine similarity of two vectors, computed in float64 (1.0 when both are zero)."""
+    a, b = result.double(), exact.double()
+    norms = float(a.norm() * b.norm())
+    return float(a.dot(b)) / norms if norms > 0 else 1.0
+
+
+def summarize_counts(per_rank: list) -> dict:
+    """Traffic and nnz over the timed calls; ``per_rank[r][c]`` is rank r's record of call c.
+
+    ``bytes_per_rank`` and ``messages`` are means over calls and ranks, ``bytes_max_rank`` the
+    mean over calls of the busiest rank, ``rounds`` the most any rank counted in any call, and
+    ``nnz`` the median over calls (rank 0's; results are identical on all ranks).
+    """
+    calls = range(len(per_rank[0]))
+    workers = len(per_rank)
+    return {
+        "bytes_per_rank": statistics.fmean(sum(r[c]["bytes"] for r in per_rank) / workers for c in calls),
+        "bytes_max_rank": statistics.fmean(max(r[c]["bytes"] for r in per_rank) for c in calls),
+        "messages": statistics.fmean(sum(r[c]["messages"] for r in per_rank) / workers for c in calls),
+        "rounds": max(r[c]["rounds"] for r in per_rank for c in calls),
+        "nnz": statistics.median_low(per_rank[0][c]["nnz"] for c in calls),
+    }
+
+
+def summarize(label: str, name: str, options: dict, per_rank: list, args, workers: int, numel: int) -> dict:
+    """One table/JSON row from every rank's timed records (see the module docstring)."""
+    calls = range(len(per_rank[0]))
+    slowest = [max(r[c]["seconds"] for r in per_rank) * 1e3 for c in calls]
+    q1, _, q3 = statistics.quantiles(slowest, n=4) if len(slowest) > 1 else (slowest[0],) * 3
+    row = {"method": name, "label": label, "teams": options.get("teams", 1), "workers": workers,
+           "numel": numel, "density": args.density, "median_ms": statistics.median(slowest),
+           "min_ms": min(slowest), "max_ms": max(slowest), "q1_ms": q1, "q3_ms": q3}
+    for phase in PHASES:
+        row[f"{phase}_ms"] = statistics.median(max(r[c][phase] for r in per_rank) * 1e3 for c in calls)
+    row.update(summarize_counts(per_rank))
+    cosines = [per_rank[0][c]["cosine"] for c in calls]
+    row["cosine"] = None if cosines[0] is None else statistics.median(cosines)
+    if "lost_mass" in per_rank[0][0]:
+        row["lost_mass"] = statistics.fmean(r[c]["lost_mass"] for r in per_rank for c in calls)
+    row.update(iters=args.iters, warmup=args.warmup, seed=args.seed, gradient=args.gradient)
+    return row
+
+
+def format_table(rows: list) -> str:
+    """The rows as an aligned text table, with each method's ratio to the floor row."""
+    floor = next((r["median_ms"] for r in rows if r["method"] == FLOOR), None)
+    header = (f"{'method':<14}{'P':>4}{'median ms':>11}{'min-max ms':>17}{'select':>9}{'comm':>9}"
+              f"{'accum':>9}{'MB/rank':>9}{'msgs':>7}{'rounds':>7}{'nnz':>10}{'cosine':>9}{'x floor':>8}")
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        spread = f"{r['min_ms']:.1f}-{r['max_ms']:.1f}"
+        cos = "-" if r["cosine"] is None else f"{r['cosine']:.4f}"
+        ratio = f"{r['median_ms'] / floor:.2f}" if floor else "-"
+        lines.append(f"{r['label']:<14}{r['workers']:>4}{r['median_ms']:>11.1f}{spread:>17}"
+                     f"{r['select_ms']:>9.1f}{r['comm_ms']:>9.1f}{r['accumulate_ms']:>9.1f}"
+                     f"{r['bytes_per_rank'] / 1e6:>9.3f}{r['messages']:>7.1f}{r['rounds']:>7}"
+                     f"{r['nnz']:>10}{cos:>9}{ratio:>8}")
+    return "\n".join(lines)
+
+
+def write_csv(rows: list, path: str) -> None:
+    """The rows as CSV, one column per key of any row."""
+    keys = list(dict.fromkeys(key for row in rows for key in row))
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def plot(rows: list, path: str) -> None:
+    """Bar charts: median time split by phase (with min-max whiskers) and bytes per rank."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    labels = [r["label"] for r in rows]
+    x = np.arange(len(rows))
+    fig, (times, traffic) = plt.subplots(1, 2, figsize=(4 + 1.6 * len(rows), 4.5))
+    bottom = np.zeros(len(rows))
+    for phase in PHASES:
+        heights = np.array([r[f"{phase}_ms"] for r in rows])
+        times.bar(x, heights, bottom=bottom, label=phase)
+        bottom += heights
+    medians = np.array([r["median_ms"] for r in rows])
+    spread = [medians - [r["min_ms"] for r in rows], [r["max_ms"] for r in rows] - medians]
+    times.errorbar(x, medians, yerr=spread, fmt="k_", capsize=4, label="median (min-max)")
+    times.set_ylabel("ms per call (slowest rank)")
+    times.legend(fontsize=8)
+    traffic.bar(x, [r["bytes_per_rank"] / 1e6 for r in rows], color="tab:gray")
+    traffic.set_ylabel("MB sent per rank")
+    first = rows[0]
+    for axis in (times, traffic):
+        axis.set_xticks(x, labels, rotation=30, ha="right")
+    fig.suptitle(f"P={first['workers']}, n={first['numel']:,}, density={first['density']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line (see the module docstring and docs/TOOLS.md)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--numel", type=int, default=1 << 20, help="gradient length n (synthetic)")
+    parser.add_argument("--density", type=float, default=0.01)
+    parser.add_argument("--methods", default="all", help="comma-separated names, or 'all'")
+    parser.add_argument("--iters", type=int, default=10, help="timed calls per method")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed calls per method first")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--teams", default="1", help="spardl team counts d, comma-separated")
+    parser.add_argument("--gradient", default="synthetic", help="'synthetic' or 'model:NAME'")
+    parser.add_argument("--batch", type=int, default=8, help="batch size for model gradients")
+    parser.add_argument("--input-shape", default="3,32,32", help="C,H,W for model gradients")
+    parser.add_argument("--classes", type=int, default=10, help="classes for model gradients")
+    parser.add_argument("--json", help="write the rows as a JSON list")
+    parser.add_argument("--csv", help="write the rows as CSV")
+    parser.add_argument("--plot", help="write a PNG of times and bytes")
+    args = parser.parse_args(argv)
+    names = compressors.available() if args.methods == "all" else args.methods.split(",")
+    args.methods = [compressors.resolve(name).name for name in names]  # ValueError lists valid names
+    args.teams = [int(d) for d in args.teams.split(",")]
+    compressors.base.check_density(args.density)
+    if args.iters < 1 or args.warmup < 0 or args.numel < 1:
+        parser.error("--iters must be >= 1, --warmup >= 0, --numel >= 1")
+    return args
+
+
+def gradient_source(args):
+    """The gradients every method synchronizes (``--gradient``)."""
+    if args.gradient == "synthetic":
+        return SyntheticGradients(args.numel, args.seed)
+    kind, _, name = args.gradient.partition(":")
+    if kind != "model" or not name:
+        raise ValueError(f"--gradient must be 'synthetic' or 'model:NAME', got {args.gradient!r}")
+    shape = tuple(int(v) for v in args.input_shape.split(","))
+    return ModelGradients(name, args.seed, args.batch, shape, args.classes)
+
+
+def set_threads(comm) -> None:
+    """One torch thread per rank when the ranks on this node outnumber its cores."""
+    from mpi4py import MPI
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    cores = len(os.sched_getaffinity(0))
+    torch.set_num_threads(max(1, cores // local.Get_size()))
+    local.Free()
+
+
+def main(argv=None) -> list:
+    """Run the benchmark on ``MPI.COMM_WORLD``; rank 0 prints and writes; returns the rows."""
+    from mpi4py import MPI
+    from comm.mpi import abort_on_uncaught_exception
+    abort_on_uncaught_exception()
+    comm = MPI.COMM_WORLD
+    args = parse_args(argv)
+    set_threads(comm)
+    source = gradient_source(args)
+    workers, calls = comm.Get_size(), args.warmup + args.iters
+    rows, floor_events = [], None
+    for label, name, options in method_runs(args.methods, args.teams, workers):
+        records, events = time_method(comm, name, options, source, args.density, calls)
+        if label == "spardl":
+            floor_events = events
+        per_rank = comm.gather(records[args.warmup:], root=0)
+        if comm.Get_rank() == 0:
+            rows.append(summarize(label, name, options, per_rank, args, workers, source.numel))
+    if floor_events is None:
+        _, floor_events = time_method(comm, "spardl", {}, source, args.density, 1)
+    per_rank = comm.gather(time_floor(comm, floor_events, source, args.density, calls)[args.warmup:], root=0)
+    if comm.Get_rank() != 0:
+        return []
+    rows.append(summarize(FLOOR, FLOOR, {}, per_rank, args, workers, source.numel))
+    floor_ms = rows[-1]["median_ms"]
+    for row in rows:
+        row["floor_ratio"] = row["median_ms"] / floor_ms
+    print(format_table(rows), flush=True)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(rows, handle, indent=1)
+    if args.csv:
+        write_csv(rows, args.csv)
+    if args.plot:
+        plot(rows, args.plot)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

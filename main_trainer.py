@@ -63,51 +63,54 @@ def build_parser(rank=0):
                      epilog="Training hyper-parameters default to configs/<dnn>.json; flags "
                             "override them. See docs/TRAINING.md.")
     model = parser.add_argument_group("model and data")
-    model.add_argument("--dnn", default=DEFAULT_MODEL,
+    model.add_argument("--dnn", default=DEFAULT_MODEL, metavar="NAME",
                        help=f"model: {', '.join(models.available())} (default: {DEFAULT_MODEL})")
-    model.add_argument("--dataset",
+    model.add_argument("--dataset", metavar="NAME",
                        help=f"data set: {', '.join(datasets.available())} (default: the model's "
                             "config)")
-    model.add_argument("--data-dir",
+    model.add_argument("--data-dir", metavar="DIR",
                        help=f"directory holding the data set files (default: ./{DEFAULT_DATA_DIR}; "
                             "fashion-mnist is also found in /usr/share/datasets/fashion-mnist)")
     model.add_argument("--download", action="store_true",
                        help="download a missing data set (cifar10, cifar100, mnist, fashion-mnist) "
                             "into --data-dir first (rank 0; needs the internet)")
-    model.add_argument("--config", help="config file of training defaults (default: "
-                                        "configs/<dnn>.json)")
+    model.add_argument("--config", metavar="FILE",
+                       help="config file of training defaults (default: configs/<dnn>.json)")
 
     training = parser.add_argument_group("training (defaults: the model's config file)")
-    training.add_argument("--batch-size", type=int, help="samples per worker per iteration")
-    training.add_argument("--lr", type=float, help="base learning rate, reached after warm-up")
-    training.add_argument("--max-epochs", type=int, help="epochs to train")
-    training.add_argument("--max-iters", type=int,
+    training.add_argument("--batch-size", type=int, metavar="B",
+                          help="samples per worker per iteration")
+    training.add_argument("--lr", type=float, metavar="LR",
+                          help="base learning rate, reached after warm-up")
+    training.add_argument("--max-epochs", type=int, metavar="E", help="epochs to train")
+    training.add_argument("--max-iters", type=int, metavar="I",
                           help="at most this many iterations per epoch (quick runs; default: all)")
-    training.add_argument("--warmup-epochs", type=float,
+    training.add_argument("--warmup-epochs", type=float, metavar="E",
                           help="epochs of linear learning-rate warm-up from lr/N to lr")
-    training.add_argument("--lr-milestones", type=_milestones,
+    training.add_argument("--lr-milestones", type=_milestones, metavar="E1,E2,..",
                           help="comma-separated epochs (0-based) at whose start the learning rate "
                                "is multiplied by --lr-gamma, e.g. 81,122,155; '' for none")
-    training.add_argument("--lr-gamma", type=float, help="learning-rate decay factor")
-    training.add_argument("--momentum", type=float, help="SGD momentum")
-    training.add_argument("--weight-decay", type=float, help="SGD weight decay")
-    training.add_argument("--eval-batch-size", type=int, help="samples per worker per test batch")
-    training.add_argument("--loader-workers", type=int,
+    training.add_argument("--lr-gamma", type=float, metavar="G", help="learning-rate decay factor")
+    training.add_argument("--momentum", type=float, metavar="M", help="SGD momentum")
+    training.add_argument("--weight-decay", type=float, metavar="W", help="SGD weight decay")
+    training.add_argument("--eval-batch-size", type=int, metavar="B",
+                          help="samples per worker per test batch")
+    training.add_argument("--loader-workers", type=int, metavar="K",
                           help="data-loading worker processes per rank")
-    training.add_argument("--seed", type=int, default=0,
+    training.add_argument("--seed", type=int, default=0, metavar="S",
                           help="seed of weights, shuffling and augmentation (default: 0)")
 
     sync = parser.add_argument_group("gradient synchronization")
-    sync.add_argument("--nworkers", type=int,
+    sync.add_argument("--nworkers", type=int, metavar="N",
                       help="number of workers; must equal the MPI size (default: the MPI size)")
     sync.add_argument("--compression", action="store_true",
                       help="synchronize sparsely with --compressor (without it: dense)")
-    sync.add_argument("--compressor",
+    sync.add_argument("--compressor", metavar="NAME",
                       help=f"method: {', '.join(compressors.available())} (default with "
                            "--compression: spardl)")
-    sync.add_argument("--density", type=float, default=0.01,
+    sync.add_argument("--density", type=float, default=0.01, metavar="D",
                       help="fraction of gradient entries kept, in (0, 1] (default: 0.01)")
-    sync.add_argument("--teams", type=int, default=1,
+    sync.add_argument("--teams", type=int, default=1, metavar="d",
                       help="spardl: teams d for Spar-All-Gather, a divisor of N (default: 1)")
     sync.add_argument("--sag", choices=["bruck", "recursive"], default="bruck",
                       help="spardl: Spar-All-Gather variant; recursive needs d a power of two "
@@ -116,8 +119,10 @@ def build_parser(rank=0):
                       help="synchronize densely for the first STEPS iterations (default: 0)")
 
     run = parser.add_argument_group("output and devices")
-    run.add_argument("--log-dir", help="write metrics.jsonl and TensorBoard events here")
-    run.add_argument("--checkpoint-dir", help="save a checkpoint here after every epoch")
+    run.add_argument("--log-dir", metavar="DIR",
+                     help="write metrics.jsonl and TensorBoard events here")
+    run.add_argument("--checkpoint-dir", metavar="DIR",
+                     help="save a checkpoint here after every epoch")
     run.add_argument("--resume", action="store_true",
                      help="continue from the newest complete checkpoint in --checkpoint-dir")
     run.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",

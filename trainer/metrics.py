@@ -94,6 +94,7 @@ def format_row(row):
     """One human-readable line for an epoch row."""
     return (f"epoch {row['epoch']:>3}/{row['max_epochs']}  train loss {row['train_loss']:.4f}  "
             f"test loss {row['test_loss']:.4f}  test acc {100 * row['test_acc']:.2f}%  "
-            f"lr {row['lr']:.4g}  {row['epoch_seconds']:.1f}s (compute {row['compute_seconds']:.1f}s, "
-            f"sync {row['sync_seconds']:.1f}s: select {row['select_seconds']:.1f}s, "
-            f"comm {row['comm_seconds']:.1f}s)  {row['bytes_sent_per_rank'] / 2**20:.1f} MiB/rank")
+            f"lr {row['lr']:.4g}  {row['epoch_seconds']:.1f}s "
+            f"(compute {row['compute_seconds']:.1f}s, sync {row['sync_seconds']:.1f}s: "
+            f"select {row['select_seconds']:.1f}s, comm {row['comm_seconds']:.1f}s)  "
+            f"{row['bytes_sent_per_rank'] / 2**20:.1f} MiB/rank")

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Launch one of the paper's training runs: scripts/run_experiment.sh MODEL METHOD [FLAGS...]
+#
+# MODEL is a main_trainer.py --dnn name (its configs/MODEL.json holds the authors' batch size,
+# learning rate, warm-up, decay epochs and data set); METHOD is dense or a compressor name.
+# Extra FLAGS go to main_trainer.py and override everything else. Environment variables:
+#   NWORKERS        MPI processes (default 6, the authors' non-power-of-two launcher)
+#   HOSTS           comma-separated host names, one process slot each, cycled (default: local)
+#   HOSTFILE        an MPI hostfile instead of HOSTS
+#   MPIEXEC         launcher (default .venv/bin/mpiexec if present, else mpiexec on PATH)
+#   PYTHON          interpreter (default .venv/bin/python if present, else python3)
+#   DATA_DIR        data directory (default ./data)
+#   DENSITY         kept fraction for sparse methods (default 0.01)
+#   DENSE_WARMUP    dense iterations before sparsifying (default 512, as the authors)
+#   TEAMS, SAG      SparDL's Spar-All-Gather teams and variant (default 1, bruck)
+#   RUN_ROOT        logs go to RUN_ROOT/MODEL_METHOD_pN, checkpoints below it (default ./runs)
+set -euo pipefail
+if [ $# -lt 2 ]; then
+  echo "usage: $0 MODEL METHOD [main_trainer.py flags...]" >&2
+  exit 2
+fi
+model=$1 method=$2
+shift 2
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+nworkers=${NWORKERS:-6}
+python=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
+mpiexec=${MPIEXEC:-$([ -x .venv/bin/mpiexec ] && echo .venv/bin/mpiexec || echo mpiexec)}
+run_dir=${RUN_ROOT:-runs}/${model}_${method}_p${nworkers}
+
+launch=("$mpiexec" -n "$nworkers")
+if [ -n "${HOSTFILE:-}" ]; then
+  launch+=(-hostfile "$HOSTFILE")
+elif [ -n "${HOSTS:-}" ]; then
+  mkdir -p "$run_dir"
+  tr ',' '\n' <<<"$HOSTS" >"$run_dir/hosts"
+  launch+=(-hostfile "$run_dir/hosts")
+fi
+
+sync=()
+if [ "$method" != dense ]; then
+  sync=(--compression --compressor "$method" --density "${DENSITY:-0.01}"
+        --teams "${TEAMS:-1}" --sag "${SAG:-bruck}")
+fi
+
+# Waiting ranks yield their core and use one thread each: needed when ranks outnumber cores.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+export MPIR_CVAR_POLLS_BEFORE_YIELD=${MPIR_CVAR_POLLS_BEFORE_YIELD:-1}
+export MPIR_CVAR_ENABLE_HEAVY_YIELD=${MPIR_CVAR_ENABLE_HEAVY_YIELD:-1}
+
+set -x
+exec "${launch[@]}" "$python" main_trainer.py --dnn "$model" --nworkers "$nworkers" \
+  --data-dir "${DATA_DIR:-data}" "${sync[@]}" --dense-warmup "${DENSE_WARMUP:-512}" \
+  --log-dir "$run_dir" --checkpoint-dir "$run_dir/checkpoints" --resume "$@"

@@ -9,7 +9,10 @@ from .engine import PhaseTimer, allgather_lists, pack, run_schedule, unpack
 from .gather import bruck_allgather_schedule, recursive_doubling_schedule
 from .schedule import Step, ceil_log2, cyclic
 from .srs import srs_round_shapes, srs_schedule
+from .rotation import rotation_schedule
+from .tree import binomial_broadcast_schedule, binomial_reduce_schedule
 
 __all__ = ["Step", "ceil_log2", "cyclic", "srs_schedule", "srs_round_shapes",
            "bruck_allgather_schedule", "recursive_doubling_schedule", "run_schedule",
-           "allgather_lists", "pack", "unpack", "PhaseTimer"]
+           "allgather_lists", "pack", "unpack", "PhaseTimer", "rotation_schedule",
+           "binomial_reduce_schedule", "binomial_broadcast_schedule"]

@@ -70,6 +70,6 @@ def create(name: str, comm, numel: int, density: float = 0.01, **method_options)
     return cls(comm, numel=numel, density=density, **method_options)
 
 
-from . import dense, spardl  # noqa: E402,F401  (registration happens on import)
+from . import dense, gaussiank, gtopk, oktopk, spardl, topk, topkdsa  # noqa: E402,F401  (registration happens on import)
 
 __all__ = ["Synchronizer", "Selector", "create", "available", "options", "register", "resolve"]

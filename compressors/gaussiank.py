@@ -1,0 +1,88 @@
+"""``gaussiank``: Gaussiank (Shi et al.): a threshold from a Gaussian fit instead of a top-k sort.
+
+One synchronization of worker w, k = max(1, int(n * density)):
+
+1. a = grad + residual; fit a normal distribution to the entries of a (mean mu, standard
+   deviation sigma) and start from the threshold t = mu + z sigma that a fraction ``density`` of
+   |a| would exceed (z = Phi^-1(1 - density/2)).
+2. Count the entries with |a| >= t; while fewer than 3k/4 pass, divide t by ``scale`` (1.02);
+   while more than 5k/4 pass, multiply it; at most ``max_loops`` (20) times. Only counts are
+   taken in the loop (one comparison pass each); the selection S_w is made once, at the end.
+3. Residual = a with S_w zeroed.
+4. All-gatherv (Bruck, with counts) of the P lists; scatter-add in rank order; / P. The same
+   bits on every rank, and nothing is lost: sum_w a_w = P * result + sum_w residual_w.
+
+At density 1 (k = n) everything is selected. The threshold is never below the smallest
+positive float, so zeros are not sent. Cost: ceil(log2 P) rounds, 2(P-1)/P sum_w |S_w| words.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+
+import torch
+
+from allreducers import allgather_lists, bruck_allgather_schedule
+
+from . import register
+from .base import Synchronizer
+from .oktopk import _TINY, check_positive_int, check_scale
+from .selection import Selector
+from .sparse_ops import budget, scatter_sum_in_order
+
+
+@register("gaussiank", description="Gaussiank: threshold from a Gaussian fit, adjusted to about k, all-gatherv")
+class GaussianK(Synchronizer):
+    """Gaussian-fit threshold selection with all-gatherv (module docstring).
+
+    Options: ``scale`` (1.02) and ``max_loops`` (20): the threshold correction per loop and the
+    number of loops; ``dense_warmup`` (see :class:`Synchronizer`).
+    """
+
+    def __init__(self, comm, numel: int, density: float, scale: float = 1.02, max_loops: int = 20,
+                 dense_warmup: int = 0) -> None:
+        super().__init__(comm, numel, density, dense_warmup)
+        self.scale = check_scale("scale", scale)
+        self.max_loops = check_positive_int("max_loops", max_loops, minimum=0)
+        self.k = budget(numel, self.density)
+        self.everything = self.k >= numel
+        self.z = statistics.NormalDist().inv_cdf(1.0 - self.density / 2) if not self.everything else 0.0
+        self.gather_steps = bruck_allgather_schedule(self.rank, list(range(self.size)))
+        self.selector = Selector()
+        self._mask = torch.empty(0, dtype=torch.bool)
+
+    def _synchronize(self, accumulated, timer):
+        with timer("select"):
+            chosen = self._select(accumulated)
+            own = (chosen.to(torch.int32), accumulated.index_select(0, chosen))
+            accumulated.index_fill_(0, chosen, 0.0)
+        lists = allgather_lists(self.transport, self.gather_steps, self.rank, own, None, timer)
+        with timer("accumulate"):
+            result = self._new_result(accumulated.device)
+            scatter_sum_in_order(result, [lists[rank] for rank in range(self.size)])
+            result.div_(self.size)
+        return result, accumulated
+
+    def _select(self, accumulated) -> torch.Tensor:
+        """Ascending int64 indices of S_w (module docstring, steps 1-2)."""
+        if self.everything:
+            return torch.arange(self.numel, device=accumulated.device)
+        std, mean = torch.std_mean(accumulated) if self.numel > 1 else (torch.zeros(()), accumulated[0])
+        threshold = float(mean) + self.z * float(std)
+        threshold = threshold if math.isfinite(threshold) and threshold > _TINY else _TINY
+        magnitude = self.selector.magnitude(accumulated)
+        low, high = 3 * self.k // 4, 5 * self.k // 4
+        count = self._count(magnitude, threshold)
+        if count < low or count > high:
+            factor = 1.0 / self.scale if count < low else self.scale
+            for _ in range(self.max_loops):
+                if (count >= low) if factor < 1 else (count <= high):
+                    break
+                threshold = max(threshold * factor, _TINY)
+                count = self._count(magnitude, threshold)
+        return self.selector.above(magnitude, threshold)
+
+    def _count(self, magnitude, threshold: float) -> int:
+        if self._mask.numel() != magnitude.numel() or self._mask.device != magnitude.device:
+            self._mask = torch.empty(magnitude.numel(), dtype=torch.bool, device=magnitude.device)
+        return int(torch.count_nonzero(torch.ge(magnitude, threshold, out=self._mask)))

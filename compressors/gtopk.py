@@ -1,0 +1,142 @@
+"""``gtopk``: gTop-k (Shi et al., ICDCS'19): a tree merge keeping k entries at every level.
+
+One synchronization of worker w, k = max(1, int(n * density)):
+
+1. a = grad + residual; S_w = the k largest |a| (``Selector.topk``), sent as (int32 index,
+   float32 value) pairs.
+2. Reduce towards rank 0 along ``allreducers.tree`` (any P: the ranks above the largest power
+   of two fold into the lower ones first). Each receiver merges its list with the received one
+   (values added at common indices, in a fixed order) and keeps the k largest |values| (ties to
+   the lower index); exactly k entries travel in every message.
+3. Broadcast rank 0's final list F down the same tree; result = F / P on every rank.
+4. Residual (the method's own rule): a with S_w zeroed, except that the own local top-k values
+   at indices not in F go back: new residual = a with the indices of S_w that are in F zeroed.
+
+**Lost mass.** A partial sum dropped at an inner merge at an index that is *not* in F is not
+lost: every worker that contributed to it keeps its own value in its residual. A partial sum
+dropped at an index that *is* in F is lost: its contributors zero that index (it is in F), but
+the value in F does not contain their contribution (it arrived through another subtree). Hence,
+exactly, sum_w a_w - P * result - sum_w residual_w = L, where L[j] is the sum of the partial sums
+dropped at j in F. ``stats`` report, summed over every merge of every rank,
+
+- ``lost_mass``: sum of |partial sum| over the dropped partial sums at indices in F (equal to
+  ||L||_1 unless two drops at one index have opposite signs, when it is larger);
+- ``lost_sum``: the signed sum of the same partial sums, equal to sum_j L[j];
+- ``lost_fraction``: ``lost_mass`` over the mass that entered the tree, sum_w sum_{S_w} |a_w|.
+
+Each rank knows its own drops; one all-reduce of these three numbers per call combines them.
+That all-reduce is measurement, not part of gTop-k: it is left out of ``bytes_sent``,
+``messages`` and ``rounds`` (its microseconds are in ``seconds``); ``measure_loss=False``
+skips it. Cost (SPEC 6): 2 ceil(log2 P) rounds; at most 2k words per message.
+"""
+from __future__ import annotations
+
+import torch
+
+from allreducers import binomial_broadcast_schedule, binomial_reduce_schedule, pack, run_schedule
+
+from . import register
+from .base import Synchronizer
+from .selection import Selector
+from .sparse_ops import budget, is_member, one_list
+
+
+@register("gtopk", description="gTop-k: binomial-tree merge keeping the top-k at every level, broadcast")
+class GTopK(Synchronizer):
+    """gTop-k tree merge for any P, with the lost mass measured (module docstring).
+
+    Options: ``measure_loss`` (default True: report ``lost_mass``, ``lost_sum`` and
+    ``lost_fraction`` in ``stats``), ``dense_warmup`` (see :class:`Synchronizer`).
+    """
+
+    def __init__(self, comm, numel: int, density: float, measure_loss: bool = True,
+                 dense_warmup: int = 0) -> None:
+        super().__init__(comm, numel, density, dense_warmup)
+        if not isinstance(measure_loss, bool):
+            raise ValueError(f"measure_loss must be True or False, got {measure_loss!r}")
+        self.measure_loss = measure_loss
+        self.k = budget(numel, self.density)
+        members = list(range(self.size))
+        self.reduce_steps = binomial_reduce_schedule(self.rank, members)
+        self.broadcast_steps = binomial_broadcast_schedule(self.rank, members)
+        self.selector = Selector()
+        self._loss = None
+
+    def _synchronize(self, accumulated, timer):
+        with timer("select"):
+            chosen = self.selector.topk(accumulated, self.k)
+            values = accumulated.index_select(0, chosen)
+        held = [chosen.to(torch.int32), values]
+        dropped = []
+
+        def produce(step):
+            return pack([tuple(held)], with_counts=False)
+
+        def consume(step, message):
+            held[0], held[1] = self._merge(held[0], held[1], *one_list(message), dropped, timer)
+
+        run_schedule(self.transport, self.reduce_steps, produce, consume, accumulated.device, timer)
+        run_schedule(self.transport, self.broadcast_steps, produce, _replace_with(held),
+                     accumulated.device, timer)
+        final_indices, final_values = held
+        with timer("accumulate"):
+            result = self._new_result(accumulated.device)
+            result.index_copy_(0, final_indices.long(), final_values / self.size)
+            accumulated.index_fill_(0, chosen[is_member(final_indices.long(), chosen)], 0.0)
+            self._nnz = int(torch.count_nonzero(final_values))
+        if self.measure_loss:
+            self._loss = self._measure_loss(final_indices.long(), dropped, values, timer)
+        return result, accumulated
+
+    def _merge(self, indices, values, other_indices, other_values, dropped, timer):
+        """Union of two lists, values added at common indices, cut to the k largest |values|;
+        the cut-off entries are appended to ``dropped``."""
+        with timer("accumulate"):
+            union, inverse = torch.unique(torch.cat([indices, other_indices]), sorted=True,
+                                          return_inverse=True)
+            sums = torch.zeros(union.numel(), device=values.device)
+            sums.index_add_(0, inverse, torch.cat([values, other_values]))
+        if union.numel() <= self.k:
+            return union, sums
+        with timer("select"):
+            keep = self.selector.topk(sums, self.k)
+            lost = torch.ones(union.numel(), dtype=torch.bool, device=union.device)
+            lost[keep] = False
+            dropped.append((union[lost].long(), sums[lost]))
+            return union[keep], sums[keep]
+
+    def _measure_loss(self, final_indices, dropped, sent_values, timer) -> dict:
+        """Combine every rank's drops at indices of F (module docstring) with one all-reduce
+        that is not counted as gTop-k traffic."""
+        with timer("accumulate"):
+            totals = torch.zeros(3, dtype=torch.float64)
+            for indices, values in dropped:
+                lost = values[is_member(final_indices, indices)].double()
+                totals[0] += lost.abs().sum().cpu()
+                totals[1] += lost.sum().cpu()
+            totals[2] = sent_values.double().abs().sum().cpu()
+        traffic = self.transport.traffic
+        counted = (traffic.bytes_sent, traffic.messages, traffic.rounds)
+        with timer("comm"):
+            self.transport.allreduce_sum_(totals)
+        traffic.bytes_sent, traffic.messages, traffic.rounds = counted
+        lost_mass, lost_sum, entered = totals.tolist()
+        return {"lost_mass": lost_mass, "lost_sum": lost_sum,
+                "lost_fraction": lost_mass / entered if entered > 0 else 0.0}
+
+    def _count_nonzero(self, result):
+        return self._nnz
+
+    def _after_call(self) -> None:
+        if self._loss is not None:
+            self.stats.update(self._loss)
+            self._loss = None
+
+
+def _replace_with(held: list):
+    """A consume function that replaces ``held`` by the broadcast list."""
+
+    def consume(step, message):
+        held[0], held[1] = one_list(message)
+
+    return consume

@@ -1,0 +1,251 @@
+"""``oktopk``: Ok-Topk (Li & Hoefler, PPoPP'22), threshold selection and balanced split-and-reduce.
+
+One synchronization of worker w (call number c of this synchronizer, dense warm-up calls not
+counted), k = max(1, int(n * density)):
+
+1. **Local selection.** a = grad + residual. If c % ``local_interval`` == 0 the local threshold
+   is exact: S_w = the k largest |a| (``Selector.topk``) and the threshold becomes the k-th
+   largest |a|. Otherwise the previous threshold is reused: S_w = {j : |a_j| >= threshold}
+   (``Selector.above``, no sort); while more than 4k/3 entries pass it is raised x
+   ``raise_scale`` (1.03), at most ``raise_limit`` (5) times.
+2. **Regions.** If c % ``region_interval`` == 0 the index space is re-split into P contiguous
+   regions holding about equal numbers of selected entries: each worker proposes the P-1 cut
+   points that split its sorted S_w evenly; one integer all-reduce averages them.
+3. **Split-and-reduce** (``allreducers.rotation``): in step j = 1..P-1 worker r sends its
+   entries of region r+j to r+j and receives its own region's entries from r-j; the owner adds
+   them (own entries first, then in step order) into its region. Afterwards: if fewer than 2k/3
+   entries were selected the local threshold is divided by ``local_scale`` (1.012), if more
+   than 5k/4 it is multiplied (for the next call).
+4. **Global selection.** The candidates of region r are the indices anyone sent there. If
+   c % ``global_interval`` == 0 every owner all-gathers all its candidates and every rank keeps
+   the exact global top-k of the union; the global threshold becomes the k-th largest
+   |reduced value|. Otherwise each owner keeps its candidates with |value| >= global threshold
+   and only those are all-gathered (Bruck, with counts: all-gatherv); afterwards the threshold
+   is multiplied by ``global_scale`` (1.008) if more than 4k/3 entries were kept in total, and
+   divided by it if fewer than 2k/3.
+5. result = the kept entries / P (the same bits on every rank).
+6. Residual: a with the indices that w selected *and* that were kept zeroed. At every kept
+   index the result holds exactly the values of the workers that selected it, and everything
+   else stays in residuals: sum_w a_w = P * result + sum_w residual_w (mass is conserved).
+
+At density 1 (k = n) every threshold is 0: all entries are selected and kept, which gives the
+dense average. Thresholds are never below the smallest positive float on reuse calls, so zeros
+are never sent. Cost (SPEC 6): (P-1) + ceil(log2 P) rounds, plus 2 ceil(log2 P) for the
+boundary all-reduce; on calls that reuse both thresholds about 2(P-1)/P (|S_w| + kept) words.
+"""
+from __future__ import annotations
+
+import torch
+
+from allreducers import allgather_lists, bruck_allgather_schedule, pack, rotation_schedule, run_schedule
+
+from . import register
+from .base import Synchronizer
+from .selection import Selector
+from .sparse_ops import budget, equal_cuts, is_member, one_list, split_sorted
+
+_TINY = float(torch.finfo(torch.float32).tiny)
+
+
+def check_positive_int(name: str, value, minimum: int = 1) -> int:
+    """``value`` if it is an int >= ``minimum``, else ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def check_scale(name: str, value) -> float:
+    """``value`` as a float if it is a number > 1, else ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 1.0:
+        raise ValueError(f"{name} must be a number > 1, got {value!r}")
+    return float(value)
+
+
+class RegionReducer:
+    """Split-and-reduce over contiguous regions (shared by ``oktopk`` and ``topkdsa``).
+
+    ``reduce(indices, values, boundaries)`` sends this rank's sorted global (indices, values)
+    of every other region to its owner and returns the owner's candidates: the ascending global
+    indices (int32) that any rank sent into this rank's region, and their sums.
+    """
+
+    def __init__(self, transport) -> None:
+        self.transport = transport
+        self.rank, self.size = transport.rank, transport.size
+        self.steps = rotation_schedule(self.rank, list(range(self.size)))
+        self._sums = torch.empty(0)
+        self._present = torch.empty(0, dtype=torch.bool)
+
+    def reduce(self, indices: torch.Tensor, values: torch.Tensor, boundaries: list, timer) -> tuple:
+        start, end = boundaries[self.rank], boundaries[self.rank + 1]
+        device = values.device
+        with timer("accumulate"):
+            positions = split_sorted(indices, boundaries)
+            sent = indices.to(torch.int32)
+            sums, present = self._buffers(end - start, device)
+            own = slice(positions[self.rank], positions[self.rank + 1])
+            self._add(sums, present, indices[own] - start, values[own])
+
+        def produce(step):
+            region = step.send_items[0]
+            part = slice(positions[region], positions[region + 1])
+            return pack([(sent[part], values[part])], with_counts=False)
+
+        def consume(step, message):
+            with timer("accumulate"):
+                received, received_values = one_list(message)
+                self._add(sums, present, received.long() - start, received_values)
+
+        run_schedule(self.transport, self.steps, produce, consume, device, timer)
+        with timer("accumulate"):
+            local = torch.nonzero(present).squeeze(1)
+            return (local + start).to(torch.int32), sums.index_select(0, local)
+
+    def region_sums(self, boundaries: list) -> torch.Tensor:
+        """The dense sums of this rank's region after :meth:`reduce` (zeros where nothing came)."""
+        return self._sums[:boundaries[self.rank + 1] - boundaries[self.rank]]
+
+    def _buffers(self, size: int, device) -> tuple:
+        if self._sums.numel() < size or self._sums.device != device:
+            self._sums = torch.zeros(size, device=device)
+            self._present = torch.zeros(size, dtype=torch.bool, device=device)
+        sums, present = self._sums[:size], self._present[:size]
+        sums.zero_()
+        present.zero_()
+        return sums, present
+
+    @staticmethod
+    def _add(sums, present, local, values) -> None:
+        sums.index_add_(0, local, values)
+        present.index_fill_(0, local, True)
+
+
+@register("oktopk", description="Ok-Topk: reused thresholds, balanced split-and-reduce, global threshold, all-gatherv")
+class OkTopK(Synchronizer):
+    """Ok-Topk with the authors' intervals and scales as options (module docstring).
+
+    Options: ``local_interval`` (32), ``global_interval`` (32), ``region_interval`` (64): calls
+    between exact local thresholds, exact global thresholds and region re-splits;
+    ``raise_scale`` (1.03) and ``raise_limit`` (5): the raise of a reused local threshold that
+    lets more than 4k/3 entries pass; ``local_scale`` (1.012) and ``global_scale`` (1.008):
+    the per-call corrections of the two thresholds; ``dense_warmup`` (see :class:`Synchronizer`).
+    """
+
+    def __init__(self, comm, numel: int, density: float, local_interval: int = 32,
+                 global_interval: int = 32, region_interval: int = 64, raise_scale: float = 1.03,
+                 raise_limit: int = 5, local_scale: float = 1.012, global_scale: float = 1.008,
+                 dense_warmup: int = 0) -> None:
+        super().__init__(comm, numel, density, dense_warmup)
+        self.local_interval = check_positive_int("local_interval", local_interval)
+        self.global_interval = check_positive_int("global_interval", global_interval)
+        self.region_interval = check_positive_int("region_interval", region_interval)
+        self.raise_limit = check_positive_int("raise_limit", raise_limit, minimum=0)
+        self.raise_scale = check_scale("raise_scale", raise_scale)
+        self.local_scale = check_scale("local_scale", local_scale)
+        self.global_scale = check_scale("global_scale", global_scale)
+        self.k = budget(numel, self.density)
+        self.everything = self.k >= numel
+        self.step = 0
+        self.local_threshold = 0.0
+        self.global_threshold = 0.0
+        self.boundaries = equal_cuts(numel, self.size)
+        self.gather_steps = bruck_allgather_schedule(self.rank, list(range(self.size)))
+        self.reducer = RegionReducer(self.transport)
+        self.selector = Selector()
+        self._nnz = 0
+
+    def _synchronize(self, accumulated, timer):
+        k, step = self.k, self.step
+        with timer("select"):
+            chosen = self._select_local(accumulated, step % self.local_interval == 0)
+            values = accumulated.index_select(0, chosen)
+        if step % self.region_interval == 0:
+            self.boundaries = self._balanced_boundaries(chosen, timer)
+        count = chosen.numel()
+        if count < 2 * k / 3:
+            self.local_threshold /= self.local_scale
+        elif count > 5 * k / 4:
+            self.local_threshold *= self.local_scale
+        candidates, sums = self.reducer.reduce(chosen, values, self.boundaries, timer)
+        kept_indices, kept_values = self._select_global(candidates, sums, step % self.global_interval == 0, timer)
+        with timer("accumulate"):
+            result = self._new_result(accumulated.device)
+            result.index_copy_(0, kept_indices.long(), kept_values / self.size)
+            accumulated.index_fill_(0, chosen[is_member(kept_indices.long(), chosen)], 0.0)
+            self._nnz = int(torch.count_nonzero(kept_values))
+        self.step += 1
+        return result, accumulated
+
+    def _select_local(self, accumulated, exact: bool) -> torch.Tensor:
+        """Ascending int64 indices of S_w (module docstring, step 1)."""
+        if self.everything:
+            return torch.arange(self.numel, device=accumulated.device)
+        if exact:
+            chosen = self.selector.topk(accumulated, self.k)
+            self.local_threshold = float(accumulated.index_select(0, chosen).abs().min())
+            return chosen
+        magnitude = self.selector.magnitude(accumulated)
+        threshold = max(self.local_threshold, _TINY)
+        chosen = self.selector.above(magnitude, threshold)
+        for _ in range(self.raise_limit):
+            if chosen.numel() <= 4 * self.k // 3:
+                break
+            threshold *= self.raise_scale
+            chosen = self.selector.above(magnitude, threshold)
+        self.local_threshold = threshold
+        return chosen
+
+    def _balanced_boundaries(self, chosen: torch.Tensor, timer) -> list:
+        """Region boundaries [0, c_1, ..., c_(P-1), n]: the average of every rank's proposal."""
+        workers, count = self.size, chosen.numel()
+        if workers == 1:
+            return [0, self.numel]
+        if count:
+            picks = torch.tensor([part * count // workers for part in range(1, workers)], device=chosen.device)
+            proposal = chosen.index_select(0, picks).to(torch.int64)
+        else:
+            proposal = torch.tensor(equal_cuts(self.numel, workers)[1:-1], dtype=torch.int64,
+                                    device=chosen.device)
+        with timer("comm"):
+            total = self.transport.allreduce_sum_(proposal)
+        return [0] + (total // workers).tolist() + [self.numel]
+
+    def _select_global(self, candidates, sums, exact: bool, timer) -> tuple:
+        """The kept (int32 indices, values), identical on every rank (module docstring, step 4)."""
+        if exact or self.everything:
+            own = (candidates, sums)
+        else:
+            with timer("select"):
+                mine = self.selector.above(sums.abs(), max(self.global_threshold, _TINY))
+                own = (candidates.index_select(0, mine), sums.index_select(0, mine))
+        lists = allgather_lists(self.transport, self.gather_steps, self.rank, own, None, timer)
+        with timer("accumulate"):
+            indices = torch.cat([lists[rank][0] for rank in range(self.size)])
+            values = torch.cat([lists[rank][1] for rank in range(self.size)])
+        kept = values.numel()
+        if exact and not self.everything:
+            if kept > self.k:
+                with timer("select"):
+                    keep = self.selector.topk(values, self.k)
+                    indices, values = indices.index_select(0, keep), values.index_select(0, keep)
+            if values.numel():
+                self.global_threshold = float(values.abs().min())
+        elif not self.everything:
+            if kept > 4 * self.k / 3:
+                self.global_threshold *= self.global_scale
+            elif kept < 2 * self.k / 3:
+                self.global_threshold /= self.global_scale
+        return indices, values
+
+    def _count_nonzero(self, result):
+        return self._nnz
+
+    def _extra_state(self) -> dict:
+        return {"step": self.step, "local_threshold": self.local_threshold,
+                "global_threshold": self.global_threshold, "boundaries": list(self.boundaries)}
+
+    def _load_extra_state(self, state: dict) -> None:
+        self.step = int(state["step"])
+        self.local_threshold = float(state["local_threshold"])
+        self.global_threshold = float(state["global_threshold"])
+        self.boundaries = [int(b) for b in state["boundaries"]]

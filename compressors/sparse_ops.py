@@ -1,0 +1,52 @@
+"""Small vectorized helpers the baselines share: budgets, splits, membership, rank-order sums.
+
+Index tensors are sorted ascending wherever a helper says so; nothing here loops over elements.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+
+def budget(numel: int, density: float) -> int:
+    """The selection budget k = max(1, int(n * density)), never more than n."""
+    return min(numel, max(1, int(numel * density)))
+
+
+def equal_cuts(numel: int, parts: int) -> list:
+    """Boundaries ``[0, c_1, ..., n]`` of ``parts`` contiguous regions of (almost) equal size."""
+    return [part * numel // parts for part in range(parts + 1)]
+
+
+def split_sorted(indices: torch.Tensor, boundaries: Sequence[int]) -> list:
+    """Positions ``[p_0, ..., p_m]`` so that ``indices[p_j:p_(j+1)]`` lie in region j, where
+    region j is ``[boundaries[j], boundaries[j+1])`` and ``indices`` is sorted ascending."""
+    edges = torch.tensor(boundaries, dtype=indices.dtype, device=indices.device)
+    return torch.searchsorted(indices, edges).tolist()
+
+
+def is_member(sorted_set: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+    """Boolean mask: which entries of ``query`` occur in the ascending ``sorted_set``."""
+    if sorted_set.numel() == 0 or query.numel() == 0:
+        return torch.zeros(query.numel(), dtype=torch.bool, device=query.device)
+    sorted_set = sorted_set.to(query.dtype)
+    position = torch.searchsorted(sorted_set, query).clamp_(max=sorted_set.numel() - 1)
+    return sorted_set[position] == query
+
+
+def scatter_sum_in_order(result: torch.Tensor, lists: Sequence[tuple]) -> None:
+    """Add every (indices, values) list into ``result``, list after list and entry after entry:
+    the same order, hence the same bits, on every rank."""
+    if not lists:
+        return
+    indices = torch.cat([indices for indices, _ in lists])
+    values = torch.cat([values for _, values in lists])
+    result.index_add_(0, indices, values)
+
+
+def one_list(message: torch.Tensor) -> tuple:
+    """(int32 indices, float32 values) of a message packed from a single list without counts:
+    its length alone gives the list size."""
+    count = message.numel() // 2
+    return message[:count], message[count:].view(torch.float32)

@@ -1,0 +1,48 @@
+"""``topk`` (alias ``topkA``): local top-k with error feedback, all-gather, scatter-add, / P.
+
+One synchronization of worker w (Aji & Heafield 2017; the TopkA baseline of Ok-Topk and SparDL):
+
+1. a = grad + residual; S_w = the k = max(1, int(n * density)) largest |a| (``Selector.topk``).
+2. The new residual is a with S_w zeroed.
+3. Bruck all-gather (ceil(log2 P) rounds) of the P lists of exactly k (int32 index, float32 value)
+   pairs; sizes are known, so messages carry no counts: every rank sends and receives exactly
+   k (P-1) entries, 2k(P-1) words.
+4. result = the P lists scatter-added in rank order, / P: the same bits on every rank, up to
+   P*k non-zeros. Nothing is lost: sum_w a_w = P * result + sum_w residual_w.
+"""
+from __future__ import annotations
+
+import torch
+
+from allreducers import allgather_lists, bruck_allgather_schedule
+
+from . import register
+from .base import Synchronizer
+from .selection import Selector
+from .sparse_ops import budget, scatter_sum_in_order
+
+
+@register("topk", "topkA", description="TopkA: local top-k, all-gather of indices and values, / P")
+class TopK(Synchronizer):
+    """Local top-k with error feedback; every rank all-gathers every rank's k entries.
+
+    Options: ``dense_warmup`` (see :class:`Synchronizer`).
+    """
+
+    def __init__(self, comm, numel: int, density: float, dense_warmup: int = 0) -> None:
+        super().__init__(comm, numel, density, dense_warmup)
+        self.k = budget(numel, self.density)
+        self.gather_steps = bruck_allgather_schedule(self.rank, list(range(self.size)))
+        self.selector = Selector()
+
+    def _synchronize(self, accumulated, timer):
+        with timer("select"):
+            chosen = self.selector.topk(accumulated, self.k)
+            own = (chosen.to(torch.int32), accumulated.index_select(0, chosen))
+            accumulated.index_fill_(0, chosen, 0.0)
+        lists = allgather_lists(self.transport, self.gather_steps, self.rank, own, self.k, timer)
+        with timer("accumulate"):
+            result = self._new_result(accumulated.device)
+            scatter_sum_in_order(result, [lists[rank] for rank in range(self.size)])
+            result.div_(self.size)
+        return result, accumulated

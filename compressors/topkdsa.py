@@ -1,0 +1,98 @@
+"""``topkdsa``: TopkDSA, SparCML's dynamic sparse all-reduce on top of a local top-k.
+
+One synchronization of worker w, k = max(1, int(n * density)):
+
+1. a = grad + residual; S_w = the k largest |a| (``Selector.topk``); residual = a with S_w zeroed.
+2. The index space is cut into P equal contiguous regions; split-and-reduce
+   (``allreducers.rotation``, P-1 steps) sends every region's entries straight to its owner,
+   which adds them (a reduce-scatter).
+3. One integer all-reduce gives the total number of reduced entries (the fill-in). If it is
+   below ``dense_above`` * n (1/3 by default: the sparse form costs 2 words per entry, the dense
+   form 1 per element) the owners all-gather their (index, value) lists (Bruck, with counts:
+   all-gatherv); otherwise they all-gather their dense regions.
+4. result = everything reduced / P: the same bits on every rank, and nothing is dropped after
+   the local selection: sum_w a_w = P * result + sum_w residual_w.
+
+Cost: (P-1) + 3 ceil(log2 P) rounds; about 2(P-1)/P (k + reduced entries) words (sparse case).
+"""
+from __future__ import annotations
+
+import torch
+
+from allreducers import allgather_lists, bruck_allgather_schedule, run_schedule
+
+from . import register
+from .base import Synchronizer
+from .oktopk import RegionReducer
+from .selection import Selector
+from .sparse_ops import budget, equal_cuts
+
+
+@register("topkdsa", description="TopkDSA (SparCML): local top-k, reduce-scatter, sparse or dense all-gatherv")
+class TopkDSA(Synchronizer):
+    """Local top-k, reduce-scatter over equal regions, then a sparse or dense all-gather.
+
+    Options: ``dense_above`` (1/3): the fill-in (reduced entries over n) from which the final
+    all-gather sends dense regions; ``dense_warmup`` (see :class:`Synchronizer`).
+    """
+
+    def __init__(self, comm, numel: int, density: float, dense_above: float = 1.0 / 3.0,
+                 dense_warmup: int = 0) -> None:
+        super().__init__(comm, numel, density, dense_warmup)
+        if isinstance(dense_above, bool) or not isinstance(dense_above, (int, float)) \
+                or not 0.0 < dense_above <= 1.0:
+            raise ValueError(f"dense_above must be a number in (0, 1], got {dense_above!r}")
+        self.dense_above = float(dense_above)
+        self.k = budget(numel, self.density)
+        self.boundaries = equal_cuts(numel, self.size)
+        self.gather_steps = bruck_allgather_schedule(self.rank, list(range(self.size)))
+        self.reducer = RegionReducer(self.transport)
+        self.selector = Selector()
+        self.went_dense = False
+        self._nnz = 0
+
+    def _synchronize(self, accumulated, timer):
+        with timer("select"):
+            chosen = self.selector.topk(accumulated, self.k)
+            values = accumulated.index_select(0, chosen)
+            accumulated.index_fill_(0, chosen, 0.0)
+        candidates, sums = self.reducer.reduce(chosen, values, self.boundaries, timer)
+        fill_in = torch.tensor([candidates.numel()], dtype=torch.int64, device=sums.device)
+        with timer("comm"):
+            total = int(self.transport.allreduce_sum_(fill_in)[0])
+        self.went_dense = total >= self.dense_above * self.numel
+        result = self._new_result(accumulated.device)
+        if self.went_dense:
+            self._gather_dense(result, timer)
+        else:
+            lists = allgather_lists(self.transport, self.gather_steps, self.rank, (candidates, sums), None, timer)
+            with timer("accumulate"):
+                indices = torch.cat([lists[rank][0] for rank in range(self.size)])
+                kept = torch.cat([lists[rank][1] for rank in range(self.size)])
+                result.index_copy_(0, indices.long(), kept / self.size)
+                self._nnz = int(torch.count_nonzero(kept))
+        return result, accumulated
+
+    def _gather_dense(self, result, timer) -> None:
+        """Bruck all-gather of the dense reduced regions straight into ``result``, / P."""
+        bounds = self.boundaries
+        regions = {self.rank: self.reducer.region_sums(bounds)}
+
+        def produce(step):
+            return torch.cat([regions[item] for item in step.send_items]).view(torch.int32)
+
+        def consume(step, message):
+            values, start = message.view(torch.float32), 0
+            for item in step.recv_items:
+                size = bounds[item + 1] - bounds[item]
+                regions[item] = values[start:start + size]
+                start += size
+
+        run_schedule(self.transport, self.gather_steps, produce, consume, result.device, timer)
+        with timer("accumulate"):
+            for item, values in regions.items():
+                torch.div(values, self.size, out=result[bounds[item]:bounds[item + 1]])
+            self._nnz = None
+
+    def _count_nonzero(self, result):
+        return super()._count_nonzero(result) if self._nnz is None else self._nnz

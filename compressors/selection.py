@@ -15,6 +15,7 @@ import torch
 _EXACT_BELOW = 32768      # vectors this short are sorted outright
 _SAMPLE = 16384           # sample size used to estimate the threshold
 _SIGMAS = 4.0             # safety margin of the estimate, in standard deviations
+_CACHED_SAMPLES = 8       # sample positions kept for this many vector lengths
 
 
 class Selector:
@@ -79,6 +80,8 @@ class Selector:
         if sample is None:
             generator = torch.Generator().manual_seed(self._seed + n)
             sample = torch.randint(0, n, (_SAMPLE,), generator=generator).sort().values
+            if len(self._samples) >= _CACHED_SAMPLES:  # lengths vary per call for merged lists
+                self._samples.pop(next(iter(self._samples)))
             self._samples[n] = sample
         expected = k * _SAMPLE / n
         rank_from_top = min(_SAMPLE, math.ceil(expected + _SIGMAS * math.sqrt(expected) + 4))

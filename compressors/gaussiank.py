@@ -6,8 +6,9 @@ One synchronization of worker w, k = max(1, int(n * density)):
    deviation sigma) and start from the threshold t = mu + z sigma that a fraction ``density`` of
    |a| would exceed (z = Phi^-1(1 - density/2)).
 2. Count the entries with |a| >= t; while fewer than 3k/4 pass, divide t by ``scale`` (1.02);
-   while more than 5k/4 pass, multiply it; at most ``max_loops`` (20) times. Only counts are
-   taken in the loop (one comparison pass each); the selection S_w is made once, at the end.
+   while more than 5k/4 pass, multiply it; at most ``max_loops`` (20) times. S_w = {|a| >= t}.
+   At most two passes over the n entries: every threshold the loop can reach is known in
+   advance, so after one selection at the lowest of them the loop counts among those only.
 3. Residual = a with S_w zeroed.
 4. All-gatherv (Bruck, with counts) of the P lists; scatter-add in rank order; / P. The same
    bits on every rank, and nothing is lost: sum_w a_w = P * result + sum_w residual_w.
@@ -49,7 +50,6 @@ class GaussianK(Synchronizer):
         self.z = statistics.NormalDist().inv_cdf(1.0 - self.density / 2) if not self.everything else 0.0
         self.gather_steps = bruck_allgather_schedule(self.rank, list(range(self.size)))
         self.selector = Selector()
-        self._mask = torch.empty(0, dtype=torch.bool)
 
     def _synchronize(self, accumulated, timer):
         with timer("select"):
@@ -72,17 +72,22 @@ class GaussianK(Synchronizer):
         threshold = threshold if math.isfinite(threshold) and threshold > _TINY else _TINY
         magnitude = self.selector.magnitude(accumulated)
         low, high = 3 * self.k // 4, 5 * self.k // 4
-        count = self._count(magnitude, threshold)
-        if count < low or count > high:
-            factor = 1.0 / self.scale if count < low else self.scale
-            for _ in range(self.max_loops):
-                if (count >= low) if factor < 1 else (count <= high):
-                    break
-                threshold = max(threshold * factor, _TINY)
-                count = self._count(magnitude, threshold)
-        return self.selector.above(magnitude, threshold)
-
-    def _count(self, magnitude, threshold: float) -> int:
-        if self._mask.numel() != magnitude.numel() or self._mask.device != magnitude.device:
-            self._mask = torch.empty(magnitude.numel(), dtype=torch.bool, device=magnitude.device)
-        return int(torch.count_nonzero(torch.ge(magnitude, threshold, out=self._mask)))
+        chosen = self.selector.above(magnitude, threshold)
+        count = chosen.numel()
+        if low <= count <= high or not self.max_loops:
+            return chosen
+        # Every threshold the loop can reach lies between the start and start * or / scale^loops:
+        # select once at the lowest of them, then count only among those candidates.
+        factor = 1.0 / self.scale if count < low else self.scale
+        if factor < 1:
+            lowest = threshold
+            for _ in range(self.max_loops):  # the same products as the loop below
+                lowest = max(lowest * factor, _TINY)
+            chosen = self.selector.above(magnitude, lowest)
+        candidates = magnitude.index_select(0, chosen)
+        for _ in range(self.max_loops):
+            if (count >= low) if factor < 1 else (count <= high):
+                break
+            threshold = max(threshold * factor, _TINY)
+            count = int(torch.count_nonzero(candidates >= threshold))
+        return chosen[candidates >= threshold]

@@ -7,7 +7,8 @@ counted), k = max(1, int(n * density)):
    is exact: S_w = the k largest |a| (``Selector.topk``) and the threshold becomes the k-th
    largest |a|. Otherwise the previous threshold is reused: S_w = {j : |a_j| >= threshold}
    (``Selector.above``, no sort); while more than 4k/3 entries pass it is raised x
-   ``raise_scale`` (1.03), at most ``raise_limit`` (5) times.
+   ``raise_scale`` (1.03), at most ``raise_limit`` (5) times (the counts after a raise look
+   only at the entries that passed before it: one pass over the n entries in all).
 2. **Regions.** If c % ``region_interval`` == 0 the index space is re-split into P contiguous
    regions holding about equal numbers of selected entries: each worker proposes the P-1 cut
    points that split its sorted S_w evenly; one integer all-reduce averages them.
@@ -187,11 +188,16 @@ class OkTopK(Synchronizer):
         magnitude = self.selector.magnitude(accumulated)
         threshold = max(self.local_threshold, _TINY)
         chosen = self.selector.above(magnitude, threshold)
-        for _ in range(self.raise_limit):
-            if chosen.numel() <= 4 * self.k // 3:
-                break
-            threshold *= self.raise_scale
-            chosen = self.selector.above(magnitude, threshold)
+        count = chosen.numel()
+        if count > 4 * self.k // 3 and self.raise_limit:
+            # A raised threshold only removes entries: count among those that passed already.
+            passed = magnitude.index_select(0, chosen)
+            for _ in range(self.raise_limit):
+                if count <= 4 * self.k // 3:
+                    break
+                threshold *= self.raise_scale
+                count = int(torch.count_nonzero(passed >= threshold))
+            chosen = chosen[passed >= threshold]
         self.local_threshold = threshold
         return chosen
 

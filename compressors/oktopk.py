@@ -24,7 +24,8 @@ counted), k = max(1, int(n * density)):
    and only those are all-gathered (Bruck, with counts: all-gatherv); afterwards the threshold
    is multiplied by ``global_scale`` (1.008) if more than 4k/3 entries were kept in total, and
    divided by it if fewer than 2k/3.
-5. result = the kept entries / P (the same bits on every rank).
+5. result = the kept entries / P (the same bits on every rank). ``stats`` add ``selected``
+   (|S_w|) and ``kept`` (entries in the result) to the common fields.
 6. Residual: a with the indices that w selected *and* that were kept zeroed. At every kept
    index the result holds exactly the values of the workers that selected it, and everything
    else stays in residuals: sum_w a_w = P * result + sum_w residual_w (mass is conserved).
@@ -154,6 +155,7 @@ class OkTopK(Synchronizer):
         self.reducer = RegionReducer(self.transport)
         self.selector = Selector()
         self._nnz = 0
+        self._counts = {}
 
     def _synchronize(self, accumulated, timer):
         k, step = self.k, self.step
@@ -174,6 +176,7 @@ class OkTopK(Synchronizer):
             result.index_copy_(0, kept_indices.long(), kept_values / self.size)
             accumulated.index_fill_(0, chosen[is_member(kept_indices.long(), chosen)], 0.0)
             self._nnz = int(torch.count_nonzero(kept_values))
+        self._counts = {"selected": count, "kept": kept_values.numel()}
         self.step += 1
         return result, accumulated
 
@@ -245,6 +248,10 @@ class OkTopK(Synchronizer):
 
     def _count_nonzero(self, result):
         return self._nnz
+
+    def _after_call(self) -> None:
+        if self.calls > self.dense_warmup:
+            self.stats.update(self._counts)
 
     def _extra_state(self) -> dict:
         return {"step": self.step, "local_threshold": self.local_threshold,

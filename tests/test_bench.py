@@ -1,0 +1,106 @@
+"""The benchmark: contract keys under mpiexec, exactness at density 1, its helpers."""
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import compressors
+from mpirun import ROOT, mpiexec
+
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import bench_allreduce as bench  # noqa: E402
+
+CONTRACT_KEYS = {"method", "workers", "numel", "density", "median_ms", "bytes_per_rank", "rounds",
+                 "nnz", "cosine"}
+SCRIPT = os.path.join("scripts", "bench_allreduce.py")
+
+
+@pytest.fixture(scope="module")
+def dense_density_rows(tmp_path_factory):
+    """Every method (spardl also with 3 teams) at density 1 on 3 ranks, as JSON rows."""
+    path = tmp_path_factory.mktemp("bench") / "rows.json"
+    result = mpiexec(3, SCRIPT, "--numel", "3001", "--density", "1", "--iters", "2", "--warmup", "1",
+                     "--teams", "1,3", "--json", str(path), timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(path.read_text()), result.stdout
+
+
+@pytest.mark.mpi
+def test_json_rows_have_the_contract_keys(dense_density_rows):
+    rows, stdout = dense_density_rows
+    expected = [label for label, _, _ in bench.method_runs(compressors.available(), [1, 3], 3)]
+    assert [row["label"] for row in rows] == expected + ["floor"]
+    for row in rows:
+        assert CONTRACT_KEYS <= set(row), row
+        assert row["workers"] == 3 and row["numel"] == 3001 and row["density"] == 1.0
+        assert row["min_ms"] <= row["median_ms"] <= row["max_ms"]
+        assert row["rounds"] >= 1 and row["bytes_per_rank"] > 0
+        assert row["label"] in stdout
+
+
+@pytest.mark.mpi
+def test_density_one_gives_the_exact_average(dense_density_rows):
+    rows, _ = dense_density_rows
+    for row in rows:
+        if row["method"] == "floor":
+            assert row["cosine"] is None and row["floor_ratio"] == 1.0
+        else:
+            assert row["cosine"] == pytest.approx(1.0, abs=1e-6), row["label"]
+            assert row["nnz"] == 3001, row["label"]
+
+
+def test_single_process_writes_csv_and_plot(tmp_path):
+    csv_path, png_path = tmp_path / "rows.csv", tmp_path / "bench.png"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
+    result = subprocess.run([sys.executable, SCRIPT, "--numel", "2000", "--iters", "1", "--warmup", "0",
+                             "--methods", "spardl,topkA,dense", "--csv", str(csv_path), "--plot", str(png_path)],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(csv_path) as handle:
+        rows = list(csv.DictReader(handle))
+    assert [row["label"] for row in rows] == ["spardl", "topk", "dense", "floor"]
+    assert png_path.stat().st_size > 10_000
+    assert "x floor" in result.stdout
+
+
+def test_bad_arguments_are_refused_with_the_valid_choices():
+    with pytest.raises(ValueError, match="nope.*spardl"):
+        bench.parse_args(["--methods", "spardl,nope"])
+    with pytest.raises(ValueError, match="density"):
+        bench.parse_args(["--density", "1.5"])
+    assert bench.parse_args(["--methods", "topkA"]).methods == ["topk"]
+
+
+def test_synthetic_gradients_are_seeded_and_heavy_tailed():
+    source = bench.SyntheticGradients(50_000, seed=3)
+    first = source.get(1, 2)
+    assert torch.equal(first, bench.SyntheticGradients(50_000, seed=3).get(1, 2))
+    assert not torch.equal(first, source.get(0, 2)) and not torch.equal(first, source.get(1, 3))
+    kurtosis = float(((first - first.mean()) ** 4).mean() / first.var() ** 2)
+    assert kurtosis > 6  # a Gaussian has 3
+
+
+def test_method_runs_keep_team_counts_that_divide_the_workers():
+    runs = bench.method_runs(["dense", "spardl"], [1, 2, 3], workers=4)
+    assert runs == [("dense", "dense", {}), ("spardl", "spardl", {"teams": 1}),
+                    ("spardl(d=2)", "spardl", {"teams": 2})]
+
+
+def test_summarize_takes_the_slowest_rank_of_each_call():
+    def record(seconds, nbytes):
+        return {"seconds": seconds, "select": seconds / 2, "comm": seconds / 4, "accumulate": 0.0,
+                "bytes": nbytes, "messages": 2, "rounds": 2, "nnz": 7, "cosine": 0.5}
+
+    per_rank = [[record(0.010, 100), record(0.030, 100), record(0.020, 100)],
+                [record(0.040, 300), record(0.010, 100), record(0.020, 200)]]
+    args = bench.parse_args(["--density", "0.5", "--methods", "dense"])
+    row = bench.summarize("x", "x", {}, per_rank, args, workers=2, numel=10)
+    assert row["median_ms"] == pytest.approx(30.0) and row["max_ms"] == pytest.approx(40.0)
+    assert row["select_ms"] == pytest.approx(15.0)
+    assert row["bytes_per_rank"] == pytest.approx((200 + 100 + 150) / 3)
+    assert row["bytes_max_rank"] == pytest.approx((300 + 100 + 200) / 3)
+    assert (row["rounds"], row["nnz"], row["cosine"]) == (2, 7, 0.5)

@@ -43,9 +43,9 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise UsageError(message)
 
-    def _print_message(self, message, file=None):
+    def print_help(self, file=None):
         if self.rank == 0:
-            super()._print_message(message, file)
+            super().print_help(file)
 
 
 def _milestones(text):
@@ -133,7 +133,7 @@ def build_parser(rank=0):
 def parse_settings(argv, comm):
     """Parse and check the command line; return (args, training settings) or raise UsageError.
 
-    Only cheap checks happen here, before anything heavy is built.
+    Only cheap checks happen here, before anything heavy is built. Collective.
     """
     args = build_parser(comm.Get_rank()).parse_args(argv)
     problems = []
@@ -156,12 +156,14 @@ def parse_settings(argv, comm):
     except ValueError as error:
         problems.append(str(error))
     problems += _range_problems(args, settings, comm.Get_size())
-    if problems:
-        raise UsageError("; ".join(problems))
+    # Collective: a config file or data directory may be missing on one host only.
+    agree(comm, "; ".join(problems) or None)
     if ignored not in (None, "dense"):
         _note(comm, f"--compressor {ignored} has no effect without --compression; "
                     "synchronizing densely")
         args.compressor = "dense"
+    if args.compressor == "dense":
+        args.density = 1.0  # what a dense run keeps, and what its metrics report
     return args, settings
 
 
@@ -177,7 +179,7 @@ def _range_problems(args, settings, size):
          f"--nworkers {args.nworkers} does not match the {size} MPI process(es) started"),
         (args.teams >= 1 and size % args.teams == 0,
          f"--teams {args.teams} must divide the number of workers {size}"),
-        (args.data_dir is None or Path(args.data_dir).is_dir(),
+        (args.data_dir is None or args.download or Path(args.data_dir).is_dir(),
          f"data directory {args.data_dir} does not exist"),
         (not args.resume or args.checkpoint_dir, "--resume needs --checkpoint-dir"),
         (args.device != "cuda" or torch.cuda.is_available(), "--device cuda: no CUDA device"),
@@ -233,11 +235,10 @@ def build_synchronizer(args, numel, comm):
     given = {"teams": args.teams, "sag": args.sag, "dense_warmup": args.dense_warmup}
     options = {key: value for key, value in given.items()
                if key in compressors.options(args.compressor)}
-    density = args.density if args.compression else 1.0
     synchronizer, problem = None, None
     try:
-        synchronizer = compressors.create(args.compressor, comm, numel=numel, density=density,
-                                          **options)
+        synchronizer = compressors.create(args.compressor, comm, numel=numel,
+                                          density=args.density, **options)
     except ValueError as error:
         problem = str(error)
     agree(comm, problem)
@@ -286,7 +287,7 @@ def build_trainer(argv, comm):
     log = MetricsLog(args.log_dir, rank)
     checkpoints = Checkpoints(args.checkpoint_dir, comm) if args.checkpoint_dir else None
     run_info = {"model": args.dnn, "dataset": settings["dataset"], "compressor": args.compressor,
-                "density": args.density if args.compression else 1.0, "nworkers": size,
+                "density": args.density, "nworkers": size,
                 "batch_size": settings["batch_size"]}
     trainer = Trainer(model=model, train_loader=train_loader, test_loader=test_loader,
                       synchronizer=synchronizer, optimizer=optimizer, scheduler=scheduler,
@@ -295,7 +296,7 @@ def build_trainer(argv, comm):
     if args.resume:
         resume(trainer, checkpoints, args, comm, log)
     log.note(f"{args.dnn} on {settings['dataset']}: {synchronizer.numel:,} parameters, "
-             f"{size} worker(s) on {device}, {args.compressor} (density {run_info['density']}), "
+             f"{size} worker(s) on {device}, {args.compressor} (density {args.density}), "
              f"batch {settings['batch_size']} per worker, {iters_per_epoch} iterations per epoch")
     return trainer
 

@@ -1,0 +1,231 @@
+#!/usr/bin/env python
+"""Paper-style tables and plots from the ``metrics.jsonl`` of several training runs.
+
+    .venv/bin/python scripts/report.py runs/vgg16_spardl runs/vgg16_oktopk runs/vgg16_dense --out report/
+
+Each RUN_DIR holds the trainer's ``metrics.jsonl`` (one JSON object per epoch, CONTRACT
+section 2). Runs are grouped by (model, dataset, workers) where the rows say so; within a group:
+
+- **time per iteration** (the paper's time-breakdown table): training seconds per iteration and
+  their split into compute (``epoch_seconds - sync_seconds``), selection, communication and the
+  rest of synchronization (packing, accumulation), megabytes sent per rank per iteration, and the
+  speedup of the reference method (``--reference``, default spardl) over every run, in total
+  time and in synchronization time;
+- **accuracy**: final and best test accuracy, final train and test loss, epochs, wall time.
+
+Iterations per epoch are ``epoch_iters`` when present, else the difference of the cumulative
+``iters``. The Markdown goes to stdout and, with ``--out DIR``, to ``DIR/report.md`` together with
+``accuracy_vs_epoch.png``, ``accuracy_vs_time.png`` and ``time_split.png``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Run:
+    """One training run: its label, its group key and its per-epoch rows."""
+
+    path: str
+    rows: list
+    label: str = ""
+    group: tuple = field(default_factory=tuple)
+
+    @property
+    def method(self) -> str:
+        """The synchronization method of the run (``dense`` when none is named)."""
+        return self.rows[-1].get("compressor") or "dense"
+
+    def epoch_iters(self) -> list:
+        """Iterations of every epoch."""
+        previous, counts = 0, []
+        for row in self.rows:
+            counts.append(row.get("epoch_iters", row["iters"] - previous))
+            previous = row["iters"]
+        return counts
+
+    def per_iteration(self) -> dict:
+        """Mean seconds (and bytes) per iteration over the run: total, compute, select, comm, other
+        (the rest of synchronization), sync, bytes."""
+        iters = sum(self.epoch_iters()) or 1
+        total = sum(r["epoch_seconds"] for r in self.rows) / iters
+        sync = sum(r["sync_seconds"] for r in self.rows) / iters
+        select = sum(r["select_seconds"] for r in self.rows) / iters
+        comm = sum(r["comm_seconds"] for r in self.rows) / iters
+        return {"total": total, "compute": total - sync, "select": select, "comm": comm,
+                "other": sync - select - comm, "sync": sync,
+                "bytes": sum(r["bytes_sent_per_rank"] for r in self.rows) / iters}
+
+    def wall_times(self) -> list:
+        """Cumulative wall seconds (training plus evaluation) at the end of every epoch."""
+        elapsed, times = 0.0, []
+        for row in self.rows:
+            elapsed += row["epoch_seconds"] + row.get("eval_seconds", 0.0)
+            times.append(elapsed)
+        return times
+
+
+def load_run(path: str) -> Run:
+    """Read ``path/metrics.jsonl`` (or ``path`` itself if it is a file); ``ValueError`` if it is
+    missing, empty or not JSON lines."""
+    file = os.path.join(path, "metrics.jsonl") if os.path.isdir(path) else path
+    if not os.path.isfile(file):
+        raise ValueError(f"{path}: no metrics.jsonl")
+    with open(file) as handle:
+        try:
+            rows = [json.loads(line) for line in handle if line.strip()]
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{file}: not JSON lines ({error})") from None
+    if not rows:
+        raise ValueError(f"{file}: no epochs logged")
+    return Run(path=path.rstrip("/"), rows=rows)
+
+
+def label_runs(runs: list) -> list:
+    """Set every run's group (model, dataset, workers) and a label unique within its group: the
+    method, with the density and then the directory name added where that is needed."""
+    for run in runs:
+        last = run.rows[-1]
+        run.group = tuple((name, last[key]) for name, key in (("model", "model"), ("dataset", "dataset"),
+                                                               ("workers", "nworkers")) if key in last)
+        run.label = run.method
+    for extra in (lambda r: f"{r.method} ({r.rows[-1].get('density')})",
+                  lambda r: f"{r.method} ({os.path.basename(r.path)})"):
+        seen: dict = {}
+        for run in runs:
+            seen.setdefault((run.group, run.label), []).append(run)
+        for clashing in (group for group in seen.values() if len(group) > 1):
+            for run in clashing:
+                run.label = extra(run)
+    return runs
+
+
+def group_title(key: tuple) -> str:
+    """``model cnn, dataset digits, workers 4`` for a group key."""
+    return ", ".join(f"{name} {value}" for name, value in key) or "runs"
+
+
+def groups(runs: list) -> dict:
+    """Runs by group key, in first-seen order."""
+    grouped: dict = {}
+    for run in runs:
+        grouped.setdefault(run.group, []).append(run)
+    return grouped
+
+
+def markdown(runs: list, reference: str) -> str:
+    """The two tables per group as Markdown."""
+    out = []
+    for key, members in groups(runs).items():
+        out.append(f"## {group_title(key)}\n")
+        out.append(time_table(members, reference))
+        out.append(accuracy_table(members))
+    return "\n".join(out)
+
+
+def time_table(runs: list, reference: str) -> str:
+    """Time per iteration and its split, and the reference method's speedup over each run."""
+    ref = next((r.per_iteration() for r in runs if r.method == reference), None)
+    lines = [f"Time per iteration (ms); speedup = this run's time / {reference}'s.\n",
+             "| method | density | ms/iter | compute | select | comm | other sync | sync | MB/iter | "
+             f"{reference} speedup | {reference} sync speedup |",
+             "|---|" + "---:|" * 10]
+    for run in runs:
+        t = run.per_iteration()
+        speedups = [_ratio(t[key], ref[key]) if ref else "-" for key in ("total", "sync")]
+        lines.append(f"| {run.label} | {run.rows[-1].get('density', '-')} | " + " | ".join(f"{t[key] * 1e3:.1f}" for key in
+                                                       ("total", "compute", "select", "comm", "other", "sync"))
+                     + f" | {t['bytes'] / 1e6:.3f} | {speedups[0]} | {speedups[1]} |")
+    return "\n".join(lines) + "\n"
+
+
+def accuracy_table(runs: list) -> str:
+    """Final and best test accuracy, final losses, epochs and wall time per run."""
+    lines = ["| method | epochs | final test acc | best test acc | final train loss | final test loss | wall s |",
+             "|---|" + "---:|" * 6]
+    for run in runs:
+        last = run.rows[-1]
+        accuracies = [r["test_acc"] for r in run.rows if r.get("test_acc") is not None]
+        lines.append(f"| {run.label} | {last['epoch']} | {_number(last.get('test_acc'), 4)} | "
+                     f"{_number(max(accuracies) if accuracies else None, 4)} | {_number(last.get('train_loss'), 4)} | "
+                     f"{_number(last.get('test_loss'), 4)} | {run.wall_times()[-1]:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _ratio(value: float, reference: float) -> str:
+    return f"{value / reference:.2f}x" if reference > 0 else "-"
+
+
+def _number(value, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def plot(runs: list, out_dir: str) -> list:
+    """Write the three figures (one column per group) into ``out_dir``; return their paths."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    grouped = list(groups(runs).items())
+    paths = []
+    for name, x_of in (("accuracy_vs_epoch", lambda r: [row["epoch"] for row in r.rows]),
+                       ("accuracy_vs_time", Run.wall_times)):
+        fig, axes = plt.subplots(1, len(grouped), figsize=(5.5 * len(grouped), 4), squeeze=False)
+        for axis, (key, members) in zip(axes[0], grouped):
+            for run in members:
+                points = [(x, row["test_acc"]) for x, row in zip(x_of(run), run.rows) if row.get("test_acc") is not None]
+                if points:
+                    axis.plot(*zip(*points), marker=".", label=run.label)
+            axis.set(xlabel="epoch" if name.endswith("epoch") else "wall time (s)", ylabel="test accuracy",
+                     title=group_title(key))
+            axis.legend(fontsize=8)
+        paths.append(_save(fig, plt, out_dir, name))
+    fig, axes = plt.subplots(1, len(grouped), figsize=(1.5 + 1.3 * max(len(m) for _, m in grouped) * len(grouped), 4),
+                             squeeze=False)
+    for axis, (key, members) in zip(axes[0], grouped):
+        bottom = [0.0] * len(members)
+        for part in ("compute", "select", "comm", "other"):
+            heights = [run.per_iteration()[part] * 1e3 for run in members]
+            axis.bar([run.label for run in members], heights, bottom=bottom, label=part)
+            bottom = [b + h for b, h in zip(bottom, heights)]
+        axis.set(ylabel="ms per iteration", title=group_title(key))
+        axis.tick_params(axis="x", rotation=30)
+        axis.legend(fontsize=8)
+    paths.append(_save(fig, plt, out_dir, "time_split"))
+    return paths
+
+
+def _save(fig, plt, out_dir: str, name: str) -> str:
+    path = os.path.join(out_dir, f"{name}.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def main(argv=None) -> str:
+    """Print the report; with ``--out`` also write report.md and the plots. Returns the Markdown."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="directories holding metrics.jsonl")
+    parser.add_argument("--out", help="directory for report.md and the plots")
+    parser.add_argument("--reference", default="spardl", help="method whose speedup is reported")
+    args = parser.parse_args(argv)
+    try:
+        runs = label_runs([load_run(path) for path in args.runs])
+        text = markdown(runs, args.reference)
+    except (ValueError, KeyError) as error:
+        parser.exit(2, f"report.py: {error if isinstance(error, ValueError) else f'missing key {error}'}\n")
+    print(text)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "report.md"), "w") as handle:
+            handle.write(text)
+        plot(runs, args.out)
+    return text
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,445 @@
+#!/usr/bin/env python
+"""Predict synchronization time at scale from the real methods run on the in-process group.
+
+    .venv/bin/python scripts/simulate.py --workers 16,32,64,128,256 --plot sim.png --json sim.json
+
+Every method runs for real on ``comm.local_group(P)`` (P threads of one process) on the
+benchmark's heavy-tailed gradients (:class:`bench_allreduce.SyntheticGradients`), at a modest n
+(``--numel``, 2^18 by default) so that data-dependent sizes (gtopk merges, oktopk regions, SAG
+unions) are real. A :class:`comm.recording.RecordingTransport` logs every message with its round,
+and a counter logs how many elements each rank hands to ``Selector.topk`` and ``Selector.above``.
+
+The model, per call (the prediction is the mean over ``--calls`` calls, warm-up excluded):
+
+- scale factor s = model_numel / numel: bytes and scanned elements grow linearly with n; message
+  and round counts do not. (Exact for fixed-size messages; an approximation where sizes depend on
+  the data, and it ignores the few count words that lead variable-size messages.)
+- network: the rounds run in lock step. Round i costs max(alpha, max over ranks w of
+  msgs(w, i) * alpha + s * bytes(w, i) * beta), where msgs and bytes are what w sends in round i;
+  the network time is the sum over rounds. Messages a method leaves out of its own traffic count
+  (gtopk's lost-mass measurement) are left out here too. A dense all-reduce counted as R rounds (Rabenseifner,
+  CONTRACT) is spread evenly over its R rounds, one message per round.
+- selection: max over ranks of the summed time of that rank's selections, each one a vector of
+  s times the recorded length, timed by :class:`SelectionCost`: ``Selector.topk`` and threshold
+  passes measured on this machine at several lengths with ``--select-threads`` threads (default 1:
+  one core per worker, as in the benchmark; several threads on a shared machine measure noise),
+  or a fixed ``--select-rate`` in elements/s (e.g. a GPU's).
+- predicted time = network + selection. Packing, scatter-adds and copies are not modelled.
+
+Presets: ``ethernet`` (10 Gb/s: alpha 25 us, beta 1/1.25e9 s/B) and ``infiniband`` (100 Gb/s:
+alpha 1.5 us, beta 1/12.5e9 s/B); ``--alpha``/``--beta`` add a ``custom`` network.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_allreduce as bench  # noqa: E402  (puts the repository root on sys.path)
+import compressors  # noqa: E402
+from comm.local import LocalGroup, LocalTransport  # noqa: E402
+from comm.recording import RecordingTransport  # noqa: E402
+from compressors.selection import Selector  # noqa: E402
+
+VGG16_NUMEL = 14_728_266
+
+
+@dataclass(frozen=True)
+class Network:
+    """An alpha-beta network: ``alpha`` seconds per message, ``beta`` seconds per byte."""
+
+    name: str
+    alpha: float
+    beta: float
+
+
+PRESETS = {"ethernet": Network("ethernet", 25e-6, 1 / 1.25e9),
+           "infiniband": Network("infiniband", 1.5e-6, 1 / 12.5e9)}
+
+
+class SharedSumGroup(LocalGroup):
+    """The in-process group with an all-reduce that needs O(n) memory, not O(P^2 n).
+
+    The stock in-process all-reduce copies every rank's tensor to every peer, which at P = 256
+    does not fit in memory for the dense method. Here rank 0 sums the P tensors in rank order
+    (the same bits on every rank) and every rank copies the sum. Traffic is counted as before.
+    """
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.slots: list = [None] * size
+        self.total = None
+
+    def rank(self, rank: int) -> "SharedSumTransport":
+        return SharedSumTransport(self, rank)
+
+
+class SharedSumTransport(LocalTransport):
+    """One rank of a :class:`SharedSumGroup`."""
+
+    def _allreduce_sum(self, tensor):
+        group = self.group
+        group.slots[self.rank] = tensor
+        self._barrier()
+        if self.rank == 0:
+            group.total = _ordered_sum(group.slots)
+        self._barrier()
+        tensor.copy_(group.total)
+        self._barrier()  # nobody starts the next all-reduce before every rank has its copy
+        return tensor
+
+
+def _ordered_sum(tensors: list) -> torch.Tensor:
+    """tensors[0] + tensors[1] + ... in that order, in a new tensor."""
+    total = tensors[0].clone()
+    for tensor in tensors[1:]:
+        total += tensor
+    return total
+
+
+class SelectionCounter:
+    """While active, logs the length of every vector each thread passes to ``Selector.topk`` and
+    ``Selector.above`` (nested calls, such as ``above`` inside ``topk``, are not logged twice)."""
+
+    KINDS = ("topk", "above")
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._originals = {}
+
+    def __enter__(self) -> "SelectionCounter":
+        for kind in self.KINDS:
+            self._originals[kind] = original = getattr(Selector, kind)
+            setattr(Selector, kind, self._logged(kind, original))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for kind, original in self._originals.items():
+            setattr(Selector, kind, original)
+
+    def take(self) -> dict:
+        """This thread's vector lengths per kind since the last ``take``."""
+        lengths = self._state().lengths
+        self._local.lengths = {kind: [] for kind in self.KINDS}
+        return lengths
+
+    def _state(self):
+        if not hasattr(self._local, "lengths"):
+            self._local.lengths, self._local.depth = {kind: [] for kind in self.KINDS}, 0
+        return self._local
+
+    def _logged(self, kind: str, original):
+        counter = self
+
+        def wrapper(selector, x, *args, **kwargs):
+            state = counter._state()
+            if state.depth == 0:
+                state.lengths[kind].append(x.numel())
+            state.depth += 1
+            try:
+                return original(selector, x, *args, **kwargs)
+            finally:
+                state.depth -= 1
+
+        return wrapper
+
+
+class SelectionCost:
+    """Seconds one selection of a vector of a given length takes on this machine.
+
+    Measured at lengths 4^6 .. 4^12 (best of ``repeats``): ``topk`` is ``Selector.topk`` keeping
+    density * length entries, ``above`` is ``Selector.magnitude`` + ``Selector.above`` keeping
+    about as many; other lengths are interpolated in log-log (constant rate beyond the ends).
+    ``rate`` (elements/s) replaces the measurement by a fixed throughput (e.g. a GPU's).
+    """
+
+    LENGTHS = tuple(4 ** i for i in range(6, 13))
+
+    def __init__(self, density: float, threads: int, rate: float | None = None, seed: int = 0,
+                 repeats: int = 5) -> None:
+        self.lengths = np.array(self.LENGTHS, dtype=float)
+        if rate is not None:
+            self.seconds_at = {kind: self.lengths / rate for kind in SelectionCounter.KINDS}
+            return
+        previous = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            self.seconds_at = {kind: np.array([_time_selection(kind, int(n), density, seed, repeats)
+                                               for n in self.LENGTHS]) for kind in SelectionCounter.KINDS}
+        finally:
+            torch.set_num_threads(previous)
+
+    def seconds(self, kind: str, lengths) -> float:
+        """Total seconds of selections of ``kind`` on vectors of ``lengths`` (any reals >= 1)."""
+        lengths = np.asarray(lengths, dtype=float)
+        if lengths.size == 0:
+            return 0.0
+        rates = self.lengths / self.seconds_at[kind]
+        rate = np.exp(np.interp(np.log(lengths), np.log(self.lengths), np.log(rates)))
+        return float((lengths / rate).sum())
+
+    def rate(self, kind: str, length: int) -> float:
+        """Elements per second of one selection of ``kind`` on a vector of ``length``."""
+        return length / self.seconds(kind, [length])
+
+
+def _time_selection(kind: str, numel: int, density: float, seed: int, repeats: int) -> float:
+    """Best wall time of one selection of ``kind`` (see :class:`SelectionCost`) over ``numel``."""
+    x = bench.SyntheticGradients(numel, seed).get(0, 0)
+    k = max(1, int(numel * density))
+    selector = Selector()
+    if kind == "topk":
+        def run():
+            selector.topk(x, k)
+    else:
+        threshold = float(x.abs().kthvalue(max(1, numel - k)).values)
+
+        def run():
+            selector.above(selector.magnitude(x), threshold)
+    run()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def record_calls(name: str, options: dict, workers: int, numel: int, density: float, calls: int,
+                 seed: int = 0, source=None) -> list:
+    """Run ``calls`` synchronizations of method ``name`` on an in-process group of ``workers``.
+
+    Returns ``per_rank[r][c]``: rank r's record of call c with the keys the benchmark records
+    (``bytes``, ``messages``, ``rounds``, ``nnz``) plus ``events`` (its logged messages) and
+    ``selections`` (the lengths of the vectors handed to the selector, per kind). Rank r's gradient at call c is
+    ``source.get(r, c)``, by default the benchmark's synthetic gradients of ``seed``.
+    """
+    source = source or bench.SyntheticGradients(numel, seed)
+
+    def body(transport, counter):
+        recorder = RecordingTransport(transport)
+        sync = compressors.create(name, recorder, numel=numel, density=density, **options)
+        records = []
+        for call in range(calls):
+            grad = source.get(transport.rank, call)
+            counter.take()
+            sync.allreduce(grad)
+            stats = sync.stats
+            records.append({"bytes": stats["bytes_sent"], "messages": stats["messages"],
+                            "rounds": stats["rounds"], "nnz": stats["nnz"],
+                            "events": recorder.take(), "selections": counter.take()})
+        return records
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with SelectionCounter() as counter:
+            return SharedSumGroup(workers).run(body, counter)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def predict_call(records: list, network: Network, scale: float, cost: SelectionCost) -> dict:
+    """Predicted seconds of one call from every rank's record of it (model: module docstring)."""
+    length = max(r["rounds"] for r in records)
+    messages = np.zeros((len(records), length))
+    sent = np.zeros((len(records), length))
+    for rank, record in enumerate(records):
+        for event in record["events"]:
+            if event.round >= length:
+                continue  # traffic the method does not count (gtopk's lost-mass measurement)
+            if event.kind == "send":
+                messages[rank, event.round] += 1
+                sent[rank, event.round] += event.nbytes
+            elif event.kind == "allreduce":
+                span = slice(event.round, event.round + event.rounds)
+                messages[rank, span] += 1
+                sent[rank, span] += event.nbytes / event.rounds
+    per_round = (messages * network.alpha + sent * scale * network.beta).max(axis=0, initial=0.0)
+    net = float(np.maximum(per_round, network.alpha).sum())
+    select = max(sum(cost.seconds(kind, np.multiply(lengths, scale)) for kind, lengths in r["selections"].items())
+                 for r in records)
+    return {"network": net, "select": select, "total": net + select}
+
+
+def predict(per_rank: list, network: Network, scale: float, cost: SelectionCost) -> dict:
+    """Mean over calls of :func:`predict_call`; ``per_rank[r][c]`` as :func:`record_calls` returns."""
+    calls = [predict_call([r[c] for r in per_rank], network, scale, cost) for c in range(len(per_rank[0]))]
+    return {key: statistics.fmean(call[key] for call in calls) for key in calls[0]}
+
+
+def simulate_row(label: str, name: str, options: dict, workers: int, args, networks: list,
+                 cost: SelectionCost) -> list:
+    """Record one method at one P and return one row per network."""
+    start = time.perf_counter()
+    per_rank = record_calls(name, options, workers, args.numel, args.density,
+                            args.warmup + args.calls, args.seed)
+    print(f"  simulated {label} at P={workers} in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    timed = [records[args.warmup:] for records in per_rank]
+    scale = args.model_numel / args.numel
+    counts = bench.summarize_counts(timed)
+    scanned = statistics.fmean(sum(map(sum, r[c]["selections"].values())) for r in timed for c in range(args.calls))
+    rows = []
+    for network in networks:
+        predicted = predict(timed, network, scale, cost)
+        rows.append({"method": name, "label": label, "teams": options.get("teams", 1),
+                     "workers": workers, "numel": args.numel, "model_numel": args.model_numel,
+                     "density": args.density, "network": network.name, "alpha": network.alpha,
+                     "beta": network.beta, "predicted_ms": predicted["total"] * 1e3,
+                     "network_ms": predicted["network"] * 1e3, "select_ms": predicted["select"] * 1e3,
+                     **counts, "model_bytes_per_rank": counts["bytes_per_rank"] * scale,
+                     "scanned_per_rank": scanned, "calls": args.calls, "seed": args.seed})
+    return rows
+
+
+def describe(cost: SelectionCost, args) -> str:
+    """One line on the selection throughput the model uses."""
+    if args.select_rate is not None:
+        return f"selection: fixed {args.select_rate / 1e6:g} M elements/s"
+    parts = [f"{kind} " + ", ".join(f"{cost.rate(kind, n) / 1e6:.0f}" for n in (4 ** 8, 4 ** 10, 4 ** 12))
+             for kind in SelectionCounter.KINDS]
+    return (f"selection on this machine ({args.select_threads} threads), M elements/s at n = "
+            f"65,536 / 1,048,576 / 16,777,216: {'; '.join(parts)}")
+
+
+def format_tables(rows: list, key: str, title: str) -> str:
+    """Per network: ``key`` (ms) per method (columns) and P (rows), and the fastest method."""
+    out = []
+    for network in dict.fromkeys(r["network"] for r in rows):
+        subset = [r for r in rows if r["network"] == network]
+        labels = list(dict.fromkeys(r["label"] for r in subset))
+        first = subset[0]
+        out.append(f"\n{network} (alpha {first['alpha'] * 1e6:g} us, beta {first['beta'] * 1e9:g} ns/B): "
+                   f"{title}, n={first['model_numel']:,}, density {first['density']}")
+        header = f"{'P':>5}" + "".join(f"{label:>14}" for label in labels) + "   fastest"
+        out += [header, "-" * len(header)]
+        for workers in sorted({r["workers"] for r in subset}):
+            cells = {r["label"]: r[key] for r in subset if r["workers"] == workers}
+            line = f"{workers:>5}" + "".join(f"{cells[l]:>14.2f}" if l in cells else f"{'-':>14}" for l in labels)
+            out.append(line + f"   {min(cells, key=cells.get)}")
+    return "\n".join(out)
+
+
+def crossovers(rows: list, reference: str = "spardl") -> list:
+    """Sentences saying, per network and method, at which P ``reference`` is faster or slower."""
+    lines = []
+    for network in dict.fromkeys(r["network"] for r in rows):
+        times = {(r["label"], r["workers"]): r["predicted_ms"] for r in rows if r["network"] == network}
+        for label in dict.fromkeys(l for l, _ in times):
+            common = sorted(p for l, p in times if l == label and (reference, p) in times)
+            if label == reference or not common:
+                continue
+            faster = [p for p in common if times[(reference, p)] < times[(label, p)]]
+            slower = [p for p in common if p not in faster]
+            switches = [f"{a}->{b}" for a, b in zip(common, common[1:]) if (a in faster) != (b in faster)]
+            lines.append(f"{network}: {reference} vs {label}: faster at P={faster or 'none'}, "
+                         f"slower at P={slower or 'none'}"
+                         + (f"; crossover between P {', '.join(switches)}" if switches else ""))
+    return lines
+
+
+def plot(rows: list, sweep: list, path: str) -> None:
+    """Predicted time against P per method, and spardl's against team count d, per network."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    networks = list(dict.fromkeys(r["network"] for r in rows))
+    fig, axes = plt.subplots(2 if sweep else 1, len(networks), figsize=(6 * len(networks), 9 if sweep else 4.5),
+                             squeeze=False)
+    for column, network in enumerate(networks):
+        axis = axes[0][column]
+        subset = [r for r in rows if r["network"] == network]
+        for label in dict.fromkeys(r["label"] for r in subset):
+            points = sorted((r["workers"], r["predicted_ms"]) for r in subset if r["label"] == label)
+            axis.plot(*zip(*points), marker="o", label=label)
+        axis.set(xscale="log", yscale="log", xlabel="workers P", ylabel="predicted ms per call", title=network)
+        axis.legend(fontsize=8)
+        if sweep:
+            axis = axes[1][column]
+            subset = [r for r in sweep if r["network"] == network]
+            for workers in sorted({r["workers"] for r in subset}):
+                points = sorted((r["teams"], r["predicted_ms"]) for r in subset if r["workers"] == workers)
+                axis.plot(*zip(*points), marker="o", label=f"P={workers}")
+            axis.set(xscale="log", xlabel="teams d", ylabel="predicted ms per call",
+                     title=f"spardl vs teams ({network})")
+            axis.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line (see the module docstring and docs/TOOLS.md)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", default="16,32,64,128,256", help="P values, comma-separated")
+    parser.add_argument("--numel", type=int, default=1 << 18, help="simulated gradient length")
+    parser.add_argument("--model-numel", type=int, default=VGG16_NUMEL, help="n the model scales to")
+    parser.add_argument("--density", type=float, default=0.01)
+    parser.add_argument("--methods", default="all", help="comma-separated names, or 'all'")
+    parser.add_argument("--teams", default="1", help="spardl team counts d in the main table")
+    parser.add_argument("--sweep", default="", help="P values at which to sweep spardl over d = 1, 2, 4, ...")
+    parser.add_argument("--calls", type=int, default=1, help="modelled calls per method")
+    parser.add_argument("--warmup", type=int, default=1, help="calls run before them")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--network", default="ethernet,infiniband", help="presets, comma-separated")
+    parser.add_argument("--alpha", type=float, help="custom latency per message (s)")
+    parser.add_argument("--beta", type=float, help="custom time per byte (s)")
+    parser.add_argument("--select-threads", type=int, default=1, help="threads of the selection timing")
+    parser.add_argument("--select-rate", type=float, help="fixed selection throughput, elements/s")
+    parser.add_argument("--json", help="write every row (both tables) as a JSON list")
+    parser.add_argument("--plot", help="write a PNG")
+    args = parser.parse_args(argv)
+    names = compressors.available() if args.methods == "all" else args.methods.split(",")
+    args.methods = [compressors.resolve(name).name for name in names]
+    args.workers = [int(p) for p in args.workers.split(",")]
+    args.teams = [int(d) for d in args.teams.split(",")]
+    args.sweep = [int(p) for p in args.sweep.split(",") if p]
+    args.networks = [PRESETS[name] for name in args.network.split(",") if name]
+    if (args.alpha is None) != (args.beta is None):
+        parser.error("--alpha and --beta go together")
+    if args.alpha is not None:
+        args.networks.append(Network("custom", args.alpha, args.beta))
+    if args.calls < 1 or args.warmup < 0 or not args.networks:
+        parser.error("--calls must be >= 1, --warmup >= 0, and at least one network given")
+    return args
+
+
+def main(argv=None) -> tuple:
+    """Simulate, print the tables and crossovers, write JSON/plot; returns (rows, sweep rows)."""
+    args = parse_args(argv)
+    cost = SelectionCost(args.density, args.select_threads, args.select_rate, args.seed)
+    print(describe(cost, args), flush=True)
+    rows, sweep = [], []
+    for workers in args.workers:
+        for label, name, options in bench.method_runs(args.methods, args.teams, workers):
+            rows += simulate_row(label, name, options, workers, args, args.networks, cost)
+    for workers in args.sweep:
+        for teams in (d for d in (2 ** i for i in range(workers.bit_length())) if workers % d == 0):
+            sweep += simulate_row(f"spardl(d={teams})", "spardl", {"teams": teams}, workers, args,
+                                  args.networks, cost)
+    print(format_tables(rows, "predicted_ms", "predicted ms per call (network + selection)"))
+    print(format_tables(rows, "network_ms", "network ms per call (selection excluded)"))
+    print("\n" + "\n".join(crossovers(rows)))
+    if sweep:
+        print(format_tables(sweep, "predicted_ms", "spardl against the team count d, predicted ms per call"))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(rows + sweep, handle, indent=1)
+    if args.plot:
+        plot(rows, sweep, args.plot)
+    return rows, sweep
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""The report script on the hand-written runs in tests/data/runs (values chosen to check by hand).
+
+Per iteration: spardl 200 ms (sync 100), topk 300 ms (sync 200), dense 400 ms (sync 300); the
+dense file has no ``epoch_iters`` or ``eval_seconds``, as an older trainer wrote.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from mpirun import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import report  # noqa: E402
+
+RUNS = [os.path.join(ROOT, "tests", "data", "runs", name) for name in ("spardl", "topk", "dense")]
+
+
+def table_rows(text: str, first_cell: str) -> list:
+    """The cells of every Markdown row whose first cell is ``first_cell``."""
+    return [[cell.strip() for cell in line.strip("|").split("|")]
+            for line in text.splitlines() if line.startswith(f"| {first_cell} |")]
+
+
+def test_time_table_split_and_speedups():
+    text = report.main(RUNS)
+    assert "## model cnn, dataset digits, workers 4" in text
+    (spardl_time, spardl_acc), (topk_time, _), (dense_time, dense_acc) = (
+        table_rows(text, name) for name in ("spardl", "topk", "dense"))
+    assert spardl_time == ["spardl", "0.01", "200.0", "100.0", "40.0", "50.0", "10.0", "100.0", "0.100",
+                           "1.00x", "1.00x"]
+    assert topk_time[2] == "300.0" and topk_time[-2:] == ["1.50x", "2.00x"]
+    assert dense_time[2] == "400.0" and dense_time[-2:] == ["2.00x", "3.00x"]
+    assert spardl_acc == ["spardl", "3", "0.9200", "0.9200", "0.3000", "0.3500", "7.5"]
+    assert dense_acc[-1] == "12.0"  # no eval_seconds: training time only
+
+
+def test_out_dir_gets_markdown_and_plots(tmp_path):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    result = subprocess.run([sys.executable, os.path.join("scripts", "report.py"), *RUNS, "--out", str(tmp_path)],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "report.md").read_text().strip() == result.stdout.strip()
+    for name in ("accuracy_vs_epoch", "accuracy_vs_time", "time_split"):
+        assert (tmp_path / f"{name}.png").stat().st_size > 10_000
+
+
+def test_labels_stay_unique_and_groups_split(tmp_path):
+    second = tmp_path / "spardl_again"
+    shutil.copytree(RUNS[0], second)
+    other = tmp_path / "other_model"
+    other.mkdir()
+    rows = [dict(json.loads(line), model="mlp") for line in open(os.path.join(RUNS[1], "metrics.jsonl"))]
+    (other / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    text = report.main([RUNS[0], str(second), str(other)])
+    assert table_rows(text, "spardl (spardl)") and table_rows(text, "spardl (spardl_again)")
+    assert "## model mlp, dataset digits, workers 4" in text
+    assert table_rows(text, "topk")[0][-2:] == ["-", "-"]  # no spardl run in its group
+
+
+def test_missing_or_broken_runs_exit_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as missing:
+        report.main([str(tmp_path)])
+    assert missing.value.code == 2 and "no metrics.jsonl" in capsys.readouterr().err
+    (tmp_path / "metrics.jsonl").write_text("{not json\n")
+    with pytest.raises(SystemExit) as broken:
+        report.main([str(tmp_path)])
+    assert broken.value.code == 2 and "not JSON" in capsys.readouterr().err

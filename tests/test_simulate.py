@@ -1,0 +1,108 @@
+"""The scale simulator: counts equal mpiexec's, the network model by hand, P = 64 runs quickly."""
+import json
+import os
+import sys
+import time
+
+import pytest
+import torch
+
+import compressors
+from comm.recording import Event
+from mpirun import ROOT, mpiexec
+
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import bench_allreduce as bench  # noqa: E402
+import simulate  # noqa: E402
+
+COUNT_KEYS = ("bytes_per_rank", "bytes_max_rank", "messages", "rounds", "nnz")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("workers", [3, 4])
+def test_counts_equal_those_under_mpiexec(workers, tmp_path):
+    numel, density, warmup, iters, seed = 4099, 0.03, 1, 2, 5
+    path = tmp_path / "rows.json"
+    result = mpiexec(workers, os.path.join("scripts", "bench_allreduce.py"), "--numel", str(numel),
+                     "--density", str(density), "--warmup", str(warmup), "--iters", str(iters),
+                     "--seed", str(seed), "--teams", f"1,{workers}", "--json", str(path), timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [row for row in json.loads(path.read_text()) if row["method"] != "floor"]
+    assert {row["method"] for row in rows} == set(compressors.available())
+    for row in rows:
+        per_rank = simulate.record_calls(row["method"], {"teams": row["teams"]} if row["method"] == "spardl" else {},
+                                         workers, numel, density, warmup + iters, seed)
+        counts = bench.summarize_counts([records[warmup:] for records in per_rank])
+        assert counts == {key: row[key] for key in COUNT_KEYS}, row["label"]
+
+
+def test_the_log_adds_up_to_the_traffic_counts():
+    for method in compressors.available():
+        for records in simulate.record_calls(method, {}, 5, 3000, 0.05, 2):
+            for record in records:
+                counted = [e for e in record["events"] if e.round < record["rounds"]]
+                sends = [e for e in counted if e.kind != "recv"]
+                assert sum(e.nbytes for e in sends) == record["bytes"], method
+                assert sum(e.rounds for e in sends) == record["messages"], method
+
+
+def test_network_model_by_hand():
+    alpha, beta = 2.0, 0.5
+    network = simulate.Network("toy", alpha, beta)
+    int32 = torch.int32
+    rank0 = {"rounds": 3, "selections": {"topk": [100], "above": []},
+             "events": [Event("send", 0, 1, 8, int32), Event("send", 0, 1, 4, int32),
+                        Event("allreduce", 1, None, 12, torch.float32, rounds=2),
+                        Event("send", 3, 1, 1000, int32)]}  # round 3 is not counted: ignored
+    rank1 = {"rounds": 3, "selections": {"topk": [], "above": [300]},
+             "events": [Event("send", 0, 0, 20, int32), Event("recv", 0, 0, 12, int32),
+                        Event("allreduce", 1, None, 12, torch.float32, rounds=2)]}
+    cost = simulate.SelectionCost(0.01, threads=1, rate=100.0)
+    predicted = simulate.predict_call([rank0, rank1], network, 2.0, cost)
+    # round 0: max(2 alpha + 2*12 beta, alpha + 2*20 beta) = 22; rounds 1, 2: alpha + 2*6 beta = 8
+    assert predicted["network"] == pytest.approx(22 + 8 + 8)
+    # selection: the slower rank scans 2 * 300 elements at 100 per second
+    assert predicted["select"] == pytest.approx(6.0)
+    assert predicted["total"] == pytest.approx(44.0)
+
+
+def test_selection_counter_logs_outer_calls_once():
+    selector = compressors.Selector()
+    x = bench.SyntheticGradients(100_000, 0).get(0, 0)
+    with simulate.SelectionCounter() as counter:
+        selector.topk(x, 100)  # calls above() internally
+        selector.above(selector.magnitude(x), 1.0)
+        assert counter.take() == {"topk": [100_000], "above": [100_000]}
+        assert counter.take() == {"topk": [], "above": []}
+    assert compressors.Selector.topk is not None and "wrapper" not in compressors.Selector.topk.__name__
+
+
+def test_shared_sum_group_sums_in_rank_order():
+    values = [torch.randn(1000, generator=torch.Generator().manual_seed(r)) for r in range(12)]
+    expected = values[0].clone()
+    for value in values[1:]:
+        expected += value
+    results = simulate.SharedSumGroup(12).run(lambda t: [t.allreduce_sum(values[t.rank]) for _ in range(3)])
+    assert all(torch.equal(r, expected) for calls in results for r in calls)
+
+
+def test_selection_cost_interpolates_a_measured_curve():
+    cost = simulate.SelectionCost(0.01, threads=1, repeats=1)
+    for kind in ("topk", "above"):
+        assert all(t > 0 for t in cost.seconds_at[kind])
+        assert cost.seconds(kind, [4 ** 8, 4 ** 8]) == pytest.approx(2 * cost.seconds(kind, [4 ** 8]))
+        assert cost.rate(kind, 10 ** 9) == pytest.approx(cost.rate(kind, 4 ** 12))  # constant beyond
+
+
+def test_p64_runs_quickly_and_spardl_sends_least(tmp_path):
+    start = time.perf_counter()
+    rows, sweep = simulate.main(["--workers", "64", "--numel", "16384", "--methods", "spardl,topk,dense",
+                                 "--select-rate", "1e9", "--sweep", "4", "--json", str(tmp_path / "sim.json"),
+                                 "--plot", str(tmp_path / "sim.png")])
+    assert time.perf_counter() - start < 60
+    assert len(rows) == 3 * 2 and len(sweep) == 3 * 2  # 3 methods, d = 1, 2, 4; two networks
+    net = {(r["network"], r["label"]): r["network_ms"] for r in rows}
+    for network in ("ethernet", "infiniband"):
+        assert net[(network, "spardl")] < net[(network, "topk")] < net[(network, "dense")]
+    assert json.loads((tmp_path / "sim.json").read_text())[0]["model_numel"] == simulate.VGG16_NUMEL
+    assert (tmp_path / "sim.png").stat().st_size > 10_000

@@ -1,0 +1,73 @@
+"""Run under ``mpiexec -n P``: invariants of every baseline on the real MPI transport.
+
+Every rank derives every rank's gradients from the seed, so it can check the exact dense
+average itself. Any failed check raises, which aborts the whole job with a non-zero status.
+"""
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+from mpi4py import MPI
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import compressors  # noqa: E402
+from comm.mpi import abort_on_uncaught_exception  # noqa: E402
+
+abort_on_uncaught_exception()
+torch.set_num_threads(1)
+world = MPI.COMM_WORLD
+rank, workers = world.Get_rank(), world.Get_size()
+log = math.ceil(math.log2(workers))
+OPTIONS = {"oktopk": dict(local_interval=2, global_interval=3, region_interval=2)}
+
+
+def gradients(call, numel):
+    rng = np.random.default_rng(1000 * call + numel)
+    return torch.from_numpy(rng.standard_t(3, (workers, numel)).astype(np.float32))
+
+
+def expected_rounds(method, call):
+    if method in ("topk", "gaussiank"):
+        return log
+    if method == "gtopk":
+        return 2 * log
+    if method == "topkdsa":
+        return workers - 1 + 3 * log
+    return workers - 1 + log + (2 * log if call % 2 == 0 else 0)
+
+
+def check(method, numel, density, calls=3):
+    sync = compressors.create(method, world, numel=numel, density=density, **OPTIONS.get(method, {}))
+    k = min(numel, max(1, int(numel * density)))
+    for call in range(calls):
+        grads = gradients(call, numel)
+        before = sync.residual.clone()
+        result = sync.allreduce(grads[rank].clone())
+        everyone = world.allgather(result.numpy().tobytes())
+        assert all(blob == everyone[0] for blob in everyone), f"{method}: ranks disagree"
+        lhs = world.allreduce((grads[rank].double() + before.double()).numpy(), op=MPI.SUM)
+        rhs = workers * result.double().numpy() + world.allreduce(sync.residual.double().numpy(), op=MPI.SUM)
+        scale = np.abs(lhs).max() + 1
+        if method == "gtopk":
+            assert abs((lhs - rhs).sum() - sync.stats["lost_sum"]) <= 1e-5 * scale * math.sqrt(numel), method
+            assert np.abs(lhs - rhs).sum() <= sync.stats["lost_mass"] + 1e-5 * scale * math.sqrt(numel), method
+        else:
+            assert np.abs(lhs - rhs).max() <= 1e-5 * scale, f"{method}: mass lost"
+        if density == 1.0:
+            expected = grads.double().mean(0).numpy()  # at density 1 the residual stays zero
+            assert np.allclose(result.numpy(), expected, rtol=1e-5, atol=1e-5), f"{method}: not dense"
+        assert sync.stats["rounds"] == expected_rounds(method, call), (method, call, sync.stats)
+        assert sync.stats["nnz"] == int(torch.count_nonzero(result)), method
+        if method == "topk":
+            assert sync.stats["bytes_sent"] == 8 * k * (workers - 1), sync.stats
+
+
+for method in ("topk", "gtopk", "oktopk", "gaussiank", "topkdsa"):
+    for numel in (workers - 1 or 1, 5003):
+        for density in (0.02, 1.0):
+            check(method, numel, density)
+world.Barrier()
+if rank == 0:
+    print(f"mpi baseline checks passed on {workers} ranks")

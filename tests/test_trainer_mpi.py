@@ -13,6 +13,7 @@ pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 CONTRACT_KEYS = {"epoch", "iters", "train_loss", "test_loss", "test_acc", "lr", "epoch_seconds",
                  "sync_seconds", "comm_seconds", "select_seconds", "bytes_sent_per_rank",
                  "compressor", "density", "nworkers", "compute_seconds"}
+CNN_DIGITS_PARAMETERS = 22_650
 
 
 def read_rows(log_dir):
@@ -38,7 +39,12 @@ def test_default_run_writes_metrics_and_keeps_ranks_identical(tmp_path, workers,
     assert row["compressor"] == ("spardl" if flags else "dense")
     assert row["density"] == (float(flags[4]) if flags else 1.0)
     assert row["iters"] == row["epoch_iters"] == -(-1437 // (32 * workers))
-    assert row["test_acc"] > 0.25 and row["train_loss"] > 0 and row["bytes_sent_per_rank"] > 0
+    assert row["test_acc"] > 0.25 and row["train_loss"] > 0
+    dense_bytes = 4 * CNN_DIGITS_PARAMETERS * row["iters"]  # one float32 gradient per iteration
+    if flags:
+        assert 0 < row["bytes_sent_per_rank"] < dense_bytes / 4
+    else:
+        assert row["bytes_sent_per_rank"] >= dense_bytes / 2
     assert row["epoch_seconds"] >= row["compute_seconds"] > 0
     assert row["sync_seconds"] >= row["comm_seconds"] > 0
     assert list((tmp_path / "log").glob("events.out.tfevents.*"))
@@ -47,17 +53,6 @@ def test_default_run_writes_metrics_and_keeps_ranks_identical(tmp_path, workers,
     for state in states[1:]:
         for key, tensor in state["model"].items():
             assert torch.equal(tensor, states[0]["model"][key]), key
-
-
-def test_dense_sends_more_than_spardl(tmp_path):
-    rows = {}
-    for name, flags in (("dense", []), ("spardl", ["--compression", "--density", "0.01"])):
-        result = mpiexec(2, "main_trainer.py", "--max-epochs", "1", "--max-iters", "5",
-                         "--log-dir", str(tmp_path / name), *flags)
-        assert result.returncode == 0, result.stderr
-        (rows[name],) = read_rows(tmp_path / name)
-    assert rows["spardl"]["epoch_iters"] == 5
-    assert rows["spardl"]["bytes_sent_per_rank"] * 10 < rows["dense"]["bytes_sent_per_rank"]
 
 
 def test_single_process_without_mpiexec(tmp_path):

@@ -3,7 +3,7 @@ from torch import nn
 
 
 class SmallCNN(nn.Module):
-    """Two conv-BN-ReLU-maxpool blocks (32 and 64 channels) and a 128-unit classifier.
+    """Two conv-BN-ReLU-maxpool blocks (16 and 32 channels) and a 128-unit classifier.
 
     Each block halves height and width, so inputs need height and width of at least 4.
     """
@@ -12,12 +12,12 @@ class SmallCNN(nn.Module):
         super().__init__()
         channels, height, width = input_shape
         self.features = nn.Sequential(
-            _conv_block(channels, 32),
-            _conv_block(32, 64),
+            _conv_block(channels, 16),
+            _conv_block(16, 32),
         )
         self.classifier = nn.Sequential(
             nn.Flatten(),
-            nn.Linear(64 * (height // 4) * (width // 4), 128),
+            nn.Linear(32 * (height // 4) * (width // 4), 128),
             nn.ReLU(inplace=True),
             nn.Linear(128, num_classes),
         )

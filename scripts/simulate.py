@@ -23,7 +23,8 @@ The model, per call (the prediction is the mean over ``--calls`` calls, warm-up 
   s times the recorded length, timed by :class:`SelectionCost`: ``Selector.topk`` and threshold
   passes measured on this machine at several lengths with ``--select-threads`` threads (default 1:
   one core per worker, as in the benchmark; several threads on a shared machine measure noise),
-  or a fixed ``--select-rate`` in elements/s (e.g. a GPU's).
+  ``--select-device cuda`` measures them on a GPU instead; ``--select-rate`` fixes a throughput
+  in elements/s.
 - predicted time = network + selection. Packing, scatter-adds and copies are not modelled.
 
 Presets: ``ethernet`` (10 Gb/s: alpha 25 us, beta 1/1.25e9 s/B) and ``infiniband`` (100 Gb/s:
@@ -166,7 +167,7 @@ class SelectionCost:
     LENGTHS = tuple(4 ** i for i in range(6, 13))
 
     def __init__(self, density: float, threads: int, rate: float | None = None, seed: int = 0,
-                 repeats: int = 5) -> None:
+                 repeats: int = 5, device: str = "cpu") -> None:
         self.lengths = np.array(self.LENGTHS, dtype=float)
         if rate is not None:
             self.seconds_at = {kind: self.lengths / rate for kind in SelectionCounter.KINDS}
@@ -174,7 +175,7 @@ class SelectionCost:
         previous = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
-            self.seconds_at = {kind: np.array([_time_selection(kind, int(n), density, seed, repeats)
+            self.seconds_at = {kind: np.array([_time_selection(kind, int(n), density, seed, repeats, device)
                                                for n in self.LENGTHS]) for kind in SelectionCounter.KINDS}
         finally:
             torch.set_num_threads(previous)
@@ -193,9 +194,10 @@ class SelectionCost:
         return length / self.seconds(kind, [length])
 
 
-def _time_selection(kind: str, numel: int, density: float, seed: int, repeats: int) -> float:
-    """Best wall time of one selection of ``kind`` (see :class:`SelectionCost`) over ``numel``."""
-    x = bench.SyntheticGradients(numel, seed).get(0, 0)
+def _time_selection(kind: str, numel: int, density: float, seed: int, repeats: int, device: str) -> float:
+    """Best wall time of one selection of ``kind`` (see :class:`SelectionCost`) over ``numel``
+    entries on ``device``."""
+    x = bench.SyntheticGradients(numel, seed).get(0, 0).to(device)
     k = max(1, int(numel * density))
     selector = Selector()
     if kind == "topk":
@@ -206,11 +208,14 @@ def _time_selection(kind: str, numel: int, density: float, seed: int, repeats: i
 
         def run():
             selector.above(selector.magnitude(x), threshold)
+    synchronize = torch.cuda.synchronize if x.is_cuda else (lambda: None)
     run()
     times = []
     for _ in range(repeats):
+        synchronize()
         start = time.perf_counter()
         run()
+        synchronize()
         times.append(time.perf_counter() - start)
     return min(times)
 
@@ -308,7 +313,8 @@ def describe(cost: SelectionCost, args) -> str:
         return f"selection: fixed {args.select_rate / 1e6:g} M elements/s"
     parts = [f"{kind} " + ", ".join(f"{cost.rate(kind, n) / 1e6:.0f}" for n in (4 ** 8, 4 ** 10, 4 ** 12))
              for kind in SelectionCounter.KINDS]
-    return (f"selection on this machine ({args.select_threads} threads), M elements/s at n = "
+    where = "a GPU" if args.select_device != "cpu" else f"this machine's CPU ({args.select_threads} threads)"
+    return (f"selection on {where}, M elements/s at n = "
             f"65,536 / 1,048,576 / 16,777,216: {'; '.join(parts)}")
 
 
@@ -396,6 +402,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--alpha", type=float, help="custom latency per message (s)")
     parser.add_argument("--beta", type=float, help="custom time per byte (s)")
     parser.add_argument("--select-threads", type=int, default=1, help="threads of the selection timing")
+    parser.add_argument("--select-device", default="cpu", help="where to time selection (cpu, cuda)")
     parser.add_argument("--select-rate", type=float, help="fixed selection throughput, elements/s")
     parser.add_argument("--json", help="write every row (both tables) as a JSON list")
     parser.add_argument("--plot", help="write a PNG")
@@ -418,7 +425,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> tuple:
     """Simulate, print the tables and crossovers, write JSON/plot; returns (rows, sweep rows)."""
     args = parse_args(argv)
-    cost = SelectionCost(args.density, args.select_threads, args.select_rate, args.seed)
+    cost = SelectionCost(args.density, args.select_threads, args.select_rate, args.seed,
+                         device=args.select_device)
     print(describe(cost, args), flush=True)
     rows, sweep = [], []
     for workers in args.workers:

@@ -5,11 +5,15 @@ All of them take an ``mpi4py`` communicator and are called by every rank.
 """
 import os
 import sys
+import time
 import traceback
 from contextlib import contextmanager
 
 import torch
 from mpi4py import MPI
+
+
+_FORWARD_SECONDS = 1.0
 
 
 class UsageError(Exception):
@@ -31,13 +35,16 @@ def agree(comm, problem):
 def abort_on_error(comm):
     """Print this rank's traceback and abort the whole job if the body raises.
 
-    Without this, the other ranks would wait forever in their next collective.
+    Without this, the other ranks would wait forever in their next collective. The launcher
+    forwards a rank's output through a pipe that ``Abort`` may tear down before it is read, so
+    the rank waits ``_FORWARD_SECONDS`` between writing its traceback and aborting.
     """
     try:
         yield
     except Exception:  # noqa: BLE001 - any failure must end every rank
         sys.stderr.write(f"rank {comm.Get_rank()} failed:\n{traceback.format_exc()}")
         sys.stderr.flush()
+        time.sleep(_FORWARD_SECONDS)
         comm.Abort(1)
 
 

@@ -121,29 +121,29 @@ class SparDL(Synchronizer):
         self._nnz = 0
 
     def _synchronize(self, accumulated, timer):
-        n, blocks_total, size = self.numel, self.team_size * self.block_size, self.block_size
+        n, size, budget = self.numel, self.block_size, self.block_budget
         with timer("accumulate"):
-            if self._work.numel() != blocks_total or self._work.device != accumulated.device:
-                self._work = torch.zeros(blocks_total, device=accumulated.device)
-            work = self._work
-            work[:n].copy_(accumulated)
-            work[n:].zero_()
+            work = self._padded_work(accumulated)
         blocks = work.view(self.team_size, size)
-        budget = self.block_budget
+        # The blocks are reduced in place, so a_o survives only where nothing touched it; the
+        # original values of every touched coordinate are saved first (sparse, O(k) per call).
+        originals = []
 
         def produce(step):
             with timer("select"):
-                return pack([self._cut(blocks[b], budget) for b in step.send_items], with_counts=False)
+                return pack([self._cut(blocks[b], budget, b, originals) for b in step.send_items],
+                            with_counts=False)
 
         def consume(step, message):
             with timer("accumulate"):
                 parts = unpack(message, len(step.recv_items), [budget] * len(step.recv_items))
                 for block, (indices, values) in zip(step.recv_items, parts):
+                    originals.append((indices + block * size, blocks[block].index_select(0, indices)))
                     blocks[block].index_add_(0, indices, values)
 
         run_schedule(self.transport, self.srs_steps, produce, consume, work.device, timer)
         with timer("select"):
-            own = self._cut(blocks[self.position], self.height.value)
+            own = self._cut(blocks[self.position], self.height.value, self.position, originals)
         if self.teams > 1:
             own = self._spar_all_gather(own, timer)
         gathered = allgather_lists(self.transport, self.gather_steps, self.position, own,
@@ -151,20 +151,41 @@ class SparDL(Synchronizer):
         with timer("accumulate"):
             flat = torch.cat([indices.long() + block * size for block, (indices, _) in sorted(gathered.items())])
             values = torch.cat([values for _, (_, values) in sorted(gathered.items())])
-            if blocks_total > n:
+            if work.numel() > n:
                 inside = flat < n
                 flat, values = flat[inside], values[inside]
             result = self._new_result(work.device)
             result.index_copy_(0, flat, values / self.size)
-            # Global residual collection (module docstring, step 6).
-            accumulated.index_copy_(0, flat, work.index_select(0, flat))
+            # Global residual collection (module docstring, step 6): what the cuts dropped at
+            # the result's coordinates, a_o everywhere else. Restoring the saves newest first
+            # leaves each coordinate's earliest save, its a_o.
+            dropped = work.index_select(0, flat)
+            for positions, values_before in reversed(originals):
+                work.index_copy_(0, positions.long(), values_before)
+            work.index_copy_(0, flat, dropped)
             self._nnz = int(torch.count_nonzero(values))
-        return result, accumulated
+        return result, work[:n]
 
-    def _cut(self, block: torch.Tensor, count: int) -> tuple:
-        """Top-``count`` of ``block`` as (int32 indices, values); zero them in the dense copy."""
+    def _padded_work(self, accumulated: torch.Tensor) -> torch.Tensor:
+        """The zero-padded buffer of m*B entries whose first n hold ``accumulated``.
+
+        The residual this class returns is a view of that buffer, so from the second call on
+        ``accumulated`` already lies in it and nothing is copied.
+        """
+        padded = self._work
+        if padded.numel() != self.team_size * self.block_size or padded.device != accumulated.device:
+            padded = self._work = torch.zeros(self.team_size * self.block_size, device=accumulated.device)
+        if accumulated.data_ptr() != padded.data_ptr():
+            padded[:self.numel].copy_(accumulated)
+        padded[self.numel:].zero_()
+        return padded
+
+    def _cut(self, block: torch.Tensor, count: int, number: int, originals: list) -> tuple:
+        """Top-``count`` of block ``number`` as (int32 indices, values); zero them in the dense
+        copy, saving the values they had in ``originals`` (flat positions, values)."""
         indices = self.selector.topk(block, count)
-        values = block[indices]
+        values = block.index_select(0, indices)
+        originals.append((indices + number * self.block_size, values))
         block.index_fill_(0, indices, 0.0)
         return indices.to(torch.int32), values
 

@@ -18,7 +18,7 @@ import math
 import numpy as np
 import torch
 
-_EXACT_BELOW = 32768      # vectors this short are sorted outright
+_EXACT_BELOW = 32768      # vectors this short are selected from outright, with no sample
 _SAMPLE = 16384           # sample size used to estimate the threshold
 _SIGMAS = 4.0             # safety margin of the estimate, in standard deviations
 _CACHED_SAMPLES = 8       # sample positions kept for this many vector lengths
@@ -44,7 +44,7 @@ class Selector:
         if x.is_cuda:
             return torch.topk(x.abs(), k, sorted=False).indices.sort().values
         if n <= _EXACT_BELOW:
-            return _stable_top(x.abs(), k).sort().values
+            return _first_k_largest(x.abs(), k)
         magnitude = self._abs(x)
         threshold = self._estimate(magnitude, k)
         if threshold <= 0:
@@ -86,19 +86,21 @@ class Selector:
         return buffer[:numel]
 
     def _estimate(self, magnitude: torch.Tensor, k: int) -> float:
-        """A threshold that about ``k`` plus a few standard deviations of entries exceed."""
+        """A threshold that about ``k`` plus a few standard deviations of entries exceed,
+        from a sample of at most 1/8 of the entries (so short vectors stay cheap)."""
         n = magnitude.numel()
         sample = self._samples.get(n)
         if sample is None:
             generator = torch.Generator().manual_seed(self._seed + n)
-            sample = torch.randint(0, n, (_SAMPLE,), generator=generator).sort().values
+            sample = torch.randint(0, n, (min(_SAMPLE, n // 8),), generator=generator).sort().values
             if len(self._samples) >= _CACHED_SAMPLES:  # lengths vary per call for merged lists
                 self._samples.pop(next(iter(self._samples)))
             self._samples[n] = sample
-        expected = k * _SAMPLE / n
-        rank_from_top = min(_SAMPLE, math.ceil(expected + _SIGMAS * math.sqrt(expected) + 4))
+        size = sample.numel()
+        expected = k * size / n
+        rank_from_top = min(size, math.ceil(expected + _SIGMAS * math.sqrt(expected) + 4))
         values = magnitude.index_select(0, sample)
-        return torch.kthvalue(values, _SAMPLE - rank_from_top + 1).values.item()
+        return torch.kthvalue(values, size - rank_from_top + 1).values.item()
 
 
 def flat_nonzero(mask: torch.Tensor) -> torch.Tensor:

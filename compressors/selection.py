@@ -2,9 +2,9 @@
 
 ``torch.topk`` on CPU sorts far more than it needs (4-9x slower than a threshold pass on large
 vectors). :class:`Selector` instead estimates a threshold from a fixed random sample, keeps the
-candidates above a slightly lower threshold in one vectorized pass, and sorts only those. The
-result is exact: always ``k`` indices, the ``k`` largest ``|x|``, ties broken towards the lower
-index, returned in ascending order. Work buffers are kept and reused across calls.
+candidates above a slightly lower threshold in one vectorized pass, and picks the k largest of
+those with one linear-time selection (no sort). The result is exact: always ``k`` indices, the
+``k`` largest ``|x|``, ties broken towards the lower index, returned in ascending order. Work buffers are kept and reused across calls.
 
 On one CPU thread (one MPI rank per core, the usual setting) the full passes ``|x|`` and
 ``|x| >= t`` run as NumPy ufuncs on the tensors' memory: 5.0 and 3.2 ms for 14.7M floats against
@@ -59,7 +59,7 @@ class Selector:
         if magnitude.is_cuda:
             return torch.nonzero(magnitude >= threshold).squeeze(1)
         mask = self._buffer("_mask", magnitude.numel(), torch.bool)
-        if torch.get_num_threads() == 1:
+        if _numpy_passes():
             np.greater_equal(magnitude.numpy(), threshold, out=mask.numpy())
         else:
             torch.ge(magnitude, threshold, out=mask)
@@ -73,7 +73,7 @@ class Selector:
         if x.is_cuda:
             return x.abs()
         out = self._buffer("_magnitude", x.numel(), x.dtype)
-        if torch.get_num_threads() == 1:
+        if _numpy_passes():
             np.abs(x.detach().numpy(), out=out.numpy())
             return out
         return torch.abs(x, out=out)
@@ -101,6 +101,11 @@ class Selector:
         rank_from_top = min(size, math.ceil(expected + _SIGMAS * math.sqrt(expected) + 4))
         values = magnitude.index_select(0, sample)
         return torch.kthvalue(values, size - rank_from_top + 1).values.item()
+
+
+def _numpy_passes() -> bool:
+    """Whether full CPU passes run as NumPy ufuncs (one torch thread; see the module docstring)."""
+    return torch.get_num_threads() == 1
 
 
 def flat_nonzero(mask: torch.Tensor) -> torch.Tensor:

@@ -77,6 +77,18 @@ class HeightAdapter:
         self.direction, self.streak = int(state["direction"]), int(state["streak"])
 
 
+def _runs(items) -> list:
+    """``(first, count)`` of each stretch of consecutive numbers in ``items`` (cyclic block
+    lists have at most two)."""
+    runs = []
+    for item in items:
+        if runs and runs[-1][0] + runs[-1][1] == item:
+            runs[-1][1] += 1
+        else:
+            runs.append([item, 1])
+    return [tuple(run) for run in runs]
+
+
 def check_teams(teams, sag: str, workers: int) -> None:
     """Raise ``ValueError`` unless ``teams`` divides ``workers`` and ``sag`` suits ``teams``."""
     divisors = [d for d in range(1, workers + 1) if workers % d == 0]
@@ -131,19 +143,20 @@ class SparDL(Synchronizer):
 
         def produce(step):
             with timer("select"):
-                return pack([self._cut(blocks[b], budget, b, originals) for b in step.send_items],
-                            with_counts=False)
+                return pack([self._cut(blocks, first, count, budget, originals)
+                             for first, count in _runs(step.send_items)], with_counts=False)
 
         def consume(step, message):
             with timer("accumulate"):
-                parts = unpack(message, len(step.recv_items), [budget] * len(step.recv_items))
-                for block, (indices, values) in zip(step.recv_items, parts):
-                    originals.append((indices + block * size, blocks[block].index_select(0, indices)))
-                    blocks[block].index_add_(0, indices, values)
+                indices, values = unpack(message, 1, [budget * len(step.recv_items)])[0]
+                items = torch.tensor(step.recv_items, device=work.device)
+                positions = (indices.view(-1, budget).long() + items[:, None] * size).view(-1)
+                originals.append((positions, work.index_select(0, positions)))
+                work.index_add_(0, positions, values)
 
         run_schedule(self.transport, self.srs_steps, produce, consume, work.device, timer)
         with timer("select"):
-            own = self._cut(blocks[self.position], self.height.value, self.position, originals)
+            own = self._cut(blocks, self.position, 1, self.height.value, originals)
         if self.teams > 1:
             own = self._spar_all_gather(own, timer)
         gathered = allgather_lists(self.transport, self.gather_steps, self.position, own,
@@ -180,14 +193,18 @@ class SparDL(Synchronizer):
         padded[self.numel:].zero_()
         return padded
 
-    def _cut(self, block: torch.Tensor, count: int, number: int, originals: list) -> tuple:
-        """Top-``count`` of block ``number`` as (int32 indices, values); zero them in the dense
-        copy, saving the values they had in ``originals`` (flat positions, values)."""
-        indices = self.selector.topk(block, count)
-        values = block.index_select(0, indices)
-        originals.append((indices + number * self.block_size, values))
-        block.index_fill_(0, indices, 0.0)
-        return indices.to(torch.int32), values
+    def _cut(self, blocks: torch.Tensor, first: int, count: int, keep: int, originals: list) -> tuple:
+        """Top-``keep`` of each of the blocks ``first .. first+count-1``, as one list of (int32
+        indices within their blocks, values), block after block; zero them in the dense copy,
+        saving the values they had in ``originals`` (flat positions, values)."""
+        rows = blocks[first:first + count]
+        columns = self.selector.topk_rows(rows, keep)
+        values = rows.gather(1, columns).view(-1)
+        positions = (columns + torch.arange(first, first + count, device=rows.device)[:, None]
+                     * self.block_size).view(-1)
+        originals.append((positions, values))
+        blocks.view(-1).index_fill_(0, positions, 0.0)
+        return columns.view(-1).to(torch.int32), values
 
     def _spar_all_gather(self, own: tuple, timer) -> tuple:
         """Union of the d teams' top-h lists of this position's block, cut to its top-k_b."""

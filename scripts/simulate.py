@@ -20,7 +20,8 @@ The model, per call (the prediction is the mean over ``--calls`` calls, warm-up 
   (gtopk's lost-mass measurement) are left out here too. A dense all-reduce counted as R rounds (Rabenseifner,
   CONTRACT) is spread evenly over its R rounds, one message per round.
 - selection: max over ranks of the summed time of that rank's selections, each one a vector of
-  s times the recorded length, timed by :class:`SelectionCost`: ``Selector.topk`` and threshold
+  s times the recorded length (a ``topk_rows`` matrix counts as one vector of its total size),
+  timed by :class:`SelectionCost`: ``Selector.topk`` and threshold
   passes measured on this machine at several lengths with ``--select-threads`` threads (default 1:
   one core per worker, as in the benchmark; several threads on a shared machine measure noise),
   ``--select-device cuda`` measures them on a GPU instead; ``--select-rate`` fixes a throughput
@@ -109,24 +110,26 @@ def _ordered_sum(tensors: list) -> torch.Tensor:
 
 
 class SelectionCounter:
-    """While active, logs the length of every vector each thread passes to ``Selector.topk`` and
-    ``Selector.above`` (nested calls, such as ``above`` inside ``topk``, are not logged twice)."""
+    """While active, logs the length of every vector each thread passes to ``Selector.topk``
+    (or matrix to ``Selector.topk_rows``, logged as a top-k of its total length) and
+    ``Selector.above`` (nested calls, such as ``topk_rows`` inside ``topk``, are not logged twice)."""
 
     KINDS = ("topk", "above")
+    METHODS = {"topk": "topk", "topk_rows": "topk", "above": "above"}
 
     def __init__(self) -> None:
         self._local = threading.local()
         self._originals = {}
 
     def __enter__(self) -> "SelectionCounter":
-        for kind in self.KINDS:
-            self._originals[kind] = original = getattr(Selector, kind)
-            setattr(Selector, kind, self._logged(kind, original))
+        for method, kind in self.METHODS.items():
+            self._originals[method] = original = getattr(Selector, method)
+            setattr(Selector, method, self._logged(kind, original))
         return self
 
     def __exit__(self, *exc) -> None:
-        for kind, original in self._originals.items():
-            setattr(Selector, kind, original)
+        for method, original in self._originals.items():
+            setattr(Selector, method, original)
 
     def take(self) -> dict:
         """This thread's vector lengths per kind since the last ``take``."""
@@ -158,9 +161,11 @@ class SelectionCounter:
 class SelectionCost:
     """Seconds one selection of a vector of a given length takes on this machine.
 
-    Measured at lengths 4^6 .. 4^12 (best of ``repeats``): ``topk`` is ``Selector.topk`` keeping
-    density * length entries, ``above`` is ``Selector.magnitude`` + ``Selector.above`` keeping
-    about as many; other lengths are interpolated in log-log (constant rate beyond the ends).
+    Measured at lengths 4^6 .. 4^12, best of ``repeats`` timings, each of enough calls to scan
+    at least 2^22 entries (single short calls time mostly noise): ``topk`` is ``Selector.topk``
+    keeping density * length entries, ``above`` is ``Selector.magnitude`` + ``Selector.above``
+    keeping about as many; other lengths are interpolated in log-log (constant rate beyond the
+    ends). A ``Selector.topk_rows`` call is priced as one ``topk`` of its total length.
     ``rate`` (elements/s) replaces the measurement by a fixed throughput (e.g. a GPU's).
     """
 
@@ -210,13 +215,15 @@ def _time_selection(kind: str, numel: int, density: float, seed: int, repeats: i
             selector.above(selector.magnitude(x), threshold)
     synchronize = torch.cuda.synchronize if x.is_cuda else (lambda: None)
     run()
+    calls = max(1, (1 << 22) // numel)
     times = []
     for _ in range(repeats):
         synchronize()
         start = time.perf_counter()
-        run()
+        for _ in range(calls):
+            run()
         synchronize()
-        times.append(time.perf_counter() - start)
+        times.append((time.perf_counter() - start) / calls)
     return min(times)
 
 

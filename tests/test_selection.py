@@ -61,3 +61,60 @@ def test_topk_on_cuda_selects_the_largest():
     got = Selector().topk(x.cuda(), 1000)
     assert got.is_cuda
     np.testing.assert_array_equal(got.cpu().numpy(), reference_topk(x, 1000))
+
+
+@pytest.fixture(params=[1, 2], ids=["one-thread", "two-threads"])
+def threads(request):
+    """Both CPU paths: NumPy passes in chunks (one thread) and torch's whole-matrix passes."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(previous)
+
+
+@pytest.mark.parametrize("rows,n", [(1, 300000), (3, 40000), (5, 7), (4, 1000), (2, 600000), (9, 70000)])
+@pytest.mark.parametrize("density", [0.001, 0.01, 0.3])
+def test_topk_rows_selects_each_row_exactly(threads, rows, n, density):
+    x = torch.from_numpy(np.random.default_rng(rows * n).standard_t(3, (rows, n)).astype(np.float32))
+    x[0] *= 100.0  # rows of very different scales get their own thresholds
+    k = max(1, int(n * density))
+    got = Selector().topk_rows(x, k)
+    assert got.shape == (rows, k) and got.dtype == torch.int64
+    for row in range(rows):
+        np.testing.assert_array_equal(got[row].numpy(), reference_topk(x[row], k))
+
+
+def test_topk_rows_mixes_regular_sparse_and_tied_rows(threads):
+    n, k = 50000, 500
+    x = torch.randn(4, n, generator=torch.Generator().manual_seed(3))
+    x[1] = 0.0
+    x[1, ::20000] = 5.0               # 3 non-zeros: the rest are the lowest-index zeros
+    x[2] = 1.0
+    x[2, 777] = -3.0                   # all ties but one
+    x[3, 1000:3000] = 0.0
+    got = Selector().topk_rows(x, k)
+    for row in range(4):
+        np.testing.assert_array_equal(got[row].numpy(), reference_topk(x[row], k))
+
+
+def test_topk_rows_recovers_when_the_sample_overestimates(threads):
+    """Large values exactly at the sample positions make the estimated threshold too high: the
+    row has fewer candidates than k and must still come out exact."""
+    n, k = 40000, 2000
+    selector = Selector()
+    selector.topk_rows(torch.randn(2, n), k)  # fixes the sample positions for this length
+    sample = torch.from_numpy(selector._samples[n])
+    x = torch.rand(2, n)
+    x[1, sample] = 10.0
+    calls = []
+    exact_rows = selector._with_short_rows
+    selector._with_short_rows = lambda *args: calls.append(args[5].tolist()) or exact_rows(*args)
+    got = selector.topk_rows(x, k)
+    assert calls == [[False, True]]  # the fallback ran, for row 1 only
+    for row in range(2):
+        np.testing.assert_array_equal(got[row].numpy(), reference_topk(x[row], k))
+
+
+def test_topk_rows_keeps_whole_rows_when_k_covers_them():
+    got = Selector().topk_rows(torch.randn(3, 5), 9)
+    assert torch.equal(got, torch.arange(5).repeat(3, 1))

@@ -70,11 +70,13 @@ def test_selection_counter_logs_outer_calls_once():
     selector = compressors.Selector()
     x = bench.SyntheticGradients(100_000, 0).get(0, 0)
     with simulate.SelectionCounter() as counter:
-        selector.topk(x, 100)  # calls above() internally
+        selector.topk(x, 100)  # calls topk_rows() internally
+        selector.topk_rows(x.view(4, -1), 10)  # one matrix: one top-k of its total size
         selector.above(selector.magnitude(x), 1.0)
-        assert counter.take() == {"topk": [100_000], "above": [100_000]}
+        assert counter.take() == {"topk": [100_000, 100_000], "above": [100_000]}
         assert counter.take() == {"topk": [], "above": []}
-    assert compressors.Selector.topk is not None and "wrapper" not in compressors.Selector.topk.__name__
+    for method in ("topk", "topk_rows", "above"):
+        assert "wrapper" not in getattr(compressors.Selector, method).__name__
 
 
 def test_shared_sum_group_sums_in_rank_order():

@@ -165,8 +165,8 @@ class SparDL(Synchronizer):
             flat = torch.cat([indices.long() + block * size for block, (indices, _) in sorted(gathered.items())])
             values = torch.cat([values for _, (_, values) in sorted(gathered.items())])
             if work.numel() > n:
-                inside = flat < n
-                flat, values = flat[inside], values[inside]
+                inside = int(torch.searchsorted(flat, n))  # flat ascends: the padding is a suffix
+                flat, values = flat[:inside], values[:inside]
             result = self._new_result(work.device)
             result.index_copy_(0, flat, values / self.size)
             # Global residual collection (module docstring, step 6): what the cuts dropped at

@@ -205,3 +205,12 @@ def test_rng_state_round_trip():
     first = torch.rand(3)
     restore_rng(saved)
     assert torch.equal(torch.rand(3), first)
+
+
+def test_byte_counts_keep_their_digits_in_the_epoch_line():
+    from trainer.metrics import format_bytes
+    assert format_bytes(0) == "0 B"
+    assert format_bytes(1000) == "1000 B"
+    assert format_bytes(93_000) == "90.82 KiB"  # a sparse run on a small model: not "0.0 MiB"
+    assert format_bytes(4.7 * 2**20) == "4.7 MiB"
+    assert format_bytes(3 * 2**30) == "3 GiB"

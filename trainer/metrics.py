@@ -97,4 +97,13 @@ def format_row(row):
             f"lr {row['lr']:.4g}  {row['epoch_seconds']:.1f}s "
             f"(compute {row['compute_seconds']:.1f}s, sync {row['sync_seconds']:.1f}s: "
             f"select {row['select_seconds']:.1f}s, comm {row['comm_seconds']:.1f}s)  "
-            f"{row['bytes_sent_per_rank'] / 2**20:.1f} MiB/rank")
+            f"{format_bytes(row['bytes_sent_per_rank'])}/rank")
+
+
+def format_bytes(count) -> str:
+    """A byte count in B, KiB, MiB or GiB, whichever keeps the number below 1024 (4 significant digits)."""
+    for unit in ("B", "KiB", "MiB"):
+        if abs(count) < 1024:
+            return f"{count:.4g} {unit}"
+        count /= 1024
+    return f"{count:.4g} GiB"

@@ -54,6 +54,18 @@ def reference_spardl(accumulated, density):
 @pytest.mark.parametrize("workers", range(1, 17))
 @pytest.mark.parametrize("numel,density", [(37, 0.1), (1000, 0.01), (2003, 0.05), (5, 0.5)])
 def test_matches_reference_over_consecutive_calls(workers, numel, density):
+    check_against_reference(workers, numel, density)
+
+
+@pytest.mark.parametrize("workers", [3, 5, 8])
+def test_matches_reference_with_blocks_long_enough_to_be_sampled(workers):
+    """Blocks above 32,768 entries take the selector's sampled path (the small cases select
+    outright); several blocks per round go to one row-wise selection."""
+    check_against_reference(workers, 40_000 * workers + 3, 0.01)
+
+
+def check_against_reference(workers, numel, density):
+    """Three consecutive calls (residuals carried) equal the numpy reference on every rank."""
     calls, _ = run_calls("spardl", workers, numel, density, calls=3, seed=workers)
     for call in calls:
         accumulated = (call["grads"] + call["before"]).numpy()

@@ -59,13 +59,12 @@ class Selector:
             kept = np.flatnonzero(_keep_k_per_row(np.abs(rows.numpy()).reshape(-1), k, np.full(count, n)))
             return _columns(kept, count, n, k)
         thresholds = self._estimate(rows, k)
-        zero = thresholds <= 0  # mostly zeros: the non-zeros are the candidates
-        thresholds[zero] = _TINY
-        candidates, values = self._candidates(rows, thresholds)
-        sizes = np.diff(np.searchsorted(candidates, np.arange(count + 1) * n))
+        thresholds[thresholds <= 0] = _TINY  # mostly zeros: the non-zeros are the candidates
+        candidates, values, sizes = self._candidates(rows, thresholds)
         short = sizes < k
-        if short.any():  # the estimate was too high (rare) or too few non-zeros: row by row
-            return self._with_short_rows(rows, k, candidates, values, sizes, short, zero)
+        if short.any():  # the estimate was too high (rare) or too few non-zeros: whole rows
+            thresholds[short] = -1.0
+            candidates, values, sizes = self._candidates(rows, thresholds)
         return _columns(candidates[np.flatnonzero(_keep_k_per_row(values, k, sizes))], count, n, k)
 
     def above(self, magnitude: torch.Tensor, threshold: float) -> torch.Tensor:
@@ -90,16 +89,17 @@ class Selector:
         return torch.abs(x, out=out)
 
     def _candidates(self, rows: torch.Tensor, thresholds: np.ndarray) -> tuple:
-        """Flat positions (ascending) and magnitudes (NumPy arrays) of the entries of ``rows``
-        with ``|x| >=`` their row's threshold: in cache-sized chunks on one thread (each chunk's
-        ``|x|``, mask and candidates while it is in the cache), whole-matrix passes otherwise."""
+        """Flat positions (ascending), magnitudes and per-row counts (NumPy arrays) of the entries
+        of ``rows`` with ``|x| >=`` their row's threshold: in cache-sized chunks on one thread
+        (each chunk's ``|x|``, mask and candidates while it is in the cache), whole-matrix passes
+        otherwise."""
         count, n = rows.shape
         if not _numpy_passes():
             magnitude = self._buffer("_magnitude", count * n, rows.dtype).view(count, n)
             mask = self._buffer("_mask", count * n, torch.bool).view(count, n)
             torch.ge(torch.abs(rows, out=magnitude), torch.from_numpy(thresholds)[:, None], out=mask)
             positions = flat_nonzero(mask.view(-1)).numpy()
-            return positions, magnitude.numpy().reshape(-1)[positions]
+            return positions, magnitude.numpy().reshape(-1)[positions], _row_sizes(positions, count, n)
         values, limits = rows.numpy(), thresholds[:, None]
         scratch = self._buffer("_magnitude", min(count * n, _CHUNK), rows.dtype).numpy()
         bits = self._buffer("_mask", min(count * n, _CHUNK), torch.bool).numpy()
@@ -117,24 +117,8 @@ class Selector:
                 magnitudes.append(scratch[found])
                 found += first * n + start
                 positions.append(found)
-        return np.concatenate(positions), np.concatenate(magnitudes)
-
-    def _with_short_rows(self, rows, k, candidates, values, sizes, short, zero) -> torch.Tensor:
-        """:meth:`topk_rows` when some rows have fewer than ``k`` candidates: those rows are
-        selected exactly on their own, the others from their candidates as usual."""
-        count, n = rows.shape
-        result = torch.empty(count, k, dtype=torch.int64)
-        regular = ~short
-        if regular.any():
-            inside = np.repeat(regular, sizes)
-            candidates, values = candidates[inside], values[inside]
-            kept = candidates[np.flatnonzero(_keep_k_per_row(values, k, sizes[regular]))]
-            result[torch.from_numpy(regular)] = torch.from_numpy(kept.reshape(-1, k) % n)
-        for row in np.flatnonzero(short).tolist():
-            magnitude = rows[row].abs()
-            result[row] = _sparse_top(magnitude, k) if zero[row] else torch.from_numpy(
-                np.flatnonzero(_keep_k_per_row(magnitude.numpy(), k, np.array([n]))))
-        return result
+        positions = np.concatenate(positions)
+        return positions, np.concatenate(magnitudes), _row_sizes(positions, count, n)
 
     def _buffer(self, name: str, numel: int, dtype: torch.dtype) -> torch.Tensor:
         buffer = getattr(self, name)
@@ -175,6 +159,11 @@ def flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
     if mask.device.type != "cpu":
         return torch.nonzero(mask).squeeze(1)
     return torch.from_numpy(np.flatnonzero(mask.numpy()))
+
+
+def _row_sizes(positions: np.ndarray, count: int, n: int) -> np.ndarray:
+    """How many of the ascending flat ``positions`` fall in each row of a ``(count, n)`` matrix."""
+    return np.diff(np.searchsorted(positions, np.arange(count + 1) * n))
 
 
 def _kth_largest(table: np.ndarray, k: int) -> np.ndarray:
@@ -220,21 +209,3 @@ def _keep_k_per_row(values: np.ndarray, k: int, sizes: np.ndarray) -> np.ndarray
     ties_before = np.concatenate([[0], running])[starts]
     needed = k - np.bincount(groups[larger], minlength=count)
     return larger | (ties & (running - ties_before[groups] <= needed[groups]))
-
-
-def _stable_top(magnitude: torch.Tensor, k: int) -> torch.Tensor:
-    """Positions of the ``k`` largest values, ties towards the lower position (not sorted)."""
-    return torch.sort(magnitude, descending=True, stable=True).indices[:k]
-
-
-def _sparse_top(magnitude: torch.Tensor, k: int) -> torch.Tensor:
-    """Top-k when most entries are zero: every non-zero (or the k largest of them), then the
-    lowest-index zeros to make up k."""
-    nonzero = torch.nonzero(magnitude > 0).squeeze(1)
-    if nonzero.numel() >= k:
-        return nonzero[_stable_top(magnitude[nonzero], k)].sort().values
-    missing = k - nonzero.numel()
-    # The first (missing + nnz) positions hold at least `missing` zeros.
-    prefix = magnitude[:missing + nonzero.numel()]
-    zeros = torch.nonzero(prefix == 0).squeeze(1)[:missing]
-    return torch.cat([nonzero, zeros]).sort().values

@@ -107,10 +107,11 @@ def test_topk_rows_recovers_when_the_sample_overestimates(threads):
     x = torch.rand(2, n)
     x[1, sample] = 10.0
     calls = []
-    exact_rows = selector._with_short_rows
-    selector._with_short_rows = lambda *args: calls.append(args[5].tolist()) or exact_rows(*args)
+    candidates = selector._candidates
+    selector._candidates = lambda rows, thresholds: calls.append((thresholds < 0).tolist()) or candidates(
+        rows, thresholds)
     got = selector.topk_rows(x, k)
-    assert calls == [[False, True]]  # the fallback ran, for row 1 only
+    assert calls == [[False, False], [False, True]]  # the fallback ran, for row 1 only
     for row in range(2):
         np.testing.assert_array_equal(got[row].numpy(), reference_topk(x[row], k))
 

@@ -101,7 +101,8 @@ def format_row(row):
 
 
 def format_bytes(count) -> str:
-    """A byte count in B, KiB, MiB or GiB, whichever keeps the number below 1024 (4 significant digits)."""
+    """A byte count in B, KiB, MiB or GiB, whichever keeps the number below 1024 (4 significant
+    digits)."""
     for unit in ("B", "KiB", "MiB"):
         if abs(count) < 1024:
             return f"{count:.4g} {unit}"

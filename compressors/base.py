@@ -112,11 +112,12 @@ class Synchronizer(abc.ABC):
     def _after_call(self) -> None:
         """Hook for per-call bookkeeping of subclasses (counters, adaptive parameters)."""
 
-    def _new_result(self, device: torch.device) -> torch.Tensor:
-        """A zeroed result vector: the caller's ``out`` buffer if one was given, else a new one."""
+    def _new_result(self, device: torch.device, zeroed: bool = True) -> torch.Tensor:
+        """The result vector: the caller's ``out`` buffer if one was given, else a new one;
+        ``zeroed=False`` leaves its contents undefined (the caller writes every entry)."""
         if self._out is not None:
-            return self._out.zero_()
-        return torch.zeros(self.numel, device=device)
+            return self._out.zero_() if zeroed else self._out
+        return (torch.zeros if zeroed else torch.empty)(self.numel, device=device)
 
     def _count_nonzero(self, result: torch.Tensor) -> int:
         """Non-zeros of the last result (methods that know it cheaper override this)."""

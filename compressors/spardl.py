@@ -133,51 +133,59 @@ class SparDL(Synchronizer):
         self._nnz = 0
 
     def _synchronize(self, accumulated, timer):
-        n, size, budget = self.numel, self.block_size, self.block_budget
+        budget = self.block_budget
         with timer("accumulate"):
             work = self._padded_work(accumulated)
-        blocks = work.view(self.team_size, size)
-        # The blocks are reduced in place, so a_o survives only where nothing touched it; the
-        # original values of every touched coordinate are saved first (sparse, O(k) per call).
-        originals = []
+        blocks = work.view(self.team_size, self.block_size)
+        # The blocks are reduced in place, so a_o survives only where nothing touched it: every
+        # cut and every receive first saves, per block, the values it overwrites (O(k) per call).
+        saves = [[] for _ in range(self.team_size)]
 
         def produce(step):
             with timer("select"):
-                return pack([self._cut(blocks, first, count, budget, originals)
-                             for first, count in _runs(step.send_items)], with_counts=False)
+                return pack([cut for first, count in _runs(step.send_items)
+                             for cut in self._cut(blocks, first, count, budget, saves)], with_counts=False)
 
         def consume(step, message):
             with timer("accumulate"):
                 indices, values = unpack(message, 1, [budget * len(step.recv_items)])[0]
-                items = torch.tensor(step.recv_items, device=work.device)
-                positions = (indices.view(-1, budget).long() + items[:, None] * size).view(-1)
-                originals.append((positions, work.index_select(0, positions)))
-                work.index_add_(0, positions, values)
+                for item, columns, summands in zip(step.recv_items, indices.view(-1, budget),
+                                                   values.view(-1, budget)):
+                    saves[item].append((columns, blocks[item].index_select(0, columns)))
+                    blocks[item].scatter_add_(0, columns, summands)  # columns are unique
 
         run_schedule(self.transport, self.srs_steps, produce, consume, work.device, timer)
         with timer("select"):
-            own = self._cut(blocks, self.position, 1, self.height.value, originals)
+            own = self._cut(blocks, self.position, 1, self.height.value, saves)[0]
         if self.teams > 1:
             own = self._spar_all_gather(own, timer)
         gathered = allgather_lists(self.transport, self.gather_steps, self.position, own,
                                    budget if self.teams == 1 else None, timer)
         with timer("accumulate"):
-            flat = torch.cat([indices.long() + block * size for block, (indices, _) in sorted(gathered.items())])
-            values = torch.cat([values for _, (_, values) in sorted(gathered.items())])
-            if work.numel() > n:
-                inside = int(torch.searchsorted(flat, n))  # flat ascends: the padding is a suffix
-                flat, values = flat[:inside], values[:inside]
-            result = self._new_result(work.device)
-            result.index_copy_(0, flat, values / self.size)
-            # Global residual collection (module docstring, step 6): what the cuts dropped at
-            # the result's coordinates, a_o everywhere else. Restoring the saves newest first
-            # leaves each coordinate's earliest save, its a_o.
-            dropped = work.index_select(0, flat)
-            for positions, values_before in reversed(originals):
-                work.index_copy_(0, positions.long(), values_before)
-            work.index_copy_(0, flat, dropped)
-            self._nnz = int(torch.count_nonzero(values))
-        return result, work[:n]
+            result = self._new_result(work.device, zeroed=False)
+            self._nnz = sum(self._collect(block, columns, values, blocks[block], saves[block], result)
+                            for block, (columns, values) in gathered.items())
+        return result, work[:self.numel]
+
+    def _collect(self, block: int, columns, values, row, saves: list, result) -> int:
+        """Write block ``block``'s gathered list (``columns`` ascending) into ``result`` / P and
+        leave its global residual in ``row`` (module docstring, step 6): what the cuts dropped at
+        the listed columns, a_o everywhere else. Returns the list's non-zeros inside the vector.
+
+        One block at a time, so the second and later touches of its coordinates hit the cache.
+        """
+        start = block * self.block_size
+        part = result[min(start, self.numel):start + self.block_size]
+        part.zero_()
+        inside = columns
+        if part.numel() < self.block_size:  # the last block: its padding is a suffix of the list
+            inside = columns[:int(torch.searchsorted(columns, part.numel()))]
+        part.scatter_(0, inside, values[:inside.numel()] / self.size)
+        dropped = row.index_select(0, columns)
+        for touched, before in reversed(saves):  # newest first: each coordinate ends at its a_o
+            row.scatter_(0, touched, before)
+        row.scatter_(0, columns, dropped)
+        return int(torch.count_nonzero(values[:inside.numel()]))
 
     def _padded_work(self, accumulated: torch.Tensor) -> torch.Tensor:
         """The zero-padded buffer of m*B entries whose first n hold ``accumulated``.
@@ -193,18 +201,18 @@ class SparDL(Synchronizer):
         padded[self.numel:].zero_()
         return padded
 
-    def _cut(self, blocks: torch.Tensor, first: int, count: int, keep: int, originals: list) -> tuple:
-        """Top-``keep`` of each of the blocks ``first .. first+count-1``, as one list of (int32
-        indices within their blocks, values), block after block; zero them in the dense copy,
-        saving the values they had in ``originals`` (flat positions, values)."""
-        rows = blocks[first:first + count]
-        columns = self.selector.topk_rows(rows, keep)
-        values = rows.gather(1, columns).view(-1)
-        positions = (columns + torch.arange(first, first + count, device=rows.device)[:, None]
-                     * self.block_size).view(-1)
-        originals.append((positions, values))
-        blocks.view(-1).index_fill_(0, positions, 0.0)
-        return columns.view(-1).to(torch.int32), values
+    def _cut(self, blocks: torch.Tensor, first: int, count: int, keep: int, saves: list) -> list:
+        """Top-``keep`` of each of the blocks ``first .. first+count-1`` as one sparse list per
+        block (int32 columns, values); zero them in the dense copy, saving what they held."""
+        cuts = []
+        for block, columns in zip(range(first, first + count),
+                                  self.selector.topk_rows(blocks[first:first + count], keep)):
+            row = blocks[block]
+            values = row.index_select(0, columns)
+            saves[block].append((columns, values))
+            row.index_fill_(0, columns, 0.0)
+            cuts.append((columns.to(torch.int32), values))
+        return cuts
 
     def _spar_all_gather(self, own: tuple, timer) -> tuple:
         """Union of the d teams' top-h lists of this position's block, cut to its top-k_b."""

@@ -14,6 +14,11 @@ the raw gradients of that call (one exact MPI all-reduce, outside the timing). A
 as its slowest rank, so every time is the maximum over ranks of that call; the table shows the
 median over the timed calls (warm-up calls excluded) and the min and max.
 
+The methods run interleaved: call c of every row synchronizes the same gradient, one row after
+another, starting with a different row each call, so drift of the machine's speed during the run
+hits all rows alike (``--sequential`` times one method after another, with one method's buffers in
+memory at a time).
+
 The **floor** row replays SparDL's messages (same sizes, partners and rounds, with d = 1) through
 the transport with no selection, packing or accumulation, plus one ``Selector.topk`` pass over the
 n gradient entries of this rank; ``x floor`` is each method's median over the floor's median.
@@ -104,68 +109,101 @@ def method_runs(methods: list, teams: list, workers: int) -> list:
     return runs
 
 
-def time_method(comm, name: str, options: dict, source, density: float, calls: int) -> tuple:
-    """Run ``calls`` synchronizations of one method on this rank.
+class MethodRun:
+    """One row's synchronizer on this rank, timed one call at a time."""
 
-    Returns (per-call records, the messages of the last call). Each record holds the wall time
-    and phase times in seconds, traffic, nnz, the cosine to the exact average and, when the
-    method reports it, ``lost_mass``.
-    """
-    from comm.mpi import MPITransport
-    from mpi4py import MPI
-    recorder = RecordingTransport(MPITransport(comm))
-    sync = compressors.create(name, recorder, numel=source.numel, density=density, **options)
-    out = torch.empty(source.numel)
-    records, events = [], []
-    for call in range(calls):
-        grad = source.get(comm.Get_rank(), call)
-        exact = grad.clone()
-        comm.Allreduce(MPI.IN_PLACE, exact.numpy(), op=MPI.SUM)
-        exact.div_(comm.Get_size())
-        recorder.take()
-        comm.Barrier()
+    def __init__(self, comm, name: str, options: dict, numel: int, density: float) -> None:
+        from comm.mpi import MPITransport
+        self.comm = comm
+        self.sync = compressors.create(name, MPITransport(comm), numel=numel, density=density, **options)
+
+    def time(self, grad: torch.Tensor, exact: torch.Tensor, out: torch.Tensor) -> dict:
+        """One synchronization of ``grad``: the wall time and phase times in seconds, traffic,
+        nnz, the cosine to ``exact`` and, when the method reports it, ``lost_mass``."""
+        self.comm.Barrier()
         start = time.perf_counter()
-        result = sync.allreduce(grad, out=out)
+        result = self.sync.allreduce(grad, out=out)
         seconds = time.perf_counter() - start
-        events = recorder.take()
-        stats = sync.stats
+        stats = self.sync.stats
         record = {"seconds": seconds, **{p: stats["seconds"].get(p, 0.0) for p in PHASES},
                   "bytes": stats["bytes_sent"], "messages": stats["messages"],
                   "rounds": stats["rounds"], "nnz": stats["nnz"], "cosine": cosine(result, exact)}
         if "lost_mass" in stats:
             record["lost_mass"] = float(stats["lost_mass"])
-        records.append(record)
-    return records, events
+        return record
 
 
-def time_floor(comm, events: list, source, density: float, calls: int) -> list:
-    """Replay ``events`` (one SparDL call's messages) ``calls`` times with no method work, after
-    one exact top-k selection over this rank's n entries; per-call records like
-    :func:`time_method`."""
-    from comm.mpi import MPITransport
-    transport = MPITransport(comm)
-    selector = compressors.Selector()
-    grad = source.get(comm.Get_rank(), 0)
-    k = max(1, int(source.numel * density))
-    sends = [(e, torch.zeros(e.nbytes // torch.empty((), dtype=e.dtype).element_size(), dtype=e.dtype))
-             for e in events if e.kind == "send"]
-    rounds = max([e.round + e.rounds for e in events], default=0)
-    records = []
-    for _ in range(calls):
-        comm.Barrier()
+class FloorRun:
+    """The floor: SparDL's messages (recorded from one call on a fresh synchronizer) replayed with
+    no method work, after one exact top-k selection over this rank's n entries."""
+
+    def __init__(self, comm, source, density: float) -> None:
+        from comm.mpi import MPITransport
+        self.comm = comm
+        recorder = RecordingTransport(MPITransport(comm))
+        compressors.create("spardl", recorder, numel=source.numel, density=density).allreduce(
+            source.get(comm.Get_rank(), 0))
+        self.events = recorder.take()
+        self.transport = recorder.inner
+        self.selector = compressors.Selector()
+        self.k = max(1, int(source.numel * density))
+        self.sends = [(e, torch.zeros(e.nbytes // torch.empty((), dtype=e.dtype).element_size(), dtype=e.dtype))
+                      for e in self.events if e.kind == "send"]
+        self.rounds = max([e.round + e.rounds for e in self.events], default=0)
+
+    def time(self, grad: torch.Tensor, exact: torch.Tensor, out: torch.Tensor) -> dict:
+        """One replay after selecting from ``grad``; a record like :meth:`MethodRun.time`."""
+        self.comm.Barrier()
         start = time.perf_counter()
-        selector.topk(grad, k)
+        self.selector.topk(grad, self.k)
         selected = time.perf_counter()
-        for number in range(rounds):
-            handles = [transport.isend(buffer, e.peer, number) for e, buffer in sends if e.round == number]
-            for e in events:
+        for number in range(self.rounds):
+            handles = [self.transport.isend(buffer, e.peer, number)
+                       for e, buffer in self.sends if e.round == number]
+            for e in self.events:
                 if e.kind == "recv" and e.round == number:
-                    transport.recv(e.peer, number, e.dtype, grad.device)
-            transport.waitall(handles)
+                    self.transport.recv(e.peer, number, e.dtype, grad.device)
+            self.transport.waitall(handles)
         end = time.perf_counter()
-        records.append({"seconds": end - start, "select": selected - start, "comm": end - selected,
-                        "accumulate": 0.0, "bytes": sum(e.nbytes for e, _ in sends),
-                        "messages": len(sends), "rounds": rounds, "nnz": k, "cosine": None})
+        return {"seconds": end - start, "select": selected - start, "comm": end - selected,
+                "accumulate": 0.0, "bytes": sum(e.nbytes for e, _ in self.sends),
+                "messages": len(self.sends), "rounds": self.rounds, "nnz": self.k, "cosine": None}
+
+
+def time_runs(comm, factories: list, source, calls: int, sequential: bool) -> list:
+    """Per-call records of every run (``factories``: functions that build a :class:`MethodRun`
+    or :class:`FloorRun`), in the order of ``factories``.
+
+    Interleaved (the default): call c of every run synchronizes the same gradient one after
+    another, starting at a different run each call, so a machine that drifts in speed during
+    the benchmark slows every run alike. ``sequential``: all calls of one run, then the next
+    (one run's buffers in memory at a time).
+    """
+    from mpi4py import MPI
+    rank = comm.Get_rank()
+    out = torch.empty(source.numel)
+    cache = {}
+
+    def gradient(call: int) -> tuple:
+        if call not in cache:
+            cache.clear()
+            grad = source.get(rank, call)
+            exact = grad.clone()
+            comm.Allreduce(MPI.IN_PLACE, exact.numpy(), op=MPI.SUM)
+            cache[call] = grad, exact.div_(comm.Get_size())
+        return cache[call]
+
+    records = [[] for _ in factories]
+    if sequential:
+        for index, factory in enumerate(factories):
+            run = factory()
+            records[index] = [run.time(*gradient(call), out) for call in range(calls)]
+            del run
+        return records
+    runs = [factory() for factory in factories]
+    for call in range(calls):
+        for index in [(call + shift) % len(runs) for shift in range(len(runs))]:
+            records[index].append(runs[index].time(*gradient(call), out))
     return records
 
 
@@ -283,6 +321,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=8, help="batch size for model gradients")
     parser.add_argument("--input-shape", default="3,32,32", help="C,H,W for model gradients")
     parser.add_argument("--classes", type=int, default=10, help="classes for model gradients")
+    parser.add_argument("--sequential", action="store_true",
+                        help="time all calls of one method before the next (less memory: one "
+                             "method's buffers at a time) instead of interleaving the methods call "
+                             "by call (the default: drift of the machine's speed hits all alike)")
     parser.add_argument("--json", help="write the rows as a JSON list")
     parser.add_argument("--csv", help="write the rows as CSV")
     parser.add_argument("--plot", help="write a PNG of times and bytes")
@@ -326,20 +368,18 @@ def main(argv=None) -> list:
     set_threads(comm)
     source = gradient_source(args)
     workers, calls = comm.Get_size(), args.warmup + args.iters
-    rows, floor_events = [], None
-    for label, name, options in method_runs(args.methods, args.teams, workers):
-        records, events = time_method(comm, name, options, source, args.density, calls)
-        if label == "spardl":
-            floor_events = events
-        per_rank = comm.gather(records[args.warmup:], root=0)
+    runs = method_runs(args.methods, args.teams, workers)
+    factories = [lambda name=name, options=options: MethodRun(comm, name, options, source.numel, args.density)
+                 for _, name, options in runs]
+    factories.append(lambda: FloorRun(comm, source, args.density))
+    records = time_runs(comm, factories, source, calls, args.sequential)
+    rows = []
+    for (label, name, options), run_records in zip(runs + [(FLOOR, FLOOR, {})], records):
+        per_rank = comm.gather(run_records[args.warmup:], root=0)
         if comm.Get_rank() == 0:
             rows.append(summarize(label, name, options, per_rank, args, workers, source.numel))
-    if floor_events is None:
-        _, floor_events = time_method(comm, "spardl", {}, source, args.density, 1)
-    per_rank = comm.gather(time_floor(comm, floor_events, source, args.density, calls)[args.warmup:], root=0)
     if comm.Get_rank() != 0:
         return []
-    rows.append(summarize(FLOOR, FLOOR, {}, per_rank, args, workers, source.numel))
     floor_ms = rows[-1]["median_ms"]
     for row in rows:
         row["floor_ratio"] = row["median_ms"] / floor_ms

@@ -53,6 +53,23 @@ def test_density_one_gives_the_exact_average(dense_density_rows):
             assert row["nnz"] == 3001, row["label"]
 
 
+@pytest.mark.mpi
+def test_interleaved_and_sequential_order_give_the_same_numbers(tmp_path):
+    """The order of the timed calls changes timings only: every method sees the same gradients
+    and keeps its own state, so traffic, nnz and cosine agree row by row."""
+    rows = {}
+    for order in ("interleaved", "sequential"):
+        path = tmp_path / f"{order}.json"
+        flags = ["--sequential"] if order == "sequential" else []
+        result = mpiexec(2, SCRIPT, "--numel", "5003", "--density", "0.02", "--iters", "3", "--warmup", "1",
+                         "--methods", "spardl,topk,oktopk", "--json", str(path), *flags, timeout=180)
+        assert result.returncode == 0, result.stderr[-3000:]
+        rows[order] = json.loads(path.read_text())
+    keys = ("label", "bytes_per_rank", "messages", "rounds", "nnz", "cosine")
+    assert [[row[k] for k in keys] for row in rows["interleaved"]] == \
+        [[row[k] for k in keys] for row in rows["sequential"]]
+
+
 def test_single_process_writes_csv_and_plot(tmp_path):
     csv_path, png_path = tmp_path / "rows.csv", tmp_path / "bench.png"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)

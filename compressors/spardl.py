@@ -163,14 +163,15 @@ class SparDL(Synchronizer):
                                    budget if self.teams == 1 else None, timer)
         with timer("accumulate"):
             result = self._new_result(work.device, zeroed=False)
-            self._nnz = sum(self._collect(block, columns, values, blocks[block], saves[block], result)
-                            for block, (columns, values) in gathered.items())
+            self._nnz = int(sum(self._collect(block, columns, values, blocks[block], saves[block], result)
+                                for block, (columns, values) in gathered.items()))  # one device sync
         return result, work[:self.numel]
 
-    def _collect(self, block: int, columns, values, row, saves: list, result) -> int:
+    def _collect(self, block: int, columns, values, row, saves: list, result) -> torch.Tensor:
         """Write block ``block``'s gathered list (``columns`` ascending) into ``result`` / P and
         leave its global residual in ``row`` (module docstring, step 6): what the cuts dropped at
-        the listed columns, a_o everywhere else. Returns the list's non-zeros inside the vector.
+        the listed columns, a_o everywhere else. Returns the list's non-zeros inside the vector
+        (a 0-d tensor).
 
         One block at a time, so the second and later touches of its coordinates hit the cache.
         """
@@ -185,7 +186,7 @@ class SparDL(Synchronizer):
         for touched, before in reversed(saves):  # newest first: each coordinate ends at its a_o
             row.scatter_(0, touched, before)
         row.scatter_(0, columns, dropped)
-        return int(torch.count_nonzero(values[:inside.numel()]))
+        return torch.count_nonzero(values[:inside.numel()])
 
     def _padded_work(self, accumulated: torch.Tensor) -> torch.Tensor:
         """The zero-padded buffer of m*B entries whose first n hold ``accumulated``.

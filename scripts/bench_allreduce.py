@@ -307,7 +307,8 @@ def plot(rows: list, path: str) -> None:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    """The command line (see the module docstring and docs/TOOLS.md)."""
+    """The command line (see the module docstring and the README's "Benchmarks, simulator,
+    reports")."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--numel", type=int, default=1 << 20, help="gradient length n (synthetic)")

@@ -4,9 +4,11 @@
 vectors). :meth:`Selector.topk_rows` instead estimates a threshold per row from a fixed random
 sample, keeps the candidates above a slightly lower threshold in one pass, and picks each row's
 k largest of those with one linear-time selection for all rows at once (no sort, no Python loop
-over rows). The result is exact: always ``k`` indices per row, the ``k`` largest ``|x|``, ties
-broken towards the lower index, in ascending order. :meth:`Selector.topk` is the one-row case.
-Work buffers are kept and reused across calls.
+over rows). A row left with fewer than k candidates (an estimate too high, or fewer than k
+non-zeros, as in the blocks of an embedding's gradient) takes its non-zeros, in one more pass over
+that row alone when needed, and its lowest-index zeros. The result is exact: always ``k`` indices
+per row, the ``k`` largest ``|x|``, ties broken towards the lower index, in ascending order.
+:meth:`Selector.topk` is the one-row case. Work buffers are kept and reused across calls.
 
 On one CPU thread (one MPI rank per core, the usual setting) the candidate pass runs as NumPy
 ufuncs in chunks of 2^18 entries, so ``|x|`` never leaves the cache (NumPy's abs and compare
@@ -61,11 +63,37 @@ class Selector:
         thresholds = self._estimate(rows, k)
         thresholds[thresholds <= 0] = _TINY  # mostly zeros: the non-zeros are the candidates
         candidates, values, sizes = self._candidates(rows, thresholds)
-        short = sizes < k
-        if short.any():  # the estimate was too high (rare) or too few non-zeros: whole rows
-            thresholds[short] = -1.0
-            candidates, values, sizes = self._candidates(rows, thresholds)
+        if (sizes < k).any():  # the estimate was too high (rare), or a row has < k non-zeros
+            candidates, values, sizes = self._refill(rows, k, thresholds, candidates, values, sizes)
         return _columns(candidates[np.flatnonzero(_keep_k_per_row(values, k, sizes))], count, n, k)
+
+    def _refill(self, rows: torch.Tensor, k: int, thresholds: np.ndarray, candidates: np.ndarray,
+                values: np.ndarray, sizes: np.ndarray) -> tuple:
+        """The candidates again, each row with fewer than ``k`` now holding all its non-zeros
+        (one more pass over those rows only, when its threshold was above zero) and, if they are
+        still fewer than ``k``, its lowest-index other entries: the ties at zero that complete it.
+        """
+        count, n = rows.shape
+        keep = np.repeat(sizes >= k, sizes)
+        positions, magnitudes = [candidates[keep]], [values[keep]]
+        for row in np.flatnonzero(sizes < k):
+            if thresholds[row] > _TINY:  # the estimate was too high: every non-zero is a candidate
+                found, found_values, _ = self._candidates(rows[row:row + 1], np.array([_TINY]))
+                found += row * n
+            else:  # the pass took every non-zero already
+                mine = ~keep & (candidates // n == row)
+                found, found_values = candidates[mine], values[mine]
+            missing = k - found.size
+            if missing > 0:  # within the first k entries lie at least ``missing`` others
+                zeros = np.flatnonzero(~(np.abs(rows[row, :k].numpy()) >= _TINY))[:missing] + row * n
+                found = np.concatenate([found, zeros])
+                found_values = np.concatenate([found_values, np.zeros(missing, found_values.dtype)])
+            positions.append(found)
+            magnitudes.append(found_values)
+        positions, magnitudes = np.concatenate(positions), np.concatenate(magnitudes)
+        order = np.argsort(positions, kind="stable")
+        positions = positions[order]
+        return positions, magnitudes[order], _row_sizes(positions, count, n)
 
     def above(self, magnitude: torch.Tensor, threshold: float) -> torch.Tensor:
         """Indices (ascending) of the entries of ``magnitude`` that are ``>= threshold``."""
@@ -192,8 +220,10 @@ def _keep_k_per_row(values: np.ndarray, k: int, sizes: np.ndarray) -> np.ndarray
     starts = np.cumsum(sizes) - sizes
     if widest == int(sizes.min()):
         table = values.reshape(count, widest)
-    else:  # ragged groups: into a table padded with -1, below every value
-        table = np.full((count, widest), -1.0, dtype=values.dtype)
+    else:  # ragged groups: into a table padded below every value, with distinct values (NumPy's
+        # introselect slows down 15x on long runs of equal values)
+        table = np.empty((count, widest), dtype=values.dtype)
+        table[:] = -1.0 - np.arange(widest, dtype=values.dtype)
         slots = np.repeat(np.arange(count) * widest - starts, sizes)
         slots += np.arange(values.size)
         table.reshape(-1)[slots] = values

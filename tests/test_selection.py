@@ -98,22 +98,45 @@ def test_topk_rows_mixes_regular_sparse_and_tied_rows(threads):
 
 
 def test_topk_rows_recovers_when_the_sample_overestimates(threads):
-    """Large values exactly at the sample positions make the estimated threshold too high: the
-    row has fewer candidates than k and must still come out exact."""
+    """Large values exactly at the sample positions make the estimated threshold too high: those
+    rows have fewer candidates than k, get a second pass (only they), and come out exact; row 2
+    has non-zeros only there (fewer than k), so its lowest-index zeros complete it."""
     n, k = 40000, 2000
     selector = Selector()
-    selector.topk_rows(torch.randn(2, n), k)  # fixes the sample positions for this length
+    selector.topk_rows(torch.randn(3, n), k)  # fixes the sample positions for this length
     sample = torch.from_numpy(selector._samples[n])
-    x = torch.rand(2, n)
+    x = torch.rand(3, n)
     x[1, sample] = 10.0
-    calls = []
-    candidates = selector._candidates
-    selector._candidates = lambda rows, thresholds: calls.append((thresholds < 0).tolist()) or candidates(
-        rows, thresholds)
+    x[2] = 0.0
+    x[2, sample] = 10.0
+    passes = spy_on_passes(selector)
     got = selector.topk_rows(x, k)
-    assert calls == [[False, False], [False, True]]  # the fallback ran, for row 1 only
-    for row in range(2):
+    assert [rows.tolist() for rows in passes] == [x.tolist(), x[1:2].tolist(), x[2:3].tolist()]
+    for row in range(3):
         np.testing.assert_array_equal(got[row].numpy(), reference_topk(x[row], k))
+
+
+def test_rows_with_few_non_zeros_need_no_second_pass(threads):
+    """A mostly-zero row's threshold is "non-zero" already: its missing entries are its
+    lowest-index zeros, with no second pass over any row (one used to cost 100x a normal call)."""
+    n, k = 200000, 2000
+    x = torch.randn(4, n, generator=torch.Generator().manual_seed(5))
+    x[2] = 0.0
+    x[2, ::1000] = -1.0
+    selector = Selector()
+    passes = spy_on_passes(selector)
+    got = selector.topk_rows(x, k)
+    assert len(passes) == 1
+    for row in range(4):
+        np.testing.assert_array_equal(got[row].numpy(), reference_topk(x[row], k))
+
+
+def spy_on_passes(selector):
+    """Make ``selector`` log the matrix of every candidate pass it runs; returns the log."""
+    passes = []
+    candidates = selector._candidates
+    selector._candidates = lambda rows, thresholds: passes.append(rows.clone()) or candidates(rows, thresholds)
+    return passes
 
 
 def test_topk_rows_keeps_whole_rows_when_k_covers_them():

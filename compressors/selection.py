@@ -22,7 +22,6 @@ import math
 import numpy as np
 import torch
 
-_EXACT_BELOW = 32768      # rows this short are selected from outright, with no sample
 _SAMPLE = (1024, 16384)   # fewest and most sample entries per row to estimate the threshold,
 _SAMPLE_SHARE = 128       # ... and between them 1/128 of the row (short rows stay cheap)
 _SIGMAS = 4.0             # safety margin of the estimate, in standard deviations
@@ -57,9 +56,6 @@ class Selector:
         if rows.is_cuda:
             return torch.topk(rows.abs(), k, dim=1, sorted=False).indices.sort(dim=1).values
         rows = rows.detach().contiguous()
-        if n <= _EXACT_BELOW:
-            kept = np.flatnonzero(_keep_k_per_row(np.abs(rows.numpy()).reshape(-1), k, np.full(count, n)))
-            return _columns(kept, count, n, k)
         thresholds = self._estimate(rows, k)
         thresholds[thresholds <= 0] = _TINY  # mostly zeros: the non-zeros are the candidates
         candidates, values, sizes = self._candidates(rows, thresholds)
@@ -70,26 +66,26 @@ class Selector:
     def _refill(self, rows: torch.Tensor, k: int, thresholds: np.ndarray, candidates: np.ndarray,
                 values: np.ndarray, sizes: np.ndarray) -> tuple:
         """The candidates again, each row with fewer than ``k`` now holding all its non-zeros
-        (one more pass over those rows only, when its threshold was above zero) and, if they are
-        still fewer than ``k``, its lowest-index other entries: the ties at zero that complete it.
-        """
+        (one more pass over that row alone, if its threshold was above zero) and, if those are
+        still fewer than ``k``, its lowest-index zeros: the ties at zero that complete it."""
         count, n = rows.shape
-        keep = np.repeat(sizes >= k, sizes)
-        positions, magnitudes = [candidates[keep]], [values[keep]]
-        for row in np.flatnonzero(sizes < k):
-            if thresholds[row] > _TINY:  # the estimate was too high: every non-zero is a candidate
-                found, found_values, _ = self._candidates(rows[row:row + 1], np.array([_TINY]))
-                found += row * n
-            else:  # the pass took every non-zero already
-                mine = ~keep & (candidates // n == row)
-                found, found_values = candidates[mine], values[mine]
-            missing = k - found.size
-            if missing > 0:  # within the first k entries lie at least ``missing`` others
-                zeros = np.flatnonzero(~(np.abs(rows[row, :k].numpy()) >= _TINY))[:missing] + row * n
-                found = np.concatenate([found, zeros])
-                found_values = np.concatenate([found_values, np.zeros(missing, found_values.dtype)])
-            positions.append(found)
+        again = np.flatnonzero((sizes < k) & (thresholds > _TINY))
+        redo = np.zeros(count, dtype=bool)
+        redo[again] = True
+        keep = np.repeat(~redo, sizes)
+        positions, magnitudes, counts = [candidates[keep]], [values[keep]], sizes.copy()
+        for row in again:  # the estimate was too high (rare): every non-zero is a candidate
+            found, found_values, _ = self._candidates(rows[row:row + 1], np.full(1, _TINY, np.float32))
+            positions.append(found + row * n)
             magnitudes.append(found_values)
+            counts[row] = found.size
+        short = np.flatnonzero(counts < k)
+        if short.size:  # fewer than k non-zeros: zeros complete them, lowest index first
+            zero = ~(np.abs(rows.numpy()[short, :k]) >= _TINY)  # at least k - count of them per row
+            zero &= np.cumsum(zero, axis=1) <= (k - counts[short])[:, None]
+            row, column = np.nonzero(zero)
+            positions.append(short[row] * n + column)
+            magnitudes.append(np.zeros(row.size, dtype=values.dtype))
         positions, magnitudes = np.concatenate(positions), np.concatenate(magnitudes)
         order = np.argsort(positions, kind="stable")
         positions = positions[order]
@@ -170,7 +166,14 @@ class Selector:
         size = sample.size
         expected = k * size / n
         rank_from_top = min(size, math.ceil(expected + _SIGMAS * math.sqrt(expected) + 4))
-        return _kth_largest(np.abs(np.take(rows.numpy(), sample, axis=1)), rank_from_top)
+        table = np.abs(np.take(rows.numpy(), sample, axis=1))
+        thresholds = np.zeros(table.shape[0], dtype=table.dtype)
+        # Rows whose sample has too few non-zeros get 0 without a partition (which crawls on the
+        # long runs of equal zeros): their candidates are all their non-zeros.
+        full = np.count_nonzero(table >= _TINY, axis=1) >= rank_from_top
+        if full.any():
+            thresholds[full] = _kth_largest(table[full], rank_from_top)
+        return thresholds
 
 
 def _numpy_passes() -> bool:

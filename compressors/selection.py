@@ -69,12 +69,10 @@ class Selector:
         (one more pass over that row alone, if its threshold was above zero) and, if those are
         still fewer than ``k``, its lowest-index zeros: the ties at zero that complete it."""
         count, n = rows.shape
-        again = np.flatnonzero((sizes < k) & (thresholds > _TINY))
-        redo = np.zeros(count, dtype=bool)
-        redo[again] = True
-        keep = np.repeat(~redo, sizes)
+        again = (sizes < k) & (thresholds > _TINY)
+        keep = np.repeat(~again, sizes)
         positions, magnitudes, counts = [candidates[keep]], [values[keep]], sizes.copy()
-        for row in again:  # the estimate was too high (rare): every non-zero is a candidate
+        for row in np.flatnonzero(again):  # the estimate was too high (rare): all non-zeros
             found, found_values, _ = self._candidates(rows[row:row + 1], np.full(1, _TINY, np.float32))
             positions.append(found + row * n)
             magnitudes.append(found_values)

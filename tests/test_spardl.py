@@ -59,8 +59,9 @@ def test_matches_reference_over_consecutive_calls(workers, numel, density):
 
 @pytest.mark.parametrize("workers", [3, 5, 8])
 def test_matches_reference_with_blocks_long_enough_to_be_sampled(workers):
-    """Blocks above 32,768 entries take the selector's sampled path (the small cases select
-    outright); several blocks per round go to one row-wise selection."""
+    """Blocks of 40,000 entries, where the selector's sampled estimate matters (in the small
+    cases a sample covers most of a block); several blocks per round go to one row-wise
+    selection."""
     check_against_reference(workers, 40_000 * workers + 3, 0.01)
 
 

@@ -57,7 +57,6 @@ class Selector:
             return torch.topk(rows.abs(), k, dim=1, sorted=False).indices.sort(dim=1).values
         rows = rows.detach().contiguous()
         thresholds = self._estimate(rows, k)
-        thresholds[thresholds <= 0] = _TINY  # mostly zeros: the non-zeros are the candidates
         candidates, values, sizes = self._candidates(rows, thresholds)
         if (sizes < k).any():  # the estimate was too high (rare), or a row has < k non-zeros
             candidates, values, sizes = self._refill(rows, k, thresholds, candidates, values, sizes)
@@ -151,7 +150,8 @@ class Selector:
 
     def _estimate(self, rows: torch.Tensor, k: int) -> np.ndarray:
         """Per row, a threshold that about ``k`` plus a few standard deviations of the row's
-        entries exceed, from the same sample positions in every row."""
+        entries exceed, from the same sample positions in every row; at least ``_TINY``, so that
+        a mostly-zero row takes all its non-zeros and no zero as candidates."""
         n = rows.shape[1]
         sample = self._samples.get(n)
         if sample is None:
@@ -165,12 +165,12 @@ class Selector:
         expected = k * size / n
         rank_from_top = min(size, math.ceil(expected + _SIGMAS * math.sqrt(expected) + 4))
         table = np.abs(np.take(rows.numpy(), sample, axis=1))
-        thresholds = np.zeros(table.shape[0], dtype=table.dtype)
-        # Rows whose sample has too few non-zeros get 0 without a partition (which crawls on the
-        # long runs of equal zeros): their candidates are all their non-zeros.
+        thresholds = np.full(table.shape[0], _TINY, dtype=table.dtype)
+        # Rows whose sample has too few non-zeros keep _TINY without a partition (which crawls
+        # on the long runs of equal zeros).
         full = np.count_nonzero(table >= _TINY, axis=1) >= rank_from_top
         if full.any():
-            thresholds[full] = _kth_largest(table[full], rank_from_top)
+            thresholds[full] = np.maximum(_kth_largest(table[full], rank_from_top), _TINY)
         return thresholds
 
 

@@ -149,7 +149,7 @@ class SparDL(Synchronizer):
         def consume(step, message):
             with timer("accumulate"):
                 indices, values = unpack(message, 1, [budget * len(step.recv_items)])[0]
-                for item, columns, summands in zip(step.recv_items, indices.view(-1, budget),
+                for item, columns, summands in zip(step.recv_items, indices.view(-1, budget).long(),
                                                    values.view(-1, budget)):
                     saves[item].append((columns, blocks[item].index_select(0, columns)))
                     blocks[item].scatter_add_(0, columns, summands)  # columns are unique
@@ -175,6 +175,7 @@ class SparDL(Synchronizer):
 
         One block at a time, so the second and later touches of its coordinates hit the cache.
         """
+        columns = columns.long()  # once: the scatters below would each convert int32 again
         start = block * self.block_size
         part = result[min(start, self.numel):start + self.block_size]
         part.zero_()

@@ -15,6 +15,8 @@ import torch
 from allreducers import PhaseTimer
 from comm import Transport, as_transport
 
+from .sparse_ops import zero_
+
 
 def check_density(density) -> float:
     """Return ``density`` as a float, or raise ``ValueError`` unless it lies in (0, 1]."""
@@ -112,12 +114,9 @@ class Synchronizer(abc.ABC):
     def _after_call(self) -> None:
         """Hook for per-call bookkeeping of subclasses (counters, adaptive parameters)."""
 
-    def _new_result(self, device: torch.device, zeroed: bool = True) -> torch.Tensor:
-        """The result vector: the caller's ``out`` buffer if one was given, else a new one;
-        ``zeroed=False`` leaves its contents undefined (the caller writes every entry)."""
-        if self._out is not None:
-            return self._out.zero_() if zeroed else self._out
-        return (torch.zeros if zeroed else torch.empty)(self.numel, device=device)
+    def _new_result(self, device: torch.device) -> torch.Tensor:
+        """The zeroed result vector: the caller's ``out`` buffer if one was given, else a new one."""
+        return zero_(self._out if self._out is not None else torch.empty(self.numel, device=device))
 
     def _count_nonzero(self, result: torch.Tensor) -> int:
         """Non-zeros of the last result (methods that know it cheaper override this)."""

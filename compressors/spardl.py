@@ -162,23 +162,22 @@ class SparDL(Synchronizer):
         gathered = allgather_lists(self.transport, self.gather_steps, self.position, own,
                                    budget if self.teams == 1 else None, timer)
         with timer("accumulate"):
-            result = self._new_result(work.device, zeroed=False)
+            result = self._new_result(work.device)
             self._nnz = int(sum(self._collect(block, columns, values, blocks[block], saves[block], result)
                                 for block, (columns, values) in gathered.items()))  # one device sync
         return result, work[:self.numel]
 
     def _collect(self, block: int, columns, values, row, saves: list, result) -> torch.Tensor:
-        """Write block ``block``'s gathered list (``columns`` ascending) into ``result`` / P and
-        leave its global residual in ``row`` (module docstring, step 6): what the cuts dropped at
-        the listed columns, a_o everywhere else. Returns the list's non-zeros inside the vector
-        (a 0-d tensor).
+        """Write block ``block``'s gathered list (``columns`` ascending) / P into the zeroed
+        ``result`` and leave its global residual in ``row`` (module docstring, step 6): what the
+        cuts dropped at the listed columns, a_o everywhere else. Returns the list's non-zeros
+        inside the vector (a 0-d tensor).
 
         One block at a time, so the second and later touches of its coordinates hit the cache.
         """
         columns = columns.long()  # once: the scatters below would each convert int32 again
         start = block * self.block_size
         part = result[min(start, self.numel):start + self.block_size]
-        part.zero_()
         inside = columns
         if part.numel() < self.block_size:  # the last block: its padding is a suffix of the list
             inside = columns[:int(torch.searchsorted(columns, part.numel()))]

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import compressors
+from compressors.sparse_ops import zero_
 from compressors.spardl import HeightAdapter
 from comm import local_group
 from tests.ranks import heavy_tailed, mass_error, run_calls
@@ -228,7 +229,7 @@ def test_height_is_fixed_with_one_team_or_at_full_density():
     assert full.value == 100
 
 
-@pytest.mark.parametrize("method", ["spardl", "dense"])
+@pytest.mark.parametrize("method", compressors.available())
 def test_out_buffer_receives_the_same_result(method):
     grads = heavy_tailed((2, 4, 700), 5)
 
@@ -250,3 +251,14 @@ def test_out_buffer_of_the_wrong_shape_is_rejected():
     sync = compressors.create("spardl", local_group(1).rank(0), numel=100, density=0.1)
     with pytest.raises(ValueError, match="out must be 1-D of length 100"):
         sync.allreduce(torch.zeros(100), out=torch.zeros(50))
+
+
+
+def test_zero_clears_exactly_the_tensor_it_is_given():
+    whole = torch.randn(1000)
+    before = whole.clone()
+    assert zero_(whole[100:900]).eq(0).all()  # contiguous view at an offset: memset
+    assert torch.equal(whole[:100], before[:100]) and torch.equal(whole[900:], before[900:])
+    assert zero_(torch.randn(40, 30).t()).eq(0).all()  # not contiguous: torch's fill
+    assert zero_(torch.randn(7, dtype=torch.float64)).eq(0).all()
+    assert zero_(torch.empty(0)).numel() == 0

@@ -27,7 +27,7 @@ def zero_(tensor: torch.Tensor) -> torch.Tensor:
     last-level cache it streams past the cache (non-temporal stores), 2.5x faster than torch's
     fill here (1.0 against 2.6 ms for 59 MB); otherwise it is about as fast.
     """
-    if tensor.device.type == "cpu" and tensor.is_contiguous():
+    if tensor.device.type == "cpu" and tensor.is_contiguous() and tensor.numel():
         ctypes.memset(tensor.data_ptr(), 0, tensor.numel() * tensor.element_size())
         return tensor
     return tensor.zero_()

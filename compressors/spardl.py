@@ -178,15 +178,16 @@ class SparDL(Synchronizer):
         columns = columns.long()  # once: the scatters below would each convert int32 again
         start = block * self.block_size
         part = result[min(start, self.numel):start + self.block_size]
-        inside = columns
+        inside, kept = columns, values
         if part.numel() < self.block_size:  # the last block: its padding is a suffix of the list
-            inside = columns[:int(torch.searchsorted(columns, part.numel()))]
-        part.scatter_(0, inside, values[:inside.numel()] / self.size)
+            end = int(torch.searchsorted(columns, part.numel()))
+            inside, kept = columns[:end], values[:end]
+        part.scatter_(0, inside, kept / self.size)
         dropped = row.index_select(0, columns)
         for touched, before in reversed(saves):  # newest first: each coordinate ends at its a_o
             row.scatter_(0, touched, before)
         row.scatter_(0, columns, dropped)
-        return torch.count_nonzero(values[:inside.numel()])
+        return torch.count_nonzero(kept)
 
     def _padded_work(self, accumulated: torch.Tensor) -> torch.Tensor:
         """The zero-padded buffer of m*B entries whose first n hold ``accumulated``.

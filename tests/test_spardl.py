@@ -253,8 +253,9 @@ def test_out_buffer_of_the_wrong_shape_is_rejected():
         sync.allreduce(torch.zeros(100), out=torch.zeros(50))
 
 
-
 def test_zero_clears_exactly_the_tensor_it_is_given():
+    """``sparse_ops.zero_`` (every method's result clear): memset for contiguous CPU tensors,
+    torch's fill otherwise; never a byte outside the tensor."""
     whole = torch.randn(1000)
     before = whole.clone()
     assert zero_(whole[100:900]).eq(0).all()  # contiguous view at an offset: memset

@@ -80,9 +80,9 @@ class Selector:
         if short.size:  # fewer than k non-zeros: zeros complete them, lowest index first
             zero = ~(np.abs(rows.numpy()[short, :k]) >= _TINY)  # at least k - count of them per row
             zero &= np.cumsum(zero, axis=1) <= (k - counts[short])[:, None]
-            row, column = np.nonzero(zero)
-            positions.append(short[row] * n + column)
-            magnitudes.append(np.zeros(row.size, dtype=values.dtype))
+            which, column = np.nonzero(zero)  # which: the position in ``short``
+            positions.append(short[which] * n + column)
+            magnitudes.append(np.zeros(which.size, dtype=values.dtype))
         positions, magnitudes = np.concatenate(positions), np.concatenate(magnitudes)
         order = np.argsort(positions, kind="stable")
         positions = positions[order]

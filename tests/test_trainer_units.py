@@ -214,3 +214,33 @@ def test_byte_counts_keep_their_digits_in_the_epoch_line():
     assert format_bytes(93_000) == "90.82 KiB"  # a sparse run on a small model: not "0.0 MiB"
     assert format_bytes(4.7 * 2**20) == "4.7 MiB"
     assert format_bytes(3 * 2**30) == "3 GiB"
+
+
+def test_training_steps_reuse_one_result_buffer():
+    """Every step's synchronizer call writes into the trainer's one result buffer (no 4n-byte
+    allocation per step), and the parameters get exactly the synchronized gradient."""
+    import compressors
+    from trainer.loop import Trainer
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(6, 3)
+    sync = compressors.create("spardl", MPI.COMM_SELF, numel=21, density=0.5)
+    outs, results = [], []
+    original = sync.allreduce
+
+    def recording(grad, out=None):
+        outs.append(out)
+        results.append(original(grad, out=out).clone())
+        return results[-1]
+
+    sync.allreduce = recording
+    batches = [(torch.randn(4, 6), torch.randint(0, 3, (4,))) for _ in range(3)]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    trainer = Trainer(model=model, train_loader=batches, test_loader=None, synchronizer=sync,
+                      optimizer=optimizer, scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0),
+                      comm=MPI.COMM_SELF, device=torch.device("cpu"), log=None, max_epochs=1,
+                      iters_per_epoch=3, run_info={})
+    trainer._train_epoch(0)
+    assert len(outs) == 3 and all(out is trainer.averaged for out in outs)
+    flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    assert torch.equal(flat, results[-1])

@@ -20,8 +20,9 @@ class Trainer:
     One iteration on each rank:
     1. forward and backward pass on this rank's batch (``compute_seconds``);
     2. every parameter's gradient is copied into one flat buffer, allocated once;
-    3. ``synchronizer.allreduce`` returns the averaged gradient, identical on every rank
-       (``sync_seconds`` covers steps 2-4; the synchronizer reports selection and communication);
+    3. ``synchronizer.allreduce`` writes the averaged gradient, identical on every rank, into
+       one result buffer, also allocated once (``sync_seconds`` covers steps 2-4; the
+       synchronizer reports selection and communication);
     4. the average is written back into the parameters' ``.grad``;
     5. the optimizer steps (SGD's momentum and weight decay act on the synchronized gradient,
        as in the authors' code), then the learning-rate schedule.
@@ -48,6 +49,7 @@ class Trainer:
         self.run_info = run_info
         self.checkpoints = checkpoints
         self.gradients = GradientBuffer(model.parameters(), device)
+        self.averaged = torch.empty(self.gradients.numel, device=device)  # reused result buffer
         self.epoch = 0
         self.global_step = 0
         self.show_progress = comm.Get_rank() == 0 and sys.stdout.isatty()
@@ -84,7 +86,7 @@ class Trainer:
             self.optimizer.zero_grad()
             loss.backward()
             computed = self._now()
-            averaged = self.synchronizer.allreduce(self.gradients.gather())
+            averaged = self.synchronizer.allreduce(self.gradients.gather(), out=self.averaged)
             self.gradients.scatter(averaged)
             synchronized = self._now()
             last_lr = self.optimizer.param_groups[0]["lr"]

@@ -5,7 +5,9 @@
     ddp_model.register_comm_hook(state, hooks.spardl_hook)
 
 Each DDP bucket gets its own synchronizer (its own residual), created on first use; the bucket
-is averaged synchronously inside the hook and handed back as a completed future. The residuals
+is averaged synchronously inside the hook into a result buffer of its own, allocated once and
+reused every step (DDP copies the result into the gradients before the next backward pass), and
+handed back as a completed future. The residuals
 travel through checkpoints with ``state.state_dict()`` / ``state.load_state_dict()``. DDP
 rebuilds its buckets once after the first iteration; synchronizers are keyed by bucket index
 and size, so the rebuilt buckets start with fresh residuals (a one-time event).
@@ -36,6 +38,7 @@ class SparDLState:
         self.options = options
         self.transport = TorchDistributedTransport(process_group)
         self.synchronizers: dict = {}
+        self._results: dict = {}
         self._pending: dict = {}
 
     def synchronizer(self, index: int, numel: int):
@@ -48,6 +51,15 @@ class SparDLState:
                 sync.load_state_dict(self._pending.pop(key))
             self.synchronizers[key] = sync
         return self.synchronizers[key]
+
+    def result_buffer(self, index: int, like: torch.Tensor) -> torch.Tensor:
+        """The float32 buffer, on ``like``'s device, that receives bucket ``index``'s average
+        every step (one per bucket, allocated on first use)."""
+        key = f"{index}:{like.numel()}"
+        buffer = self._results.get(key)
+        if buffer is None or buffer.device != like.device:
+            buffer = self._results[key] = torch.empty(like.numel(), device=like.device)
+        return buffer
 
     def state_dict(self) -> dict:
         """Every bucket synchronizer's state (residuals, thresholds, counters), on the CPU."""
@@ -69,7 +81,8 @@ def spardl_hook(state: SparDLState, bucket: dist.GradBucket) -> torch.futures.Fu
     """DDP communication hook: average ``bucket`` over the group with ``state``'s method."""
     flat = bucket.buffer()
     sync = state.synchronizer(bucket.index(), flat.numel())
-    averaged = sync.allreduce(flat if flat.dtype == torch.float32 else flat.float())
+    averaged = sync.allreduce(flat if flat.dtype == torch.float32 else flat.float(),
+                              out=state.result_buffer(bucket.index(), flat))
     future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     future.set_result(averaged.to(flat.dtype))
     return future

@@ -36,12 +36,23 @@ def same_everywhere(vector):
     return all(torch.equal(g, gathered[0]) for g in gathered)
 
 
+def recording_hook(results):
+    """:func:`hooks.spardl_hook` that also notes which tensor each bucket's future returned."""
+    def hook(state, bucket):
+        future = hooks.spardl_hook(state, bucket)
+        results.setdefault((bucket.index(), bucket.buffer().numel()), set()).add(future.value().data_ptr())
+        return future
+    return hook
+
+
 # 1.3 MB of parameters in 0.25 MB buckets (the first bucket takes up to 1 MB): several buckets
 plain = train(DistributedDataParallel(model(), bucket_cap_mb=0.25))
-for method in ("spardl", "dense"):
-    ddp = DistributedDataParallel(model(), bucket_cap_mb=0.25)
-    ddp.register_comm_hook(hooks.SparDLState(density=1.0, method=method), hooks.spardl_hook)
+for method, as_view in (("spardl", False), ("spardl", True), ("dense", False)):
+    ddp = DistributedDataParallel(model(), bucket_cap_mb=0.25, gradient_as_bucket_view=as_view)
+    results = {}
+    ddp.register_comm_hook(hooks.SparDLState(density=1.0, method=method), recording_hook(results))
     assert torch.allclose(train(ddp), plain, atol=1e-5), f"{method} at density 1 differs from DDP"
+    assert all(len(buffers) == 1 for buffers in results.values()), f"a bucket got new results: {results}"
 
 sparse = DistributedDataParallel(model(), bucket_cap_mb=0.25)
 state = hooks.SparDLState(density=0.05, method="spardl")

@@ -8,11 +8,14 @@
 It counts traffic exactly like the transport it wraps (the accounting lives in
 :class:`~comm.base.Transport`), so ``sync.stats`` is unchanged. The scale simulator turns the log
 into predicted time under a network model; the benchmark replays it to measure the cost of the
-communication alone. Nothing here knows any synchronization method.
+communication alone. With ``keep_payloads=True`` the log also holds what this rank received, and
+:class:`ReplayTransport` plays such a log back to a synchronizer in a process of its own: one
+rank's work of a P-rank call, timed with no network and no other rank on the machine. Nothing
+here knows any synchronization method.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -27,6 +30,7 @@ class Event:
     synchronization in which it happened (``traffic.rounds`` at that moment); ``peer`` is the
     destination or source (``None`` for an all-reduce). For an all-reduce, ``rounds`` is the
     number of rounds it is counted as and ``nbytes`` the bytes this rank is counted as sending.
+    ``payload``: what a receive returned or an all-reduce produced, when the recorder keeps it.
     """
 
     kind: str
@@ -35,16 +39,19 @@ class Event:
     nbytes: int
     dtype: torch.dtype
     rounds: int = 1
+    payload: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
 
 class RecordingTransport(Transport):
-    """Wraps ``inner`` and logs each send, receive and all-reduce as an :class:`Event`."""
+    """Wraps ``inner`` and logs each send, receive and all-reduce as an :class:`Event`
+    (``keep_payloads``: with a copy of what each receive and all-reduce gave this rank)."""
 
-    def __init__(self, inner: Transport) -> None:
+    def __init__(self, inner: Transport, keep_payloads: bool = False) -> None:
         super().__init__()
         self.inner = inner
         self.rank = inner.rank
         self.size = inner.size
+        self.keep_payloads = keep_payloads
         self.events: list = []
 
     def take(self) -> list:
@@ -60,7 +67,8 @@ class RecordingTransport(Transport):
     def recv(self, source, tag, dtype, device):
         message = super().recv(source, tag, dtype, device)
         self.events.append(Event("recv", self.traffic.rounds, source,
-                                 message.numel() * message.element_size(), dtype))
+                                 message.numel() * message.element_size(), dtype,
+                                 payload=self._copy(message)))
         return message
 
     def allreduce_sum_(self, tensor):
@@ -69,8 +77,12 @@ class RecordingTransport(Transport):
         rounds = self.traffic.rounds - first_round
         if rounds:
             self.events.append(Event("allreduce", first_round, None,
-                                     self.traffic.bytes_sent - sent_before, tensor.dtype, rounds))
+                                     self.traffic.bytes_sent - sent_before, tensor.dtype, rounds,
+                                     payload=self._copy(result)))
         return result
+
+    def _copy(self, tensor: torch.Tensor):
+        return tensor.detach().clone() if self.keep_payloads else None
 
     def abort(self, message: str) -> None:
         """Abort the wrapped transport's group."""
@@ -90,3 +102,56 @@ class RecordingTransport(Transport):
 
     def _barrier(self):
         return self.inner._barrier()
+
+
+class ReplayTransport(Transport):
+    """Plays one rank's recorded call (events of a ``RecordingTransport(..., keep_payloads=True)``)
+    back to a synchronizer with the same state: receives and all-reduces return the recorded
+    payloads in order, sends go nowhere. Traffic is counted as live. :meth:`rewind` starts the
+    call over. A request that does not match the recording (another peer, message kind or dtype:
+    the synchronizer's state or gradient differs from the recorded call) raises ``ValueError``.
+    """
+
+    def __init__(self, events: list, rank: int, size: int) -> None:
+        super().__init__()
+        self.rank = rank
+        self.size = size
+        self._replies = [e for e in events if e.kind != "send"]
+        if any(e.payload is None for e in self._replies):
+            raise ValueError("the events hold no payloads: record with keep_payloads=True")
+        self._next = 0
+
+    def rewind(self) -> None:
+        """Start the recorded call over from its first receive."""
+        self._next = 0
+
+    def abort(self, message: str) -> None:
+        """Raise ``RuntimeError``: a replay has no group to end."""
+        raise RuntimeError(message)
+
+    def _reply(self, kind: str, peer, dtype) -> torch.Tensor:
+        if self._next == len(self._replies):
+            raise ValueError(f"replay of rank {self.rank}: a {kind} from {peer} beyond the recording")
+        event = self._replies[self._next]
+        if (event.kind, event.peer, event.dtype) != (kind, peer, dtype):
+            raise ValueError(f"replay of rank {self.rank}: asked for a {kind} of {dtype} from {peer}, "
+                             f"recorded a {event.kind} of {event.dtype} from {event.peer}")
+        self._next += 1
+        return event.payload
+
+    def _isend(self, tensor, dest, tag):
+        return None
+
+    def _recv(self, source, tag, dtype, device):
+        return self._reply("recv", source, dtype).to(device, copy=True)  # the method may write to it
+
+    def _waitall(self, handles):
+        return None
+
+    def _allreduce_sum(self, tensor):
+        if self.size == 1:
+            return tensor
+        return tensor.copy_(self._reply("allreduce", None, tensor.dtype))
+
+    def _barrier(self):
+        return None

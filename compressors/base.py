@@ -151,7 +151,9 @@ class Synchronizer(abc.ABC):
             raise ValueError(f"state of {state.get('method')!r} with numel {state.get('numel')} "
                              f"does not fit {self.name!r} with numel {self.numel}")
         self.calls = int(state["calls"])
-        self._residual = state["residual"].clone().to(self._residual.device)
+        # In place: a method may keep its residual as a view of a buffer of its own (spardl's
+        # padded blocks), which a new tensor would cost a copy on the next call.
+        self._residual.copy_(state["residual"])
         self._load_extra_state(state)
 
     def _extra_state(self) -> dict:

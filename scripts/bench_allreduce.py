@@ -22,6 +22,14 @@ memory at a time).
 The **floor** row replays SparDL's messages (same sizes, partners and rounds, with d = 1) through
 the transport with no selection, packing or accumulation, plus one ``Selector.topk`` pass over the
 n gradient entries of this rank; ``x floor`` is each method's median over the floor's median.
+
+``--replay P`` (no mpiexec) measures one rank's work alone, free of the network and of other ranks
+competing for the cores and memory: every row's call number ``--warmup`` is recorded on P
+in-process ranks (``comm.recording``), then rank 0's share of it is timed in this process, its
+received messages played back, its state restored before each call, and its result checked
+against the recorded one. Set ``OMP_NUM_THREADS=1`` to time one rank per core.
+
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_allreduce.py --replay 4 --numel 14728266 --density 0.01
 """
 from __future__ import annotations
 
@@ -41,7 +49,8 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 import compressors  # noqa: E402
-from comm.recording import RecordingTransport  # noqa: E402
+from comm import local_group  # noqa: E402
+from comm.recording import RecordingTransport, ReplayTransport  # noqa: E402
 
 FLOOR = "floor"
 PHASES = ("select", "comm", "accumulate")
@@ -112,15 +121,13 @@ def method_runs(methods: list, teams: list, workers: int) -> list:
 class MethodRun:
     """One row's synchronizer on this rank, timed one call at a time."""
 
-    def __init__(self, comm, name: str, options: dict, numel: int, density: float) -> None:
-        from comm.mpi import MPITransport
-        self.comm = comm
-        self.sync = compressors.create(name, MPITransport(comm), numel=numel, density=density, **options)
+    def __init__(self, transport, name: str, options: dict, numel: int, density: float) -> None:
+        self.sync = compressors.create(name, transport, numel=numel, density=density, **options)
 
     def time(self, grad: torch.Tensor, exact: torch.Tensor, out: torch.Tensor) -> dict:
         """One synchronization of ``grad``: the wall time and phase times in seconds, traffic,
         nnz, the cosine to ``exact`` and, when the method reports it, ``lost_mass``."""
-        self.comm.Barrier()
+        self.sync.transport.barrier()
         start = time.perf_counter()
         result = self.sync.allreduce(grad, out=out)
         seconds = time.perf_counter() - start
@@ -134,26 +141,22 @@ class MethodRun:
 
 
 class FloorRun:
-    """The floor: SparDL's messages (recorded from one call on a fresh synchronizer) replayed with
-    no method work, after one exact top-k selection over this rank's n entries."""
+    """The floor: SparDL's messages (``events``, as a :class:`RecordingTransport` logs them)
+    replayed through ``transport`` with no method work, after one exact top-k selection over
+    this rank's n entries."""
 
-    def __init__(self, comm, source, density: float) -> None:
-        from comm.mpi import MPITransport
-        self.comm = comm
-        recorder = RecordingTransport(MPITransport(comm))
-        compressors.create("spardl", recorder, numel=source.numel, density=density).allreduce(
-            source.get(comm.Get_rank(), 0))
-        self.events = recorder.take()
-        self.transport = recorder.inner
+    def __init__(self, transport, events: list, numel: int, density: float) -> None:
+        self.transport = transport
+        self.events = events
         self.selector = compressors.Selector()
-        self.k = max(1, int(source.numel * density))
+        self.k = max(1, int(numel * density))
         self.sends = [(e, torch.zeros(e.nbytes // torch.empty((), dtype=e.dtype).element_size(), dtype=e.dtype))
                       for e in self.events if e.kind == "send"]
         self.rounds = max([e.round + e.rounds for e in self.events], default=0)
 
     def time(self, grad: torch.Tensor, exact: torch.Tensor, out: torch.Tensor) -> dict:
         """One replay after selecting from ``grad``; a record like :meth:`MethodRun.time`."""
-        self.comm.Barrier()
+        self.transport.barrier()
         start = time.perf_counter()
         self.selector.topk(grad, self.k)
         selected = time.perf_counter()
@@ -170,29 +173,85 @@ class FloorRun:
                 "messages": len(self.sends), "rounds": self.rounds, "nnz": self.k, "cosine": None}
 
 
-def time_runs(comm, factories: list, source, calls: int, sequential: bool) -> list:
-    """Per-call records of every run (``factories``: functions that build a :class:`MethodRun`
-    or :class:`FloorRun`), in the order of ``factories``.
+def spardl_events(transport, source, density: float) -> list:
+    """The messages of one SparDL call (d = 1) on a fresh synchronizer, as the floor replays them."""
+    recorder = RecordingTransport(transport)
+    compressors.create("spardl", recorder, numel=source.numel, density=density).allreduce(
+        source.get(transport.rank, 0))
+    return recorder.take()
+
+
+class Replayed:
+    """A :class:`MethodRun` or :class:`FloorRun` on a :class:`ReplayTransport`, started over
+    before every call: the transport rewound and, for a method, the synchronizer's state as
+    before the recorded call (``state``); its result must equal the recorded one (``result``)."""
+
+    def __init__(self, run, transport: ReplayTransport, state: dict = None, result: torch.Tensor = None) -> None:
+        self.run, self.transport, self.state, self.result = run, transport, state, result
+
+    def time(self, grad: torch.Tensor, exact: torch.Tensor, out: torch.Tensor) -> dict:
+        """One replayed call; raises ``RuntimeError`` if it does not repeat the recorded one."""
+        self.transport.rewind()
+        if self.state is not None:
+            self.run.sync.load_state_dict(self.state)
+        record = self.run.time(grad, exact, out)
+        if self.result is not None and not torch.equal(out, self.result):
+            raise RuntimeError(f"the replay of {self.run.sync.name} differs from the recorded call")
+        return record
+
+
+def record_call(name: str, options: dict, grads: list, density: float) -> tuple:
+    """Run ``name`` on ``len(grads[0])`` in-process ranks, ``grads[c][r]`` being rank r's
+    gradient at call c, and record rank 0's last call: its state before that call, its events
+    (with payloads) and its result."""
+
+    def body(transport):
+        recorder = RecordingTransport(transport, keep_payloads=True)
+        sync = compressors.create(name, recorder, numel=grads[0][0].numel(), density=density, **options)
+        for call in grads[:-1]:
+            sync.allreduce(call[transport.rank])
+        recorder.take()
+        state = sync.state_dict()
+        result = sync.allreduce(grads[-1][transport.rank])
+        return (state, recorder.take(), result) if transport.rank == 0 else None
+
+    return local_group(len(grads[0])).run(body)[0]
+
+
+def replay_runs(runs: list, source, args) -> tuple:
+    """``(factories, gradient)`` for :func:`time_runs` with ``--replay P``: each row's call
+    number ``--warmup`` recorded on P in-process ranks, then replayed as rank 0 alone; the floor
+    replays SparDL's (d = 1) messages of that call."""
+    workers = args.replay
+    grads = [[source.get(rank, call) for rank in range(workers)] for call in range(args.warmup + 1)]
+    exact = torch.stack(grads[-1]).mean(0)
+
+    def method(name: str, options: dict):
+        state, events, result = record_call(name, options, grads, args.density)
+        transport = ReplayTransport(events, 0, workers)
+        return lambda: Replayed(MethodRun(transport, name, options, source.numel, args.density),
+                                transport, state, result)
+
+    def floor():
+        events = record_call("spardl", {}, grads, args.density)[1]
+        transport = ReplayTransport(events, 0, workers)
+        return lambda: Replayed(FloorRun(transport, events, source.numel, args.density), transport)
+
+    factories = [method(name, options) for _, name, options in runs] + [floor()]
+    return factories, lambda call: (grads[-1][0], exact)
+
+
+def time_runs(factories: list, gradient, calls: int, sequential: bool) -> list:
+    """Per-call records of every run (``factories``: functions that build a :class:`MethodRun`,
+    :class:`FloorRun` or :class:`Replayed`), in the order of ``factories``; ``gradient(call)``
+    gives this rank's gradient of call ``call`` and the exact average.
 
     Interleaved (the default): call c of every run synchronizes the same gradient one after
     another, starting at a different run each call, so a machine that drifts in speed during
     the benchmark slows every run alike. ``sequential``: all calls of one run, then the next
     (one run's buffers in memory at a time).
     """
-    from mpi4py import MPI
-    rank = comm.Get_rank()
-    out = torch.empty(source.numel)
-    cache = {}
-
-    def gradient(call: int) -> tuple:
-        if call not in cache:
-            cache.clear()
-            grad = source.get(rank, call)
-            exact = grad.clone()
-            comm.Allreduce(MPI.IN_PLACE, exact.numpy(), op=MPI.SUM)
-            cache[call] = grad, exact.div_(comm.Get_size())
-        return cache[call]
-
+    out = torch.empty(gradient(0)[0].numel())
     records = [[] for _ in factories]
     if sequential:
         for index, factory in enumerate(factories):
@@ -205,6 +264,24 @@ def time_runs(comm, factories: list, source, calls: int, sequential: bool) -> li
         for index in [(call + shift) % len(runs) for shift in range(len(runs))]:
             records[index].append(runs[index].time(*gradient(call), out))
     return records
+
+
+def mpi_gradients(comm, source):
+    """``gradient(call)`` for :func:`time_runs` under MPI: this rank's gradient of the call and
+    the exact average over the ranks (one MPI all-reduce per call, cached for the rows)."""
+    from mpi4py import MPI
+    cache = {}
+
+    def gradient(call: int) -> tuple:
+        if call not in cache:
+            cache.clear()
+            grad = source.get(comm.Get_rank(), call)
+            exact = grad.clone()
+            comm.Allreduce(MPI.IN_PLACE, exact.numpy(), op=MPI.SUM)
+            cache[call] = grad, exact.div_(comm.Get_size())
+        return cache[call]
+
+    return gradient
 
 
 def cosine(result: torch.Tensor, exact: torch.Tensor) -> float:
@@ -247,7 +324,7 @@ def summarize(label: str, name: str, options: dict, per_rank: list, args, worker
     row["cosine"] = None if cosines[0] is None else statistics.median(cosines)
     if "lost_mass" in per_rank[0][0]:
         row["lost_mass"] = statistics.fmean(r[c]["lost_mass"] for r in per_rank for c in calls)
-    row.update(iters=args.iters, warmup=args.warmup, seed=args.seed, gradient=args.gradient)
+    row.update(iters=args.iters, warmup=args.warmup, seed=args.seed, gradient=args.gradient, replay=args.replay)
     return row
 
 
@@ -326,6 +403,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="time all calls of one method before the next (less memory: one "
                              "method's buffers at a time) instead of interleaving the methods call "
                              "by call (the default: drift of the machine's speed hits all alike)")
+    parser.add_argument("--replay", type=int, metavar="P",
+                        help="no mpiexec: record each method's call on P in-process ranks and time "
+                             "rank 0's share of it alone in this process, its messages played back "
+                             "(the compute cost per rank, free of network and oversubscription)")
     parser.add_argument("--json", help="write the rows as a JSON list")
     parser.add_argument("--csv", help="write the rows as CSV")
     parser.add_argument("--plot", help="write a PNG of times and bytes")
@@ -334,8 +415,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.methods = [compressors.resolve(name).name for name in names]  # ValueError lists valid names
     args.teams = [int(d) for d in args.teams.split(",")]
     compressors.base.check_density(args.density)
-    if args.iters < 1 or args.warmup < 0 or args.numel < 1:
-        parser.error("--iters must be >= 1, --warmup >= 0, --numel >= 1")
+    if args.iters < 1 or args.warmup < 0 or args.numel < 1 or (args.replay is not None and args.replay < 1):
+        parser.error("--iters must be >= 1, --warmup >= 0, --numel >= 1, --replay >= 1")
     return args
 
 
@@ -359,31 +440,53 @@ def set_threads(comm) -> None:
     local.Free()
 
 
-def main(argv=None) -> list:
-    """Run the benchmark on ``MPI.COMM_WORLD``; rank 0 prints and writes; returns the rows."""
+def mpi_rows(args) -> list:
+    """Time every row under MPI on ``MPI.COMM_WORLD``; the rows on rank 0, [] elsewhere."""
     from mpi4py import MPI
-    from comm.mpi import abort_on_uncaught_exception
+    from comm.mpi import MPITransport, abort_on_uncaught_exception
     abort_on_uncaught_exception()
     comm = MPI.COMM_WORLD
-    args = parse_args(argv)
     set_threads(comm)
     source = gradient_source(args)
-    workers, calls = comm.Get_size(), args.warmup + args.iters
+    workers = comm.Get_size()
     runs = method_runs(args.methods, args.teams, workers)
-    factories = [lambda name=name, options=options: MethodRun(comm, name, options, source.numel, args.density)
+    factories = [lambda name=name, options=options: MethodRun(MPITransport(comm), name, options,
+                                                              source.numel, args.density)
                  for _, name, options in runs]
-    factories.append(lambda: FloorRun(comm, source, args.density))
-    records = time_runs(comm, factories, source, calls, args.sequential)
+    factories.append(lambda: FloorRun(MPITransport(comm), spardl_events(MPITransport(comm), source, args.density),
+                                      source.numel, args.density))
+    records = time_runs(factories, mpi_gradients(comm, source), args.warmup + args.iters, args.sequential)
     rows = []
     for (label, name, options), run_records in zip(runs + [(FLOOR, FLOOR, {})], records):
         per_rank = comm.gather(run_records[args.warmup:], root=0)
         if comm.Get_rank() == 0:
             rows.append(summarize(label, name, options, per_rank, args, workers, source.numel))
-    if comm.Get_rank() != 0:
+    return rows if comm.Get_rank() == 0 else []
+
+
+def replay_rows(args) -> list:
+    """Time every row's rank 0 alone in this process (``--replay P``, see the module docstring)."""
+    source = gradient_source(args)
+    runs = method_runs(args.methods, args.teams, args.replay)
+    factories, gradient = replay_runs(runs, source, args)
+    records = time_runs(factories, gradient, args.warmup + args.iters, args.sequential)
+    return [summarize(label, name, options, [run_records[args.warmup:]], args, args.replay, source.numel)
+            for (label, name, options), run_records in zip(runs + [(FLOOR, FLOOR, {})], records)]
+
+
+def main(argv=None) -> list:
+    """Run the benchmark (under MPI, or replayed with ``--replay``); print and write the rows on
+    rank 0 and return them ([] on other ranks)."""
+    args = parse_args(argv)
+    rows = replay_rows(args) if args.replay else mpi_rows(args)
+    if not rows:
         return []
     floor_ms = rows[-1]["median_ms"]
     for row in rows:
         row["floor_ratio"] = row["median_ms"] / floor_ms
+    if args.replay:
+        print(f"rank 0 of a {args.replay}-rank call, replayed alone in one process "
+              f"({torch.get_num_threads()} torch thread(s), no network, no other rank):")
     print(format_table(rows), flush=True)
     if args.json:
         with open(args.json, "w") as handle:

@@ -70,6 +70,34 @@ def test_interleaved_and_sequential_order_give_the_same_numbers(tmp_path):
         [[row[k] for k in keys] for row in rows["sequential"]]
 
 
+@pytest.mark.mpi
+def test_replay_counts_what_the_mpi_run_counts(dense_density_rows):
+    """The same rows replayed as rank 0 alone: same traffic, rounds, nnz and exact cosine."""
+    rows, _ = dense_density_rows
+    replayed = bench.main(["--replay", "3", "--numel", "3001", "--density", "1", "--iters", "2",
+                           "--warmup", "1", "--teams", "1,3"])
+    keys = ("label", "workers", "rounds", "nnz")
+    assert [[row[k] for k in keys] for row in replayed] == [[row[k] for k in keys] for row in rows]
+    for live, alone in zip(rows, replayed):  # ranks may differ in bytes: rank 0's is one of them
+        assert alone["replay"] == 3 and live["replay"] is None
+        assert 0 < alone["bytes_per_rank"] <= live["bytes_max_rank"], live["label"]
+        if live["cosine"] is None:
+            assert alone["cosine"] is None
+        else:
+            assert alone["cosine"] == pytest.approx(live["cosine"], abs=1e-6), live["label"]
+
+
+def test_replay_times_rank_zero_alone_and_checks_its_result(monkeypatch):
+    rows = bench.main(["--replay", "4", "--numel", "4001", "--density", "0.02", "--iters", "3",
+                       "--methods", "spardl,oktopk,dense", "--sequential"])
+    assert [row["label"] for row in rows] == ["spardl", "oktopk", "dense", "floor"]
+    assert all(row["workers"] == 4 and row["min_ms"] > 0 for row in rows)
+    assert rows[0]["nnz"] == 4 * int(1001 * 0.02) and rows[-1]["floor_ratio"] == 1.0
+    monkeypatch.setattr(torch, "equal", lambda a, b: False)  # as if a replay went astray
+    with pytest.raises(RuntimeError, match="replay of spardl differs from the recorded call"):
+        bench.main(["--replay", "2", "--numel", "500", "--iters", "1", "--methods", "spardl"])
+
+
 def test_single_process_writes_csv_and_plot(tmp_path):
     csv_path, png_path = tmp_path / "rows.csv", tmp_path / "bench.png"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)

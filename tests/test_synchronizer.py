@@ -68,3 +68,19 @@ def test_bad_gradients_raise_value_error(method, grad):
     sync = compressors.create(method, local_group(1).rank(0), numel=100, density=0.1)
     with pytest.raises(ValueError, match="gradient"):
         sync.allreduce(grad)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_load_state_dict_restores_the_residual_in_place(method):
+    """Into the residual's own buffer: spardl keeps it inside its padded blocks, and a new tensor
+    would cost a copy of n entries on the next call."""
+    def body(transport):
+        sync = compressors.create(method, transport, numel=700, density=0.02)
+        sync.allreduce(heavy_tailed(700, transport.rank))
+        state = sync.state_dict()
+        sync.allreduce(heavy_tailed(700, 10 + transport.rank))
+        buffer = sync.residual.data_ptr()
+        sync.load_state_dict(state)
+        return sync.residual.data_ptr() == buffer and torch.equal(sync.residual, state["residual"])
+
+    assert all(local_group(3).run(body))

@@ -226,18 +226,19 @@ def replay_runs(runs: list, source, args) -> tuple:
     grads = [[source.get(rank, call) for rank in range(workers)] for call in range(args.warmup + 1)]
     exact = torch.stack(grads[-1]).mean(0)
 
-    def method(name: str, options: dict):
+    def method(name: str, options: dict) -> Replayed:
         state, events, result = record_call(name, options, grads, args.density)
         transport = ReplayTransport(events, 0, workers)
-        return lambda: Replayed(MethodRun(transport, name, options, source.numel, args.density),
-                                transport, state, result)
+        return Replayed(MethodRun(transport, name, options, source.numel, args.density), transport, state, result)
 
-    def floor():
+    def floor() -> Replayed:
         events = record_call("spardl", {}, grads, args.density)[1]
         transport = ReplayTransport(events, 0, workers)
-        return lambda: Replayed(FloorRun(transport, events, source.numel, args.density), transport)
+        return Replayed(FloorRun(transport, events, source.numel, args.density), transport)
 
-    factories = [method(name, options) for _, name, options in runs] + [floor()]
+    # Each row is recorded when it is built: with --sequential one row's recording at a time.
+    factories = [lambda name=name, options=options: method(name, options) for _, name, options in runs]
+    factories.append(floor)
     return factories, lambda call: (grads[-1][0], exact)
 
 
@@ -481,6 +482,10 @@ def main(argv=None) -> list:
     rows = replay_rows(args) if args.replay else mpi_rows(args)
     if not rows:
         return []
+    skipped = [d for d in args.teams if rows[0]["workers"] % d] if "spardl" in args.methods else []
+    if skipped:
+        print(f"note: --teams {','.join(map(str, skipped))} skipped: a team count must divide "
+              f"P = {rows[0]['workers']}", file=sys.stderr)
     floor_ms = rows[-1]["median_ms"]
     for row in rows:
         row["floor_ratio"] = row["median_ms"] / floor_ms

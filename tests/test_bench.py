@@ -98,6 +98,13 @@ def test_replay_times_rank_zero_alone_and_checks_its_result(monkeypatch):
         bench.main(["--replay", "2", "--numel", "500", "--iters", "1", "--methods", "spardl"])
 
 
+def test_team_counts_that_do_not_divide_p_are_reported(capsys):
+    rows = bench.main(["--replay", "3", "--numel", "600", "--iters", "1", "--methods", "spardl",
+                       "--teams", "1,2,3"])
+    assert [row["label"] for row in rows] == ["spardl", "spardl(d=3)", "floor"]
+    assert "--teams 2 skipped: a team count must divide P = 3" in capsys.readouterr().err
+
+
 def test_single_process_writes_csv_and_plot(tmp_path):
     csv_path, png_path = tmp_path / "rows.csv", tmp_path / "bench.png"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)

@@ -384,6 +384,40 @@ def plot(rows: list, path: str) -> None:
     plt.close(fig)
 
 
+def usage_checked(parser: argparse.ArgumentParser, check, *values):
+    """``check(*values)``, a ``ValueError`` turned into the parser's usage error (exit status 2)."""
+    try:
+        return check(*values)
+    except ValueError as error:
+        parser.error(str(error))
+
+
+def method_names(text: str) -> list:
+    """The registry names of ``--methods`` (``all``, or names and aliases, comma-separated);
+    ``ValueError`` naming the valid ones for an unknown name."""
+    names = compressors.available() if text == "all" else text.split(",")
+    return [compressors.resolve(name).name for name in names]
+
+
+def positive_ints(text: str, flag: str) -> list:
+    """The comma-separated integers >= 1 of ``flag``; ``ValueError`` otherwise."""
+    try:
+        values = [int(value) for value in text.split(",") if value.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} takes comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise ValueError(f"{flag} takes integers >= 1, got {text!r}")
+    return values
+
+
+def warn_skipped_teams(methods: list, teams: list, workers: int) -> None:
+    """Say on stderr which ``teams`` :func:`method_runs` leaves out at P = ``workers``."""
+    skipped = [d for d in teams if workers % d] if "spardl" in methods else []
+    if skipped:
+        print(f"note: --teams {','.join(map(str, skipped))} skipped: a team count must divide "
+              f"P = {workers}", file=sys.stderr)
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     """The command line (see the module docstring and the README's "Benchmarks, simulator,
     reports")."""
@@ -412,10 +446,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--csv", help="write the rows as CSV")
     parser.add_argument("--plot", help="write a PNG of times and bytes")
     args = parser.parse_args(argv)
-    names = compressors.available() if args.methods == "all" else args.methods.split(",")
-    args.methods = [compressors.resolve(name).name for name in names]  # ValueError lists valid names
-    args.teams = [int(d) for d in args.teams.split(",")]
-    compressors.base.check_density(args.density)
+    args.methods = usage_checked(parser, method_names, args.methods)
+    args.teams = usage_checked(parser, positive_ints, args.teams, "--teams")
+    usage_checked(parser, compressors.base.check_density, args.density)
     if args.iters < 1 or args.warmup < 0 or args.numel < 1 or (args.replay is not None and args.replay < 1):
         parser.error("--iters must be >= 1, --warmup >= 0, --numel >= 1, --replay >= 1")
     return args
@@ -482,10 +515,7 @@ def main(argv=None) -> list:
     rows = replay_rows(args) if args.replay else mpi_rows(args)
     if not rows:
         return []
-    skipped = [d for d in args.teams if rows[0]["workers"] % d] if "spardl" in args.methods else []
-    if skipped:
-        print(f"note: --teams {','.join(map(str, skipped))} skipped: a team count must divide "
-              f"P = {rows[0]['workers']}", file=sys.stderr)
+    warn_skipped_teams(args.methods, args.teams, rows[0]["workers"])
     floor_ms = rows[-1]["median_ms"]
     for row in rows:
         row["floor_ratio"] = row["median_ms"] / floor_ms

@@ -415,12 +415,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--json", help="write every row (both tables) as a JSON list")
     parser.add_argument("--plot", help="write a PNG")
     args = parser.parse_args(argv)
-    names = compressors.available() if args.methods == "all" else args.methods.split(",")
-    args.methods = [compressors.resolve(name).name for name in names]
-    args.workers = [int(p) for p in args.workers.split(",")]
-    args.teams = [int(d) for d in args.teams.split(",")]
-    args.sweep = [int(p) for p in args.sweep.split(",") if p]
+    args.methods = bench.usage_checked(parser, bench.method_names, args.methods)
+    args.workers = bench.usage_checked(parser, bench.positive_ints, args.workers, "--workers")
+    args.teams = bench.usage_checked(parser, bench.positive_ints, args.teams, "--teams")
+    args.sweep = bench.usage_checked(parser, bench.positive_ints, args.sweep, "--sweep") if args.sweep else []
+    bench.usage_checked(parser, compressors.base.check_density, args.density)
+    unknown = [name for name in args.network.split(",") if name and name not in PRESETS]
+    if unknown:
+        parser.error(f"--network {','.join(unknown)}: unknown preset; valid: {', '.join(PRESETS)}")
     args.networks = [PRESETS[name] for name in args.network.split(",") if name]
+    if args.numel < 1 or args.model_numel < 1:
+        parser.error("--numel and --model-numel must be >= 1")
     if (args.alpha is None) != (args.beta is None):
         parser.error("--alpha and --beta go together")
     if args.alpha is not None:
@@ -433,13 +438,18 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> tuple:
     """Simulate, print the tables and crossovers, write JSON/plot; returns (rows, sweep rows)."""
     args = parse_args(argv)
+    plan = []
+    for workers in args.workers:
+        bench.warn_skipped_teams(args.methods, args.teams, workers)
+        plan += [(workers, run) for run in bench.method_runs(args.methods, args.teams, workers)]
+    if not plan:
+        sys.exit("simulate.py: nothing to simulate: no method runs at any P (see the notes above)")
     cost = SelectionCost(args.density, args.select_threads, args.select_rate, args.seed,
                          device=args.select_device)
     print(describe(cost, args), flush=True)
     rows, sweep = [], []
-    for workers in args.workers:
-        for label, name, options in bench.method_runs(args.methods, args.teams, workers):
-            rows += simulate_row(label, name, options, workers, args, args.networks, cost)
+    for workers, (label, name, options) in plan:
+        rows += simulate_row(label, name, options, workers, args, args.networks, cost)
     for workers in args.sweep:
         for teams in (d for d in (2 ** i for i in range(workers.bit_length())) if workers % d == 0):
             sweep += simulate_row(f"spardl(d={teams})", "spardl", {"teams": teams}, workers, args,

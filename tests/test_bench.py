@@ -2,6 +2,7 @@
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -119,11 +120,21 @@ def test_single_process_writes_csv_and_plot(tmp_path):
     assert "x floor" in result.stdout
 
 
-def test_bad_arguments_are_refused_with_the_valid_choices():
-    with pytest.raises(ValueError, match="nope.*spardl"):
-        bench.parse_args(["--methods", "spardl,nope"])
-    with pytest.raises(ValueError, match="density"):
-        bench.parse_args(["--density", "1.5"])
+@pytest.mark.parametrize("argv,message", [
+    (["--methods", "spardl,nope"], "unknown synchronization method 'nope'; valid: dense.*spardl"),
+    (["--density", "1.5"], "density must lie in"),
+    (["--teams", "1,x"], "--teams takes comma-separated integers"),
+    (["--teams", "0"], "--teams takes integers >= 1"),
+    (["--replay", "0"], "--replay >= 1"),
+])
+def test_bad_arguments_are_usage_errors_naming_the_valid_choices(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        bench.parse_args(argv)
+    assert exit_.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_method_aliases_resolve_to_registry_names():
     assert bench.parse_args(["--methods", "topkA"]).methods == ["topk"]
 
 

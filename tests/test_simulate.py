@@ -1,6 +1,7 @@
 """The scale simulator: counts equal mpiexec's, the network model by hand, P = 64 runs quickly."""
 import json
 import os
+import re
 import sys
 import time
 
@@ -108,3 +109,27 @@ def test_p64_runs_quickly_and_spardl_sends_least(tmp_path):
         assert net[(network, "spardl")] < net[(network, "topk")] < net[(network, "dense")]
     assert json.loads((tmp_path / "sim.json").read_text())[0]["model_numel"] == simulate.VGG16_NUMEL
     assert (tmp_path / "sim.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--network", "ib"], "--network ib: unknown preset; valid: ethernet, infiniband"),
+    (["--methods", "foo"], "unknown synchronization method 'foo'"),
+    (["--workers", "4,x"], "--workers takes comma-separated integers"),
+    (["--workers", "0"], "--workers takes integers >= 1"),
+    (["--teams", "0"], "--teams takes integers >= 1"),
+    (["--sweep", "8,y"], "--sweep takes comma-separated integers"),
+    (["--density", "2"], "density must lie in"),
+    (["--alpha", "1e-6"], "--alpha and --beta go together"),
+])
+def test_bad_arguments_are_usage_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        simulate.parse_args(argv)
+    assert exit_.value.code == 2
+    assert re.search(re.escape(message), capsys.readouterr().err)
+
+
+def test_team_counts_that_fit_no_p_are_reported_and_nothing_runs(capsys):
+    with pytest.raises(SystemExit, match="nothing to simulate"):
+        simulate.main(["--numel", "4096", "--select-rate", "1e9", "--workers", "4", "--methods",
+                       "spardl", "--teams", "3"])
+    assert "--teams 3 skipped: a team count must divide P = 4" in capsys.readouterr().err

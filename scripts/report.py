@@ -14,7 +14,9 @@ section 2). Runs are grouped by (model, dataset, workers) where the rows say so;
 - **accuracy**: final and best test accuracy, final train and test loss, epochs, wall time.
 
 Iterations per epoch are ``epoch_iters`` when present, else the difference of the cumulative
-``iters``. The Markdown goes to stdout and, with ``--out DIR``, to ``DIR/report.md`` together with
+``iters``. The trainer appends to ``metrics.jsonl``, so a file can hold rows that a later run in
+the same directory, or a resume from an earlier checkpoint, superseded (the epoch number goes back):
+only the latest history counts, and a note on stderr says how many rows were left out. The Markdown goes to stdout and, with ``--out DIR``, to ``DIR/report.md`` together with
 ``accuracy_vs_epoch.png``, ``accuracy_vs_time.png`` and ``time_split.png``.
 """
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 
 
@@ -43,8 +46,9 @@ class Run:
         """Iterations of every epoch."""
         previous, counts = 0, []
         for row in self.rows:
-            counts.append(row.get("epoch_iters", row["iters"] - previous))
-            previous = row["iters"]
+            count = row["epoch_iters"] if "epoch_iters" in row else row["iters"] - previous
+            counts.append(count)
+            previous = row.get("iters", previous + count)
         return counts
 
     def per_iteration(self) -> dict:
@@ -68,9 +72,13 @@ class Run:
         return times
 
 
+REQUIRED = ("epoch", "epoch_seconds", "sync_seconds", "select_seconds", "comm_seconds", "bytes_sent_per_rank")
+
+
 def load_run(path: str) -> Run:
-    """Read ``path/metrics.jsonl`` (or ``path`` itself if it is a file); ``ValueError`` if it is
-    missing, empty or not JSON lines."""
+    """Read ``path/metrics.jsonl`` (or ``path`` itself if it is a file) and keep its latest
+    history (:func:`latest_history`); ``ValueError`` if it is missing, empty, not JSON lines of
+    objects, or a row lacks a key the report needs."""
     file = os.path.join(path, "metrics.jsonl") if os.path.isdir(path) else path
     if not os.path.isfile(file):
         raise ValueError(f"{path}: no metrics.jsonl")
@@ -81,25 +89,50 @@ def load_run(path: str) -> Run:
             raise ValueError(f"{file}: not JSON lines ({error})") from None
     if not rows:
         raise ValueError(f"{file}: no epochs logged")
-    return Run(path=path.rstrip("/"), rows=rows)
+    for number, row in enumerate(rows, 1):
+        if not isinstance(row, dict):
+            raise ValueError(f"{file}: row {number} is not a JSON object")
+        missing = [key for key in REQUIRED if key not in row] + \
+            ([] if "iters" in row or "epoch_iters" in row else ["iters"])
+        if missing:
+            raise ValueError(f"{file}: row {number} lacks {', '.join(missing)}")
+    latest = latest_history(rows)
+    if len(latest) < len(rows):
+        print(f"note: {file}: {len(rows) - len(latest)} of {len(rows)} rows superseded by a later run "
+              f"or resume in the same directory; reporting the latest {len(latest)} epochs", file=sys.stderr)
+    return Run(path=path.rstrip("/"), rows=latest)
+
+
+def latest_history(rows: list) -> list:
+    """The rows of the latest run: wherever the epoch number goes back (a new run, or a resume
+    from an earlier checkpoint), the rows it repeats or restarts are dropped."""
+    kept: list = []
+    for row in rows:
+        while kept and kept[-1]["epoch"] >= row["epoch"]:
+            kept.pop()
+        kept.append(row)
+    return kept
 
 
 def label_runs(runs: list) -> list:
     """Set every run's group (model, dataset, workers) and a label unique within its group: the
-    method, with the density and then the directory name added where that is needed."""
+    method, with the density, then the directory name, then the path as given and last a number
+    added where that is needed."""
     for run in runs:
         last = run.rows[-1]
         run.group = tuple((name, last[key]) for name, key in (("model", "model"), ("dataset", "dataset"),
                                                                ("workers", "nworkers")) if key in last)
         run.label = run.method
-    for extra in (lambda r: f"{r.method} ({r.rows[-1].get('density')})",
-                  lambda r: f"{r.method} ({os.path.basename(r.path)})"):
+    for extra in (lambda r, _: f"{r.method} ({r.rows[-1].get('density')})",
+                  lambda r, _: f"{r.method} ({os.path.basename(r.path)})",
+                  lambda r, _: f"{r.method} ({r.path})",
+                  lambda r, number: f"{r.label} #{number}"):
         seen: dict = {}
         for run in runs:
             seen.setdefault((run.group, run.label), []).append(run)
         for clashing in (group for group in seen.values() if len(group) > 1):
-            for run in clashing:
-                run.label = extra(run)
+            for number, run in enumerate(clashing, 1):
+                run.label = extra(run, number)
     return runs
 
 
@@ -216,8 +249,8 @@ def main(argv=None) -> str:
     try:
         runs = label_runs([load_run(path) for path in args.runs])
         text = markdown(runs, args.reference)
-    except (ValueError, KeyError) as error:
-        parser.exit(2, f"report.py: {error if isinstance(error, ValueError) else f'missing key {error}'}\n")
+    except ValueError as error:
+        parser.exit(2, f"report.py: {error}\n")
     print(text)
     if args.out:
         os.makedirs(args.out, exist_ok=True)

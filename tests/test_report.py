@@ -69,3 +69,47 @@ def test_missing_or_broken_runs_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as broken:
         report.main([str(tmp_path)])
     assert broken.value.code == 2 and "not JSON" in capsys.readouterr().err
+
+
+def write_rows(directory, rows):
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(directory)
+
+
+def spardl_rows():
+    return [json.loads(line) for line in open(os.path.join(RUNS[0], "metrics.jsonl"))]
+
+
+def test_same_directory_names_under_different_parents_get_distinct_labels(tmp_path):
+    first = write_rows(tmp_path / "seed1" / "spardl", spardl_rows())
+    second = write_rows(tmp_path / "seed2" / "spardl", spardl_rows())
+    text = report.main([first, second, first])
+    labels = [row[0] for row in table_rows(text, f"spardl ({first})") + table_rows(text, f"spardl ({second})")]
+    assert labels.count(f"spardl ({second})") == 2  # time and accuracy tables
+    assert table_rows(text, f"spardl ({first}) #1") and table_rows(text, f"spardl ({first}) #2")
+
+
+def test_rows_superseded_by_a_rerun_or_a_resume_are_left_out(tmp_path, capsys):
+    rows = spardl_rows()  # epochs 1, 2, 3
+    rerun = write_rows(tmp_path / "rerun", rows + rows[:2])
+    resumed = write_rows(tmp_path / "resumed", rows + [dict(rows[2], test_acc=0.5)])
+    runs = [report.load_run(rerun), report.load_run(resumed)]
+    assert [r["epoch"] for r in runs[0].rows] == [1, 2] and runs[0].wall_times() == \
+        report.Run("x", rows[:2]).wall_times()
+    assert [r["epoch"] for r in runs[1].rows] == [1, 2, 3] and runs[1].rows[-1]["test_acc"] == 0.5
+    err = capsys.readouterr().err
+    assert "3 of 5 rows superseded" in err and "1 of 4 rows superseded" in err
+
+
+def test_epoch_iters_alone_is_enough_and_bad_rows_name_the_file(tmp_path, capsys):
+    rows = [{k: v for k, v in row.items() if k != "iters"} for row in spardl_rows()]
+    assert report.load_run(write_rows(tmp_path / "no_iters", rows)).epoch_iters() == [10, 10, 10]
+    (tmp_path / "list.jsonl").write_text("[1, 2]\n")
+    lacking = write_rows(tmp_path / "lacking", [{k: v for k, v in rows[0].items()
+                                                 if k not in ("comm_seconds", "epoch_iters")}])
+    for path, message in ((str(tmp_path / "list.jsonl"), "list.jsonl: row 1 is not a JSON object"),
+                          (lacking, "metrics.jsonl: row 1 lacks comm_seconds, iters")):
+        with pytest.raises(SystemExit) as exit_:
+            report.main([path])
+        assert exit_.value.code == 2 and message in capsys.readouterr().err

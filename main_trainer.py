@@ -10,6 +10,8 @@ Bad input ends every rank with exit status 2 and one message from rank 0; a fail
 training prints the failing rank's traceback and aborts the whole job.
 """
 import argparse
+import math
+import os
 import random
 import sys
 from pathlib import Path
@@ -152,7 +154,7 @@ def parse_settings(argv, comm):
     ignored = args.compressor if not args.compression else None
     args.compressor = args.compressor or ("spardl" if args.compression else "dense")
     try:
-        compressors.resolve(args.compressor)
+        args.compressor = compressors.resolve(args.compressor).name  # topkA -> topk
     except ValueError as error:
         problems.append(str(error))
     problems += _range_problems(args, settings, comm.Get_size())
@@ -188,11 +190,32 @@ def _range_problems(args, settings, size):
         (settings["batch_size"] >= 1 and settings["eval_batch_size"] >= 1,
          "batch sizes must be at least 1"),
         (settings["max_epochs"] >= 0, "--max-epochs must be at least 0"),
-        (settings["lr"] > 0, "--lr must be positive"),
-        (settings["warmup_epochs"] >= 0, "--warmup-epochs must be at least 0"),
+        (math.isfinite(settings["lr"]) and settings["lr"] > 0, "--lr must be a positive number"),
+        (math.isfinite(settings["warmup_epochs"]) and settings["warmup_epochs"] >= 0,
+         "--warmup-epochs must be a number >= 0"),
+        (math.isfinite(settings["lr_gamma"]) and settings["lr_gamma"] > 0,
+         "--lr-gamma must be a positive number"),
+        (0 <= settings["momentum"] < math.inf, "--momentum must be a number >= 0"),
+        (0 <= settings["weight_decay"] < math.inf, "--weight-decay must be a number >= 0"),
         (settings["loader_workers"] >= 0, "--loader-workers must be at least 0"),
     ]
-    return [message for ok, message in checks if not ok]
+    problems = [message for ok, message in checks if not ok]
+    for flag, directory in (("--log-dir", args.log_dir), ("--checkpoint-dir", args.checkpoint_dir)):
+        problem = directory is not None and _directory_problem(flag, directory)
+        if problem:
+            problems.append(problem)
+    return problems
+
+
+def _directory_problem(flag, directory):
+    """Create ``directory`` if needed; a message if it is not a writable directory, else None."""
+    try:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        return f"{flag} {directory}: {error.strerror or error}"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"{flag} {directory}: not writable"
+    return None
 
 
 def load_data(args, settings, comm):
@@ -235,6 +258,11 @@ def build_synchronizer(args, numel, comm):
     given = {"teams": args.teams, "sag": args.sag, "dense_warmup": args.dense_warmup}
     options = {key: value for key, value in given.items()
                if key in compressors.options(args.compressor)}
+    defaults = build_parser().parse_args([])
+    unused = [f"--{key.replace('_', '-')}" for key, value in given.items()
+              if key not in options and value != getattr(defaults, key)]
+    if unused:
+        _note(comm, f"{', '.join(unused)} has no effect with {args.compressor}")
     synchronizer, problem = None, None
     try:
         synchronizer = compressors.create(args.compressor, comm, numel=numel,
@@ -252,13 +280,14 @@ def resume(trainer, checkpoints, args, comm, log):
         log.note(f"no complete checkpoint in {args.checkpoint_dir}; starting from scratch")
         return
     state = checkpoints.load(epoch)
-    saved = state["run_info"]
-    problem = None
-    if state["nworkers"] != comm.Get_size() or saved["compressor"] != args.compressor:
-        problem = (f"checkpoint of epoch {epoch} in {args.checkpoint_dir} was written by "
-                   f"{state['nworkers']} worker(s) with {saved['compressor']}; this run has "
-                   f"{comm.Get_size()} with {args.compressor}")
-    agree(comm, problem)
+    saved = dict(state.get("run_info", {}), nworkers=state.get("nworkers"),
+                 parameters=state.get("synchronizer", {}).get("numel"))
+    current = dict(trainer.run_info, parameters=trainer.synchronizer.numel)
+    differ = [f"{key} {saved.get(key)} (this run: {current[key]})"
+              for key in ("model", "dataset", "parameters", "nworkers", "compressor")
+              if saved.get(key) != current[key]]
+    agree(comm, f"checkpoint of epoch {epoch} in {args.checkpoint_dir} does not fit this run: "
+                f"{'; '.join(differ)}" if differ else None)
     trainer.load_state_dict(state)
     log.note(f"resumed from the checkpoint of epoch {epoch}")
 
@@ -267,6 +296,11 @@ def build_trainer(argv, comm):
     """Parse, validate and build everything; return a ready ``Trainer`` or raise UsageError."""
     args, settings = parse_settings(argv, comm)
     rank, size = comm.Get_rank(), comm.Get_size()
+    checkpoints = Checkpoints(args.checkpoint_dir, comm) if args.checkpoint_dir else None
+    earlier = checkpoints.saved_epochs() if checkpoints and not args.resume else []
+    agree(comm, f"--checkpoint-dir {args.checkpoint_dir} holds checkpoints of an earlier run (epochs "
+                f"{', '.join(map(str, earlier))}): pass --resume to continue it, or choose an empty "
+                "directory" if earlier else None)
     device = place_rank(comm, args.device)
     torch.manual_seed(args.seed)
     random.seed(args.seed)
@@ -285,7 +319,6 @@ def build_trainer(argv, comm):
     scheduler = make_scheduler(optimizer, iters_per_epoch, settings["warmup_epochs"], size,
                                settings["lr_milestones"], settings["lr_gamma"])
     log = MetricsLog(args.log_dir, rank)
-    checkpoints = Checkpoints(args.checkpoint_dir, comm) if args.checkpoint_dir else None
     run_info = {"model": args.dnn, "dataset": settings["dataset"], "compressor": args.compressor,
                 "density": args.density, "nworkers": size,
                 "batch_size": settings["batch_size"]}
@@ -295,6 +328,7 @@ def build_trainer(argv, comm):
                       iters_per_epoch=iters_per_epoch, run_info=run_info, checkpoints=checkpoints)
     if args.resume:
         resume(trainer, checkpoints, args, comm, log)
+    log.start(trainer.epoch)
     log.note(f"{args.dnn} on {settings['dataset']}: {synchronizer.numel:,} parameters, "
              f"{size} worker(s) on {device}, {args.compressor} (density {args.density}), "
              f"batch {settings['batch_size']} per worker, {iters_per_epoch} iterations per epoch")

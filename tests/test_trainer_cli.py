@@ -28,6 +28,12 @@ MESSAGE = "main_trainer.py: error:"
     (["--resume"], "--resume needs --checkpoint-dir"),
     (["--config", "{tmp}/absent.json"], "absent.json does not exist"),
     (["--batch-size", "many"], "invalid int value: 'many'"),
+    (["--lr", "inf"], "--lr must be a positive number"),
+    (["--lr-gamma", "-1"], "--lr-gamma must be a positive number"),
+    (["--momentum", "-0.5"], "--momentum must be a number >= 0"),
+    (["--weight-decay", "-1"], "--weight-decay must be a number >= 0"),
+    (["--log-dir", "/etc/passwd"], "--log-dir /etc/passwd: "),
+    (["--checkpoint-dir", "/etc/passwd/ckpt"], "--checkpoint-dir /etc/passwd/ckpt: "),
 ])
 def test_bad_input_exits_2_with_one_message(tmp_path, flags, fragment):
     flags = [flag.replace("{tmp}", str(tmp_path)) for flag in flags]

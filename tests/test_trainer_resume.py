@@ -53,4 +53,41 @@ def test_resume_refuses_a_checkpoint_of_another_world_size(tmp_path):
     result = mpiexec(2, "main_trainer.py", "--max-epochs", "2", "--checkpoint-dir",
                      str(tmp_path), "--resume", *FLAGS, timeout=120)
     assert result.returncode == 2
-    assert "written by 3 worker(s)" in result.stderr and "Traceback" not in result.stderr
+    assert "does not fit this run" in result.stderr and "nworkers 3 (this run: 2)" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def quick(tmp_path, name, checkpoints, epochs, iters, *extra):
+    """A short 2-rank run logging to ``tmp_path/name``; its result and metrics rows."""
+    result = mpiexec(2, "main_trainer.py", "--max-epochs", str(epochs), "--max-iters", str(iters),
+                     "--log-dir", str(tmp_path / name), "--checkpoint-dir", str(tmp_path / checkpoints),
+                     *extra, timeout=120)
+    lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines() if result.returncode == 0 else []
+    return result, [json.loads(line) for line in lines]
+
+
+def test_resume_follows_this_runs_flags_and_keeps_one_history(tmp_path):
+    """Resumed with another --lr and --max-iters, epochs 2-3 run the schedule those flags give,
+    as a straight run with them does (it used to keep the first run's rate and steps per epoch);
+    the log holds each epoch once."""
+    _, straight = quick(tmp_path, "straight", "straight-ckpt", 3, 3, "--lr", "0.01", "--warmup-epochs", "1")
+    first, _ = quick(tmp_path, "split", "split-ckpt", 1, 2, "--warmup-epochs", "1")
+    assert first.returncode == 0, first.stderr
+    again, split = quick(tmp_path, "split", "split-ckpt", 3, 3, "--lr", "0.01", "--warmup-epochs", "1",
+                         "--resume")
+    assert again.returncode == 0, again.stderr
+    assert [row["epoch"] for row in split] == [1, 2, 3]
+    assert [row["lr"] for row in split[1:]] == [row["lr"] for row in straight[1:]]
+
+
+def test_resume_refuses_another_model_and_a_fresh_run_refuses_old_checkpoints(tmp_path):
+    saved, _ = quick(tmp_path, "log", "ckpt", 1, 2)
+    assert saved.returncode == 0, saved.stderr
+    other, _ = quick(tmp_path, "log", "ckpt", 2, 2, "--dnn", "mlp", "--resume")
+    assert other.returncode == 2 and "model cnn (this run: mlp)" in other.stderr, other.stderr
+    assert "parameters" in other.stderr and "Traceback" not in other.stderr
+    fresh, _ = quick(tmp_path, "log", "ckpt", 2, 2)
+    assert fresh.returncode == 2, fresh.stderr
+    assert "holds checkpoints of an earlier run (epochs 1): pass --resume" in fresh.stderr
+    elsewhere, rows = quick(tmp_path, "log", "ckpt-new", 1, 2, "--seed", "3")
+    assert elsewhere.returncode == 0 and [row["epoch"] for row in rows] == [1]  # a fresh log

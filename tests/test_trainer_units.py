@@ -244,3 +244,14 @@ def test_training_steps_reuse_one_result_buffer():
     assert len(outs) == 3 and all(out is trainer.averaged for out in outs)
     flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
     assert torch.equal(flat, results[-1])
+
+
+def test_metrics_log_start_keeps_the_epochs_a_resume_continues_from(tmp_path):
+    rows = [{"epoch": epoch, "train_loss": 1.0 / epoch} for epoch in (1, 2, 3)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + "{broken\n")
+    log = MetricsLog(tmp_path, rank=0)
+    log.start(2)  # resumed from the checkpoint of epoch 2: epoch 3 will be logged again
+    assert [json.loads(line)["epoch"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    log.start(0)  # a fresh run
+    assert (tmp_path / "metrics.jsonl").read_text() == ""
+    log.close()

@@ -48,6 +48,10 @@ class Checkpoints:
             common = set(epochs) if common is None else common & set(epochs)
         return max(common) if common else None
 
+    def saved_epochs(self):
+        """Every epoch of which any rank has a checkpoint, ascending (collective)."""
+        return sorted(set().union(*self.comm.allgather(self._own_epochs())))
+
     def load(self, epoch):
         """This rank's checkpoint of ``epoch``, on the CPU."""
         return torch.load(self.path(epoch), map_location="cpu", weights_only=False)

@@ -12,8 +12,11 @@ def make_loaders(split, batch_size, eval_batch_size, rank, world_size, seed, wor
     """
     sampler = ShardedSampler(len(split.train), rank, world_size, seed=seed)
     pin = device.type == "cuda"
+    # Workers start anew every epoch (not persistent): each epoch's augmentation seeds then come
+    # from the main process's generator, which checkpoints restore, so a resumed run draws what
+    # an uninterrupted one would.
     train = DataLoader(split.train, batch_size=batch_size, sampler=sampler,
-                       num_workers=workers, pin_memory=pin, persistent_workers=workers > 0)
+                       num_workers=workers, pin_memory=pin)
     test_part = Subset(split.test, evaluation_shard(len(split.test), rank, world_size))
     test = DataLoader(test_part, batch_size=eval_batch_size, num_workers=workers, pin_memory=pin)
     return train, test

@@ -112,11 +112,24 @@ class Trainer:
                 "synchronizer": self.synchronizer.state_dict(), "rng": rng_state()}
 
     def load_state_dict(self, state):
-        """Continue from a ``state_dict`` of the same configuration and world size."""
+        """Continue from a ``state_dict`` of the same model, data and world size.
+
+        The optimizer keeps its saved momentum buffers but this run's hyper-parameters (learning
+        rate, momentum, weight decay), and the schedule is this run's, placed at the start of
+        epoch ``state["epoch"] + 1``: with unchanged flags that is exactly the saved state, with
+        changed ones (``--lr``, ``--lr-milestones``, ``--max-iters``, ...) the new flags hold.
+        """
         self.model.load_state_dict(state["model"])
+        hyper = [{key: value for key, value in group.items() if key != "params"}
+                 for group in self.optimizer.param_groups]
         self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        for group, settings in zip(self.optimizer.param_groups, hyper):
+            group.update(settings)
         self.synchronizer.load_state_dict(state["synchronizer"])
         restore_rng(state["rng"])
         self.epoch = state["epoch"]
         self.global_step = state["global_step"]
+        step = self.scheduler.last_epoch = self.epoch * self.iters_per_epoch
+        for group, base, factor in zip(self.optimizer.param_groups, self.scheduler.base_lrs,
+                                       self.scheduler.lr_lambdas):
+            group["lr"] = base * factor(step)  # what LambdaLR sets at that step

@@ -52,7 +52,8 @@ class MetricsLog:
     """Rank 0 writes each epoch's row to ``metrics.jsonl`` and TensorBoard and prints a line.
 
     Other ranks, and rank 0 without a ``log_dir``, only print (rank 0) or do nothing. Rows are
-    appended, so a resumed run continues the same file.
+    appended, so a resumed run continues the same file; :meth:`start` first drops the rows this
+    run replaces.
     """
 
     def __init__(self, log_dir, rank):
@@ -65,6 +66,15 @@ class MetricsLog:
             Path(log_dir).mkdir(parents=True, exist_ok=True)
             self.path = Path(log_dir) / "metrics.jsonl"
             self.writer = SummaryWriter(str(log_dir))
+
+    def start(self, after_epoch):
+        """Begin this run's rows: keep only those of epochs up to ``after_epoch`` (the checkpoint a
+        resumed run continues from; 0 for a fresh run, which starts an empty file)."""
+        if self.path is None or not self.path.is_file():
+            return
+        kept = [line for line in self.path.read_text().splitlines()
+                if _epoch_of(line) is not None and _epoch_of(line) <= after_epoch]
+        self.path.write_text("".join(line + "\n" for line in kept))
 
     def note(self, message):
         """Print a message once (rank 0)."""
@@ -88,6 +98,15 @@ class MetricsLog:
         """Close the TensorBoard writer."""
         if self.writer is not None:
             self.writer.close()
+
+
+def _epoch_of(line):
+    """The epoch of a ``metrics.jsonl`` line, or None for a line that is not an epoch row."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return row.get("epoch") if isinstance(row, dict) else None
 
 
 def format_row(row):

@@ -75,6 +75,9 @@ class Trainer:
         self.log.close()
 
     def _train_epoch(self, epoch):
+        # Every rank starts the epoch's clock together: otherwise the time rank 0 spent logging
+        # and the others spent waiting for it would count as the others' synchronization.
+        self.comm.Barrier()
         meter = EpochMeter()
         batches = itertools.islice(self.train_loader, self.iters_per_epoch)
         last_lr = self.optimizer.param_groups[0]["lr"]

@@ -160,9 +160,12 @@ def markdown(runs: list, reference: str) -> str:
 
 
 def time_table(runs: list, reference: str) -> str:
-    """Time per iteration and its split, and the reference method's speedup over each run."""
-    ref = next((r.per_iteration() for r in runs if r.method == reference), None)
-    lines = [f"Time per iteration (ms); speedup = this run's time / {reference}'s.\n",
+    """Time per iteration and its split, and the reference method's speedup over each run (the
+    group's first run of that method, named above the table when there are several)."""
+    references = [r for r in runs if r.method == reference]
+    ref = references[0].per_iteration() if references else None
+    which = f" ({references[0].label})" if len(references) > 1 else ""
+    lines = [f"Time per iteration (ms); speedup = this run's time / {reference}{which}'s.\n",
              "| method | density | ms/iter | compute | select | comm | other sync | sync | MB/iter | "
              f"{reference} speedup | {reference} sync speedup |",
              "|---|" + "---:|" * 10]
@@ -251,6 +254,9 @@ def main(argv=None) -> str:
         text = markdown(runs, args.reference)
     except ValueError as error:
         parser.exit(2, f"report.py: {error}\n")
+    if all(run.method != args.reference for run in runs):
+        print(f"note: no run of --reference {args.reference}, so no speedups; methods here: "
+              f"{', '.join(sorted({run.method for run in runs}))}", file=sys.stderr)
     print(text)
     if args.out:
         os.makedirs(args.out, exist_ok=True)

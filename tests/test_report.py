@@ -113,3 +113,12 @@ def test_epoch_iters_alone_is_enough_and_bad_rows_name_the_file(tmp_path, capsys
         with pytest.raises(SystemExit) as exit_:
             report.main([path])
         assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_reference_without_runs_is_reported_and_several_are_named(tmp_path, capsys):
+    report.main(RUNS + ["--reference", "SparDL"])
+    assert "no run of --reference SparDL, so no speedups; methods here: dense, spardl, topk" in \
+        capsys.readouterr().err
+    rows = [dict(row, density=0.05) for row in spardl_rows()]
+    text = report.main([RUNS[0], write_rows(tmp_path / "dense_spardl", rows)])
+    assert "speedup = this run's time / spardl (spardl (0.01))'s." in text

@@ -50,10 +50,16 @@ def read_batches(folder, names, label_key):
     """Read pickled batches into (uint8 images of shape (N, 3, 32, 32), int64 labels)."""
     images, labels = [], []
     for name in names:
-        with open(folder / name, "rb") as stream:
-            batch = pickle.load(stream, encoding="bytes")
-        images.append(np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
-        labels.extend(batch[label_key])
+        try:
+            with open(folder / name, "rb") as stream:
+                batch = pickle.load(stream, encoding="bytes")
+            images.append(np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
+            labels.extend(batch[label_key])
+        except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError) as error:
+            raise DataError(f"{folder / name} is not a CIFAR batch (truncated or damaged?): "
+                            f"{type(error).__name__}: {error}") from None
+        if len(labels) != sum(len(part) for part in images):
+            raise DataError(f"{folder / name}: {len(images[-1])} images but a different number of labels")
     return torch.from_numpy(np.concatenate(images)), torch.tensor(labels, dtype=torch.int64)
 
 

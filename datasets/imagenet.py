@@ -25,9 +25,21 @@ def load(data_dir):
         raise DataError(f"ImageNet not found: {', '.join(missing)} missing; "
                         + LAYOUT.replace("DATA_DIR", str(root)))
     finish = [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(_MEAN, _STD)]
-    train = torchvision.datasets.ImageFolder(
-        root / "train",
-        v2.Compose([v2.RandomResizedCrop(224), v2.RandomHorizontalFlip()] + finish))
-    test = torchvision.datasets.ImageFolder(
-        root / "val", v2.Compose([v2.Resize(256), v2.CenterCrop(224)] + finish))
+    train = _folder(root / "train", v2.Compose([v2.RandomResizedCrop(224), v2.RandomHorizontalFlip()] + finish))
+    test = _folder(root / "val", v2.Compose([v2.Resize(256), v2.CenterCrop(224)] + finish))
+    if test.classes != train.classes:  # ImageFolder numbers each tree's folders on its own
+        missing = sorted(set(train.classes) - set(test.classes))
+        extra = sorted(set(test.classes) - set(train.classes))
+        raise DataError(f"ImageNet: {root / 'val'} and {root / 'train'} differ in class folders "
+                        f"(missing in val: {', '.join(missing[:5]) or 'none'}; only in val: "
+                        f"{', '.join(extra[:5]) or 'none'}), so their labels would not match")
     return DataSplit(train, test, num_classes=len(train.classes), input_shape=(3, 224, 224))
+
+
+def _folder(path, transform):
+    """``ImageFolder(path)``, its complaints (no class folders, an empty class) as ``DataError``."""
+    try:
+        return torchvision.datasets.ImageFolder(path, transform)
+    except FileNotFoundError as error:
+        raise DataError(f"ImageNet: {path}: {error}; {LAYOUT.replace('DATA_DIR', str(path.parent))} "
+                        "(val too must be sorted into class folders)") from None

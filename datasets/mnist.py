@@ -1,9 +1,10 @@
 """MNIST and Fashion-MNIST (28x28 grey images, 10 classes) from IDX files.
 
 Looked for, in order, in ``DATA_DIR/MNIST/raw`` (or ``DATA_DIR/FashionMNIST/raw``, torchvision's
-layout), in ``DATA_DIR`` itself, and for Fashion-MNIST in the Debian package's location
-``/usr/share/datasets/fashion-mnist`` (``apt-get install dataset-fashion-mnist``). Each file
-may be gzipped (``.gz``) or not.
+layout), for Fashion-MNIST then in the Debian package's location ``/usr/share/datasets/fashion-mnist``
+(``apt-get install dataset-fashion-mnist``), and last in ``DATA_DIR`` itself (both data sets use
+the same file names, so there the files are taken as whichever was asked for). Each file may be
+gzipped (``.gz``) or not.
 """
 import gzip
 from pathlib import Path
@@ -33,7 +34,7 @@ def load_mnist(data_dir):
 def load_fashion_mnist(data_dir):
     """Return the Fashion-MNIST ``DataSplit`` found under ``data_dir`` or Debian's location."""
     return _load("FashionMNIST",
-                 [Path(data_dir) / "FashionMNIST" / "raw", Path(data_dir), DEBIAN_FASHION_MNIST],
+                 [Path(data_dir) / "FashionMNIST" / "raw", DEBIAN_FASHION_MNIST, Path(data_dir)],
                  mean=0.2860, std=0.3530)
 
 
@@ -50,18 +51,29 @@ def download_fashion_mnist(data_dir):
 def read_idx(path):
     """Read an IDX file of unsigned bytes (gzipped or not) into a uint8 numpy array."""
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as stream:
-        raw = stream.read()
-    if raw[0] != 0 or raw[1] != 0 or raw[2] != _IDX_UINT8:
+    try:
+        with opener(path, "rb") as stream:
+            raw = stream.read()
+    except (OSError, EOFError) as error:  # a broken or truncated gzip stream
+        raise DataError(f"{path} cannot be read: {error}") from None
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != _IDX_UINT8:
         raise DataError(f"{path} is not an IDX file of unsigned bytes")
     ndim = raw[3]
     shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    if len(raw) != 4 + 4 * ndim + int(np.prod(shape)):
+        raise DataError(f"{path} holds {len(raw) - 4 - 4 * ndim} bytes of data, its header "
+                        f"announces {int(np.prod(shape))} (shape {shape}): truncated or damaged")
     return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
 
 def _load(folder, directories, mean, std):
     files = _find_files(folder, directories)
     arrays = {key: torch.from_numpy(read_idx(path).copy()) for key, path in files.items()}
+    for part in ("train", "test"):
+        images, labels = arrays[f"{part}_images"], arrays[f"{part}_labels"]
+        if images.dim() != 3 or labels.dim() != 1 or len(images) != len(labels):
+            raise DataError(f"{files[f'{part}_images']} ({tuple(images.shape)}) and "
+                            f"{files[f'{part}_labels']} ({tuple(labels.shape)}) do not match")
     return DataSplit(
         ArrayDataset(arrays["train_images"].unsqueeze(1), arrays["train_labels"], [mean], [std]),
         ArrayDataset(arrays["test_images"].unsqueeze(1), arrays["test_labels"], [mean], [std]),

@@ -45,7 +45,7 @@ def download(name, data_dir):
     if downloader is not None:
         try:
             getattr(module, downloader)(data_dir)
-        except OSError as error:  # urllib's errors are OSErrors
+        except (OSError, RuntimeError) as error:  # urllib's errors; torchvision's failed mirrors and checksums
             raise DataError(f"downloading {name} into {data_dir} failed: {error}") from error
 
 

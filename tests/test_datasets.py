@@ -123,3 +123,79 @@ def test_unknown_data_set_lists_the_valid_names():
         datasets.load("svhn", None)
     with pytest.raises(datasets.DataError, match="cannot be downloaded"):
         datasets.download("imagenet", "anywhere")
+
+
+def _image_folders(root, parts):
+    """``parts``: {"train": ["n01", ...], "val": [...]}: one tiny JPEG per class folder."""
+    from PIL import Image
+    for part, labels in parts.items():
+        for label in labels:
+            (root / part / label).mkdir(parents=True)
+            Image.new("RGB", (40, 30)).save(root / part / label / "a.JPEG")
+
+
+def test_imagenet_val_with_other_class_folders_is_refused(tmp_path):
+    """ImageFolder numbers each tree alone: val without n01 would label n02 as 0, train's n01."""
+    _image_folders(tmp_path, {"train": ["n01", "n02", "n03"], "val": ["n02", "n03"]})
+    with pytest.raises(datasets.DataError, match="missing in val: n01; only in val: none"):
+        datasets.load("imagenet", tmp_path)
+
+
+def test_imagenet_flat_val_folder_says_how_to_sort_it(tmp_path):
+    from PIL import Image
+    _image_folders(tmp_path, {"train": ["n01"]})
+    (tmp_path / "val").mkdir()
+    Image.new("RGB", (40, 30)).save(tmp_path / "val" / "ILSVRC2012_val_00000001.JPEG")
+    with pytest.raises(datasets.DataError, match="val too must be sorted into class folders"):
+        datasets.load("imagenet", tmp_path)
+
+
+def _mnist_files(folder, train_images=6, train_labels=6, truncate=0):
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for name, array in (("train-images-idx3-ubyte", rng.integers(0, 256, (train_images, 28, 28))),
+                        ("train-labels-idx1-ubyte", rng.integers(0, 10, train_labels)),
+                        ("t10k-images-idx3-ubyte", rng.integers(0, 256, (2, 28, 28))),
+                        ("t10k-labels-idx1-ubyte", rng.integers(0, 10, 2))):
+        _write_idx(folder / name, array, compress=False)
+    if truncate:
+        path = folder / "train-images-idx3-ubyte"
+        path.write_bytes(path.read_bytes()[:-truncate])
+
+
+@pytest.mark.parametrize("files,message", [
+    (dict(truncate=100), "train-images-idx3-ubyte holds 4604 bytes of data, its header announces 4704"),
+    (dict(train_labels=7), r"\(6, 28, 28\)\) and .*train-labels-idx1-ubyte \(\(7,\)\) do not match"),
+])
+def test_damaged_idx_files_are_named(tmp_path, files, message):
+    _mnist_files(tmp_path / "MNIST" / "raw", **files)
+    with pytest.raises(datasets.DataError, match=message):
+        datasets.load("mnist", tmp_path)
+
+
+def test_a_truncated_cifar_batch_is_named(tmp_path):
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        _write_cifar_batch(folder / name, 4, b"labels", 10, 0)
+    (folder / "data_batch_3").write_bytes((folder / "data_batch_3").read_bytes()[:500])
+    with pytest.raises(datasets.DataError, match="data_batch_3 is not a CIFAR batch"):
+        datasets.load("cifar10", tmp_path)
+
+
+def test_a_failed_torchvision_download_is_a_data_error(tmp_path, monkeypatch):
+    import torchvision
+
+    def offline(*args, **kwargs):
+        raise RuntimeError("Error downloading train-images-idx3-ubyte.gz")
+
+    monkeypatch.setattr(torchvision.datasets, "MNIST", offline)
+    with pytest.raises(datasets.DataError, match="downloading mnist into .* failed: Error downloading"):
+        datasets.download("mnist", tmp_path)
+
+
+@pytest.mark.skipif(not DEBIAN_FASHION_MNIST.is_dir(), reason="needs the dataset-fashion-mnist package")
+def test_fashion_mnist_prefers_its_own_copy_to_unnamed_files_in_the_data_dir(tmp_path):
+    _mnist_files(tmp_path)  # MNIST-style files lying flat in DATA_DIR
+    assert len(datasets.load("fashion-mnist", tmp_path).train) == 60000
+    assert len(datasets.load("mnist", tmp_path).train) == 6

@@ -4,13 +4,23 @@
     state = hooks.SparDLState(process_group=None, density=0.01, method="spardl")
     ddp_model.register_comm_hook(state, hooks.spardl_hook)
 
-Each DDP bucket gets its own synchronizer (its own residual), created on first use; the bucket
-is averaged synchronously inside the hook into a result buffer of its own, allocated once and
-reused every step (DDP copies the result into the gradients before the next backward pass), and
-handed back as a completed future. The residuals
-travel through checkpoints with ``state.state_dict()`` / ``state.load_state_dict()``. DDP
-rebuilds its buckets once after the first iteration; synchronizers are keyed by bucket index
-and size, so the rebuilt buckets start with fresh residuals (a one-time event).
+Each DDP bucket gets its own synchronizer, created on first use; the bucket is averaged
+synchronously inside the hook into a result buffer of its own, allocated once and reused every
+step (DDP copies the result into the gradients before the next backward pass), and handed back
+as a completed future.
+
+A residual belongs to parameters, not to a bucket: DDP rebuilds its buckets after the first
+iteration (usually in another order) and again after a restart. A bucket is therefore known by
+its parameters (numbered in the order this state first sees them, which is the same in every
+run of the same model), and a synchronizer for a new layout starts from the residual its
+parameters had in the buckets they come from: no discarded value is lost or lands on another
+parameter. The dense warm-up count carries over too; a method's other adaptive state (Ok-Topk's
+thresholds, Spar-All-Gather's height) starts afresh for a new layout.
+
+The state is this rank's: ``state.state_dict()`` / ``state.load_state_dict()`` carry the
+residuals through checkpoints, and every rank saves and loads its own (a state of another rank
+or world size is refused). With ``find_unused_parameters=True``, the residual a bucket sends for
+a parameter that no rank used in a step is lost: DDP drops the hook's result for it.
 """
 import torch
 import torch.distributed as dist
@@ -20,69 +30,115 @@ from comm.torchdist import TorchDistributedTransport
 
 
 class SparDLState:
-    """State of :func:`spardl_hook`: the method, its options and one synchronizer per bucket.
+    """State of :func:`spardl_hook`: the method, its options and one synchronizer per bucket layout.
 
     ``method``: any name of ``compressors.available()``; ``options`` go to ``compressors.create``
-    (e.g. ``teams=2`` for spardl, ``dense_warmup=512``).
+    (e.g. ``teams=2`` for spardl, ``dense_warmup=512``). Bad options raise ``ValueError`` here.
     """
 
     def __init__(self, process_group=None, density: float = 0.01, method: str = "spardl", **options) -> None:
-        compressors.resolve(method)
-        compressors.base.check_density(density)
-        unknown = sorted(set(options) - set(compressors.options(method)))
+        self.method = compressors.resolve(method).name
+        self.density = compressors.base.check_density(density)
+        unknown = sorted(set(options) - set(compressors.options(self.method)))
         if unknown:
             raise ValueError(f"unknown option(s) {unknown} for {method!r}; "
-                             f"valid: {', '.join(compressors.options(method))}")
-        self.method = method
-        self.density = density
+                             f"valid: {', '.join(compressors.options(self.method))}")
         self.options = options
         self.transport = TorchDistributedTransport(process_group)
-        self.synchronizers: dict = {}
-        self._results: dict = {}
-        self._pending: dict = {}
+        compressors.create(self.method, self.transport, numel=1, density=density, **options)  # checks values
+        self.synchronizers: dict = {}    # layout key -> synchronizer
+        self._results: dict = {}         # layout key -> reused result buffer
+        self._numbers: dict = {}         # id(parameter) -> its number
+        self._owners: dict = {}          # parameter number -> (layout key, offset, numel)
+        self._pending: dict = {}         # layout key -> saved state not yet used
 
-    def synchronizer(self, index: int, numel: int):
-        """The synchronizer of bucket ``index`` holding ``numel`` gradient elements."""
-        key = f"{index}:{numel}"
+    def synchronizer(self, bucket: dist.GradBucket):
+        """The synchronizer of ``bucket``'s layout (created on first use, see the module
+        docstring) and its reused result buffer."""
+        parameters = bucket.parameters()
+        numbers = [self._numbers.setdefault(id(p), len(self._numbers)) for p in parameters]
+        key = ",".join(map(str, numbers))
         if key not in self.synchronizers:
-            sync = compressors.create(self.method, self.transport, numel=numel, density=self.density,
-                                      **self.options)
-            if key in self._pending:
-                sync.load_state_dict(self._pending.pop(key))
-            self.synchronizers[key] = sync
-        return self.synchronizers[key]
+            sizes = [p.numel() for p in parameters]
+            if sum(sizes) != bucket.buffer().numel():
+                raise RuntimeError(f"bucket {bucket.index()}: {bucket.buffer().numel()} entries for "
+                                   f"parameters of {sum(sizes)}")
+            self._build(key, numbers, sizes, bucket.buffer().device)
+        return self.synchronizers[key], self._results[key]
 
-    def result_buffer(self, index: int, like: torch.Tensor) -> torch.Tensor:
-        """The float32 buffer, on ``like``'s device, that receives bucket ``index``'s average
-        every step (one per bucket, allocated on first use)."""
-        key = f"{index}:{like.numel()}"
-        buffer = self._results.get(key)
-        if buffer is None or buffer.device != like.device:
-            buffer = self._results[key] = torch.empty(like.numel(), device=like.device)
-        return buffer
+    def _build(self, key: str, numbers: list, sizes: list, device) -> None:
+        sync = compressors.create(self.method, self.transport, numel=sum(sizes), density=self.density,
+                                  **self.options)
+        saved = self._pending.pop(key, None)
+        if saved is not None:
+            sync.load_state_dict(saved["state"])
+        sync.calls = max([sync.calls] + [self.synchronizers[owner].calls for owner in
+                                         {self._owners[n][0] for n in numbers if n in self._owners}])
+        residual = sync.residual
+        offset = 0
+        for number, size in zip(numbers, sizes):
+            slot = self._slot(number)
+            if slot is not None:  # moved, so that it counts once
+                residual[offset:offset + size].copy_(slot)
+                slot.zero_()
+            self._owners[number] = (key, offset, size)
+            offset += size
+        self.synchronizers[key] = sync
+        self._results[key] = torch.empty(sum(sizes), device=device)
+        owning = {owner for owner, _, _ in self._owners.values()}
+        for stale in [k for k in self.synchronizers if k not in owning]:  # replaced layouts
+            del self.synchronizers[stale], self._results[stale]
+
+    def _slot(self, number: int):
+        """Where parameter ``number``'s residual lives now (a view): its current bucket, else a
+        saved bucket not built yet; None if it has none."""
+        if number in self._owners:
+            key, offset, size = self._owners[number]
+            return self.synchronizers[key].residual[offset:offset + size]
+        for saved in self._pending.values():
+            if number in saved["numbers"]:
+                at = saved["numbers"].index(number)
+                offset = sum(saved["sizes"][:at])
+                return saved["state"]["residual"][offset:offset + saved["sizes"][at]]
+        return None
+
+    def residual(self, parameter: torch.Tensor) -> torch.Tensor:
+        """This rank's residual of ``parameter``, shaped like it (zeros if it has none yet)."""
+        slot = self._slot(self._numbers[id(parameter)]) if id(parameter) in self._numbers else None
+        return torch.zeros_like(parameter) if slot is None else slot.view_as(parameter)
 
     def state_dict(self) -> dict:
-        """Every bucket synchronizer's state (residuals, thresholds, counters), on the CPU."""
-        states = dict(self._pending)
-        states.update({key: sync.state_dict() for key, sync in self.synchronizers.items()})
-        return {"method": self.method, "density": self.density, "buckets": states}
+        """This rank's synchronizers (residuals, thresholds, counters) by bucket layout, on the CPU."""
+        buckets = {key: saved for key, saved in self._pending.items()}
+        for key, sync in self.synchronizers.items():
+            numbers = [int(n) for n in key.split(",")]
+            buckets[key] = {"numbers": numbers, "sizes": [self._owners[n][2] for n in numbers],
+                            "state": sync.state_dict()}
+        return {"method": self.method, "density": self.density, "options": dict(self.options),
+                "rank": self.transport.rank, "size": self.transport.size, "buckets": buckets}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict`; buckets not built yet pick their state up when they are."""
-        if state.get("method") != self.method:
-            raise ValueError(f"state of method {state.get('method')!r} does not fit {self.method!r}")
-        self._pending = dict(state["buckets"])
-        for key, sync in self.synchronizers.items():
+        """Restore :meth:`state_dict` of this rank; the buckets pick their residuals up when DDP
+        builds them. ``ValueError`` for another method, density, options, rank or world size."""
+        mine = {"method": self.method, "density": self.density, "options": dict(self.options),
+                "rank": self.transport.rank, "size": self.transport.size}
+        differ = [f"{key} {state.get(key)!r} (this state: {value!r})" for key, value in mine.items()
+                  if state.get(key) != value]
+        if differ:
+            raise ValueError("the saved hook state does not fit this one: " + "; ".join(differ))
+        self._pending = {key: {"numbers": list(saved["numbers"]), "sizes": list(saved["sizes"]),
+                               "state": dict(saved["state"], residual=saved["state"]["residual"].clone())}
+                         for key, saved in state["buckets"].items()}
+        for key in list(self.synchronizers):
             if key in self._pending:
-                sync.load_state_dict(self._pending.pop(key))
+                self.synchronizers[key].load_state_dict(self._pending.pop(key)["state"])
 
 
 def spardl_hook(state: SparDLState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: average ``bucket`` over the group with ``state``'s method."""
     flat = bucket.buffer()
-    sync = state.synchronizer(bucket.index(), flat.numel())
-    averaged = sync.allreduce(flat if flat.dtype == torch.float32 else flat.float(),
-                              out=state.result_buffer(bucket.index(), flat))
+    sync, out = state.synchronizer(bucket)
+    averaged = sync.allreduce(flat if flat.dtype == torch.float32 else flat.float(), out=out)
     future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     future.set_result(averaged.to(flat.dtype))
     return future

@@ -65,6 +65,73 @@ restored = hooks.SparDLState(density=0.05, method="spardl")
 restored.load_state_dict(saved)
 assert restored.state_dict()["buckets"].keys() == saved["buckets"].keys()
 assert not torch.equal(params, plain), "density 0.05 should differ from dense DDP"
+
+
+class Chain(torch.nn.Module):
+    """Two bias-free layers in one DDP bucket, which DDP rebuilds in the reverse order."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.a, self.b = torch.nn.Linear(64, 64, bias=False), torch.nn.Linear(64, 64, bias=False)
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+def accumulate(ddp, reference, generator, steps, true, applied):
+    """``steps`` backward passes (no optimizer step): per parameter, the sum over ranks of the raw
+    gradients (``true``) and P times what the hook handed back (``applied``)."""
+    for _ in range(steps):
+        x = torch.randn(4, 64, generator=generator)
+        for net in (ddp, reference):
+            net.zero_grad()
+            net(x).square().sum().backward()
+        for (name, p), q in zip(ddp.module.named_parameters(), reference.parameters()):
+            raw = q.grad.clone()
+            dist.all_reduce(raw)
+            true[name] = true.get(name, 0) + raw
+            applied[name] = applied.get(name, 0) + workers * p.grad
+
+
+def mass_error(state, module, true, applied):
+    """Largest |sum of applied + sum over ranks of residual - sum of raw| over every parameter."""
+    error = 0.0
+    for name, p in module.named_parameters():
+        residual = state.residual(p).clone()
+        dist.all_reduce(residual)
+        error = max(error, float((applied[name] + residual - true[name]).abs().max()))
+    return error
+
+
+# Every value a method discards stays with its own parameter, across DDP's bucket rebuild and a
+# restart from a saved state (topk conserves mass: sum of applied + residuals = sum of gradients).
+true, applied, generator = {}, {}, torch.Generator().manual_seed(rank)
+first = DistributedDataParallel(Chain())
+state = hooks.SparDLState(density=0.05, method="topk")
+first.register_comm_hook(state, hooks.spardl_hook)
+accumulate(first, Chain(), generator, 3, true, applied)
+assert mass_error(state, first.module, true, applied) < 1e-4, "mass lost or moved at the rebuild"
+assert len(state.synchronizers) == 1, f"replaced layouts kept: {list(state.synchronizers)}"
+saved = state.state_dict()
+second = DistributedDataParallel(Chain())  # a new process would build the first layout again
+restored = hooks.SparDLState(density=0.05, method="topkA")  # an alias of topk
+restored.load_state_dict(saved)
+second.register_comm_hook(restored, hooks.spardl_hook)
+accumulate(second, Chain(), generator, 3, true, applied)
+assert mass_error(restored, second.module, true, applied) < 1e-4, "mass lost or moved after a restart"
+for bad in (dict(saved, density=0.01), dict(saved, rank=(rank + 1) % workers), dict(saved, method="gtopk")):
+    try:
+        hooks.SparDLState(density=0.05, method="topk").load_state_dict(bad)
+        raise AssertionError(f"a state that does not fit was loaded: {bad['method'], bad['density'], bad['rank']}")
+    except ValueError as error:
+        assert "does not fit" in str(error)
+try:
+    hooks.SparDLState(method="spardl", teams=workers + 1)
+    raise AssertionError("teams that do not divide the workers were accepted")
+except ValueError as error:
+    assert "must divide" in str(error)
+
 dist.barrier()
 if rank == 0:
     print(f"ddp hook checks passed on {workers} ranks")

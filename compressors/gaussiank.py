@@ -72,10 +72,12 @@ class GaussianK(Synchronizer):
         mean = float(accumulated.sum()) / n
         square = float(torch.dot(accumulated, accumulated))
         std = math.sqrt(max(0.0, square - n * mean * mean) / (n - 1)) if n > 1 else 0.0
+        if not math.isfinite(mean):
+            raise ValueError("gaussiank: the gradient plus residual holds NaN or inf (a diverged gradient?)")
         threshold = mean + self.z * std
         threshold = threshold if math.isfinite(threshold) and threshold > _TINY else _TINY
         magnitude = self.selector.magnitude(accumulated)
-        low, high = 3 * self.k // 4, 5 * self.k // 4
+        low, high = -(-3 * self.k // 4), 5 * self.k // 4  # the count must reach 3k/4, rounded up
         chosen = self.selector.above(magnitude, threshold)
         count = chosen.numel()
         if low <= count <= high or not self.max_loops:

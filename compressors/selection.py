@@ -165,6 +165,8 @@ class Selector:
         expected = k * size / n
         rank_from_top = min(size, math.ceil(expected + _SIGMAS * math.sqrt(expected) + 4))
         table = np.abs(np.take(rows.numpy(), sample, axis=1))
+        if not np.isfinite(table).all():  # NaN would also derail the exact selection below
+            raise ValueError("the values to select from hold NaN or inf (a diverged gradient?)")
         thresholds = np.full(table.shape[0], _TINY, dtype=table.dtype)
         # Rows whose sample has too few non-zeros keep _TINY without a partition (which crawls
         # on the long runs of equal zeros).

@@ -304,3 +304,22 @@ def test_gaussiank_selects_between_3k_4_and_5k_4_on_gaussian_gradients():
     for call in run("gaussiank", workers, numel, density, calls=2, grads=grads):
         selected = ((call["after"] == 0) & (call["grads"] + call["before"] != 0)).sum(1)
         assert all(3 * k // 4 <= int(count) <= 5 * k // 4 for count in selected), selected
+
+
+def test_gaussiank_lower_bound_rounds_up_so_k_1_selects_something():
+    """The count must reach 3k/4: at k = 1 that is 1, not 0 (3 * 1 // 4)."""
+    grads = heavy_tailed((20, 1, 100), 4)
+
+    def body(transport):
+        sync = compressors.create("gaussiank", transport, numel=100, density=0.01)
+        return [int(torch.count_nonzero(sync.allreduce(grads[call, 0]))) for call in range(20)]
+
+    assert min(local_group(1).run(body)[0]) >= 1
+
+
+def test_gaussiank_refuses_a_non_finite_gradient():
+    grad = torch.ones(100)
+    grad[3] = float("nan")
+    sync = compressors.create("gaussiank", local_group(1).rank(0), numel=100, density=0.05)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        sync.allreduce(grad)

@@ -142,3 +142,11 @@ def spy_on_passes(selector):
 def test_topk_rows_keeps_whole_rows_when_k_covers_them():
     got = Selector().topk_rows(torch.randn(3, 5), 9)
     assert torch.equal(got, torch.arange(5).repeat(3, 1))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_values_are_a_clear_error(bad):
+    x = torch.randn(50_000)
+    x[::7] = bad  # a diverged gradient: the threshold sample meets them
+    with pytest.raises(ValueError, match="NaN or inf"):
+        Selector().topk(x, 100)

@@ -63,6 +63,13 @@ def test_a_failure_on_one_rank_aborts_every_rank(tmp_path):
     assert time.monotonic() - started < 60
 
 
+def test_a_diverging_run_stops_with_the_reason():
+    result = mpiexec(2, "main_trainer.py", "--lr", "1e30", "--max-epochs", "1", "--max-iters", "20",
+                     "--compression", timeout=120)
+    assert result.returncode not in (0, 2)
+    assert "the run diverged" in result.stderr and "at epoch 1, iteration 2" in result.stderr
+
+
 def test_help_lists_and_the_docs_describe_every_flag():
     result = mpiexec(2, "main_trainer.py", "--help", timeout=120)
     assert result.returncode == 0

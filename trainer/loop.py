@@ -1,5 +1,6 @@
 """The data-parallel training loop."""
 import itertools
+import math
 import sys
 import time
 
@@ -89,6 +90,11 @@ class Trainer:
             self.optimizer.zero_grad()
             loss.backward()
             computed = self._now()
+            value = loss.item()
+            if not math.isfinite(value):
+                raise FloatingPointError(f"the training loss is {value} at epoch {epoch + 1}, "
+                                         f"iteration {meter.iterations + 1}: the run diverged "
+                                         "(a lower --lr, or more --warmup-epochs?)")
             averaged = self.synchronizer.allreduce(self.gradients.gather(), out=self.averaged)
             self.gradients.scatter(averaged)
             synchronized = self._now()
@@ -96,7 +102,7 @@ class Trainer:
             self.optimizer.step()
             self.scheduler.step()
             self.global_step += 1
-            meter.add_step(loss.item(), labels.numel(), computed - started,
+            meter.add_step(value, labels.numel(), computed - started,
                            synchronized - computed, self.synchronizer.stats)
         return meter, last_lr
 

@@ -103,7 +103,8 @@ class SparDLState:
         return None
 
     def residual(self, parameter: torch.Tensor) -> torch.Tensor:
-        """This rank's residual of ``parameter``, shaped like it (zeros if it has none yet)."""
+        """This rank's residual of ``parameter``, shaped like it (zeros before the parameter's
+        first backward pass under this state, which is when the state learns its buckets)."""
         slot = self._slot(self._numbers[id(parameter)]) if id(parameter) in self._numbers else None
         return torch.zeros_like(parameter) if slot is None else slot.view_as(parameter)
 

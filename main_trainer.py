@@ -277,7 +277,11 @@ def resume(trainer, checkpoints, args, comm, log):
     """Load the newest complete checkpoint into ``trainer``, if there is one (collective)."""
     epoch = checkpoints.newest_complete()
     if epoch is None:
-        log.note(f"no complete checkpoint in {args.checkpoint_dir}; starting from scratch")
+        found = checkpoints.saved_epochs()
+        agree(comm, f"--checkpoint-dir {args.checkpoint_dir} holds checkpoints (epochs "
+                    f"{', '.join(map(str, found))}), none of them complete for this run's "
+                    f"{comm.Get_size()} worker(s): written by another number of workers?" if found else None)
+        log.note(f"no checkpoint in {args.checkpoint_dir}; starting from scratch")
         return
     state = checkpoints.load(epoch)
     saved = dict(state.get("run_info", {}), nworkers=state.get("nworkers"),

@@ -5,6 +5,11 @@
 # The first two arguments are "-n P"; the rest go to scripts/bench_allreduce.py.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+python="${PYTHON:-$root/.venv/bin/python}"
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
+  echo "usage: $0 -n WORKERS [bench_allreduce.py options]; the options:"
+  exec "$python" "$root/scripts/bench_allreduce.py" --help
+fi
 if [ "$#" -lt 2 ] || [ "$1" != "-n" ]; then
   echo "usage: $0 -n WORKERS [bench_allreduce.py options]" >&2
   exit 2
@@ -12,6 +17,5 @@ fi
 workers="$2"
 shift 2
 export OMP_NUM_THREADS=1 MPIR_CVAR_POLLS_BEFORE_YIELD=1 MPIR_CVAR_ENABLE_HEAVY_YIELD=1
-python="${PYTHON:-$root/.venv/bin/python}"
 mpiexec="${MPIEXEC:-$(dirname "$python")/mpiexec}"
 exec "$mpiexec" -n "$workers" "$python" "$root/scripts/bench_allreduce.py" "$@"

@@ -410,7 +410,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--alpha", type=float, help="custom latency per message (s)")
     parser.add_argument("--beta", type=float, help="custom time per byte (s)")
     parser.add_argument("--select-threads", type=int, default=1, help="threads of the selection timing")
-    parser.add_argument("--select-device", default="cpu", help="where to time selection (cpu, cuda)")
+    parser.add_argument("--select-device", default="cpu", choices=["cpu", "cuda"],
+                        help="where to time selection")
     parser.add_argument("--select-rate", type=float, help="fixed selection throughput, elements/s")
     parser.add_argument("--json", help="write every row (both tables) as a JSON list")
     parser.add_argument("--plot", help="write a PNG")
@@ -424,6 +425,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     if unknown:
         parser.error(f"--network {','.join(unknown)}: unknown preset; valid: {', '.join(PRESETS)}")
     args.networks = [PRESETS[name] for name in args.network.split(",") if name]
+    if args.select_device == "cuda" and not torch.cuda.is_available():
+        parser.error("--select-device cuda: no CUDA device here")
     if args.numel < 1 or args.model_numel < 1:
         parser.error("--numel and --model-numel must be >= 1")
     if (args.alpha is None) != (args.beta is None):

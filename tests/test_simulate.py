@@ -120,6 +120,7 @@ def test_p64_runs_quickly_and_spardl_sends_least(tmp_path):
     (["--sweep", "8,y"], "--sweep takes comma-separated integers"),
     (["--density", "2"], "density must lie in"),
     (["--alpha", "1e-6"], "--alpha and --beta go together"),
+    (["--select-device", "gpu"], "invalid choice: 'gpu'"),
 ])
 def test_bad_arguments_are_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:

@@ -47,7 +47,7 @@ class SparDLState:
         self.transport = TorchDistributedTransport(process_group)
         compressors.create(self.method, self.transport, numel=1, density=density, **options)  # checks values
         self.synchronizers: dict = {}    # layout key -> synchronizer
-        self._results: dict = {}         # layout key -> reused result buffer
+        self._layouts: dict = {}         # layout key -> (parameter numbers, sizes, result buffer)
         self._numbers: dict = {}         # id(parameter) -> its number
         self._owners: dict = {}          # parameter number -> (layout key, offset, numel)
         self._pending: dict = {}         # layout key -> saved state not yet used
@@ -64,7 +64,7 @@ class SparDLState:
                 raise RuntimeError(f"bucket {bucket.index()}: {bucket.buffer().numel()} entries for "
                                    f"parameters of {sum(sizes)}")
             self._build(key, numbers, sizes, bucket.buffer().device)
-        return self.synchronizers[key], self._results[key]
+        return self.synchronizers[key], self._layouts[key][2]
 
     def _build(self, key: str, numbers: list, sizes: list, device) -> None:
         sync = compressors.create(self.method, self.transport, numel=sum(sizes), density=self.density,
@@ -84,10 +84,10 @@ class SparDLState:
             self._owners[number] = (key, offset, size)
             offset += size
         self.synchronizers[key] = sync
-        self._results[key] = torch.empty(sum(sizes), device=device)
+        self._layouts[key] = (numbers, sizes, torch.empty(sum(sizes), device=device))
         owning = {owner for owner, _, _ in self._owners.values()}
         for stale in [k for k in self.synchronizers if k not in owning]:  # replaced layouts
-            del self.synchronizers[stale], self._results[stale]
+            del self.synchronizers[stale], self._layouts[stale]
 
     def _slot(self, number: int):
         """Where parameter ``number``'s residual lives now (a view): its current bucket, else a
@@ -110,11 +110,10 @@ class SparDLState:
 
     def state_dict(self) -> dict:
         """This rank's synchronizers (residuals, thresholds, counters) by bucket layout, on the CPU."""
-        buckets = {key: saved for key, saved in self._pending.items()}
+        buckets = dict(self._pending)
         for key, sync in self.synchronizers.items():
-            numbers = [int(n) for n in key.split(",")]
-            buckets[key] = {"numbers": numbers, "sizes": [self._owners[n][2] for n in numbers],
-                            "state": sync.state_dict()}
+            numbers, sizes, _ = self._layouts[key]
+            buckets[key] = {"numbers": numbers, "sizes": sizes, "state": sync.state_dict()}
         return {"method": self.method, "density": self.density, "options": dict(self.options),
                 "rank": self.transport.rank, "size": self.transport.size, "buckets": buckets}
 

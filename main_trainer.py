@@ -258,9 +258,9 @@ def build_synchronizer(args, numel, comm):
     given = {"teams": args.teams, "sag": args.sag, "dense_warmup": args.dense_warmup}
     options = {key: value for key, value in given.items()
                if key in compressors.options(args.compressor)}
-    defaults = build_parser().parse_args([])
+    parser = build_parser()
     unused = [f"--{key.replace('_', '-')}" for key, value in given.items()
-              if key not in options and value != getattr(defaults, key)]
+              if key not in options and value != parser.get_default(key)]
     if unused:
         _note(comm, f"{', '.join(unused)} has no effect with {args.compressor}")
     synchronizer, problem = None, None
@@ -273,14 +273,24 @@ def build_synchronizer(args, numel, comm):
     return synchronizer
 
 
+def _checkpoint_problem(checkpoints, args, size):
+    """Why the checkpoints already in ``--checkpoint-dir`` forbid this run, or None (collective):
+    a fresh run would mix with an earlier one, and a resume needs one complete for ``size`` ranks."""
+    found = checkpoints.saved_epochs()
+    epochs = ", ".join(map(str, found))
+    if found and not args.resume:
+        return (f"--checkpoint-dir {args.checkpoint_dir} holds checkpoints of an earlier run (epochs "
+                f"{epochs}): pass --resume to continue it, or choose an empty directory")
+    if found and checkpoints.newest_complete() is None:
+        return (f"--checkpoint-dir {args.checkpoint_dir} holds checkpoints (epochs {epochs}), none "
+                f"of them complete for this run's {size} worker(s): written by another number of workers?")
+    return None
+
+
 def resume(trainer, checkpoints, args, comm, log):
     """Load the newest complete checkpoint into ``trainer``, if there is one (collective)."""
     epoch = checkpoints.newest_complete()
     if epoch is None:
-        found = checkpoints.saved_epochs()
-        agree(comm, f"--checkpoint-dir {args.checkpoint_dir} holds checkpoints (epochs "
-                    f"{', '.join(map(str, found))}), none of them complete for this run's "
-                    f"{comm.Get_size()} worker(s): written by another number of workers?" if found else None)
         log.note(f"no checkpoint in {args.checkpoint_dir}; starting from scratch")
         return
     state = checkpoints.load(epoch)
@@ -301,10 +311,8 @@ def build_trainer(argv, comm):
     args, settings = parse_settings(argv, comm)
     rank, size = comm.Get_rank(), comm.Get_size()
     checkpoints = Checkpoints(args.checkpoint_dir, comm) if args.checkpoint_dir else None
-    earlier = checkpoints.saved_epochs() if checkpoints and not args.resume else []
-    agree(comm, f"--checkpoint-dir {args.checkpoint_dir} holds checkpoints of an earlier run (epochs "
-                f"{', '.join(map(str, earlier))}): pass --resume to continue it, or choose an empty "
-                "directory" if earlier else None)
+    if checkpoints:
+        agree(comm, _checkpoint_problem(checkpoints, args, size))
     device = place_rank(comm, args.device)
     torch.manual_seed(args.seed)
     random.seed(args.seed)

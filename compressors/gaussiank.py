@@ -77,7 +77,7 @@ class GaussianK(Synchronizer):
         threshold = mean + self.z * std
         threshold = threshold if math.isfinite(threshold) and threshold > _TINY else _TINY
         magnitude = self.selector.magnitude(accumulated)
-        low, high = -(-3 * self.k // 4), 5 * self.k // 4  # the count must reach 3k/4, rounded up
+        low, high = math.ceil(3 * self.k / 4), 5 * self.k // 4  # the count must reach 3k/4
         chosen = self.selector.above(magnitude, threshold)
         count = chosen.numel()
         if low <= count <= high or not self.max_loops:

@@ -487,8 +487,12 @@ def mpi_rows(args) -> list:
     factories = [lambda name=name, options=options: MethodRun(MPITransport(comm), name, options,
                                                               source.numel, args.density)
                  for _, name, options in runs]
-    factories.append(lambda: FloorRun(MPITransport(comm), spardl_events(MPITransport(comm), source, args.density),
-                                      source.numel, args.density))
+
+    def floor():
+        transport = MPITransport(comm)
+        return FloorRun(transport, spardl_events(transport, source, args.density), source.numel, args.density)
+
+    factories.append(floor)
     records = time_runs(factories, mpi_gradients(comm, source), args.warmup + args.iters, args.sequential)
     rows = []
     for (label, name, options), run_records in zip(runs + [(FLOOR, FLOOR, {})], records):

@@ -14,10 +14,11 @@ section 2). Runs are grouped by (model, dataset, workers) where the rows say so;
 - **accuracy**: final and best test accuracy, final train and test loss, epochs, wall time.
 
 Iterations per epoch are ``epoch_iters`` when present, else the difference of the cumulative
-``iters``. The trainer appends to ``metrics.jsonl``, so a file can hold rows that a later run in
-the same directory, or a resume from an earlier checkpoint, superseded (the epoch number goes back):
-only the latest history counts, and a note on stderr says how many rows were left out. The Markdown goes to stdout and, with ``--out DIR``, to ``DIR/report.md`` together with
-``accuracy_vs_epoch.png``, ``accuracy_vs_time.png`` and ``time_split.png``.
+``iters``. A ``metrics.jsonl`` written before the trainer started a fresh file per run can hold
+rows that a later run in the same directory, or a resume from an earlier checkpoint, superseded
+(the epoch number goes back): only the latest history counts, and a note on stderr says how many
+rows were left out. The Markdown goes to stdout and, with ``--out DIR``, to ``DIR/report.md``
+together with ``accuracy_vs_epoch.png``, ``accuracy_vs_time.png`` and ``time_split.png``.
 """
 from __future__ import annotations
 

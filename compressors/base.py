@@ -42,6 +42,9 @@ class Synchronizer(abc.ABC):
 
     name = "base"
     uses_residual = True
+    #: True where ``_synchronize`` adds the residual itself, fused with its first pass over the
+    #: sum: it then receives the bare gradient (and still returns the new residual).
+    adds_residual = False
 
     def __init__(self, comm, numel: int, density: float, dense_warmup: int = 0) -> None:
         if isinstance(numel, bool) or not isinstance(numel, int) or numel < 1:
@@ -87,7 +90,7 @@ class Synchronizer(abc.ABC):
             result = self._dense_average(grad, timer)
             nnz = int(torch.count_nonzero(result))
         else:
-            if self.uses_residual:
+            if self.uses_residual and not self.adds_residual:
                 with timer("accumulate"):
                     grad = self._residual.add_(grad)  # grad + residual, in place: no allocation
             result, self._residual = self._synchronize(grad, timer)
@@ -108,7 +111,8 @@ class Synchronizer(abc.ABC):
         """Return ``(average, new_residual)`` for this rank's ``accumulated`` = grad + residual.
 
         ``accumulated`` is the residual buffer itself, updated in place; a method may reuse it
-        as the new residual. Methods with ``uses_residual = False`` receive the gradient.
+        as the new residual. Methods with ``uses_residual = False`` or ``adds_residual = True``
+        receive the gradient.
         """
 
     def _after_call(self) -> None:

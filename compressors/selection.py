@@ -10,6 +10,10 @@ that row alone when needed, and its lowest-index zeros. The result is exact: alw
 per row, the ``k`` largest ``|x|``, ties broken towards the lower index, in ascending order.
 :meth:`Selector.topk` is the one-row case. Work buffers are kept and reused across calls.
 
+The pass can also add another vector into the rows as it goes (error feedback's grad + residual,
+:meth:`Selector.scan`), which costs about as much as the addition alone; :meth:`Selector.pick`
+then chooses from its :class:`Candidates` and returns the chosen values with their indices.
+
 On one CPU thread (one MPI rank per core, the usual setting) the candidate pass runs as NumPy
 ufuncs in chunks of 2^18 entries, so ``|x|`` never leaves the cache (NumPy's abs and compare
 are 1.3-2x faster than torch's on one thread, and the chunks save a round trip to memory: 11.4
@@ -18,6 +22,7 @@ against 8.7 ms for 14.7M floats). With several threads torch's parallel kernels 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -28,6 +33,17 @@ _SIGMAS = 4.0             # safety margin of the estimate, in standard deviation
 _CACHED_SAMPLES = 8       # sample positions kept for this many row lengths
 _CHUNK = 1 << 18          # entries per step of the candidate pass on one thread
 _TINY = float(np.finfo(np.float32).smallest_subnormal)  # ">= _TINY" means "non-zero"
+
+
+class Candidates(NamedTuple):
+    """What :meth:`Selector.scan` found in a ``(count, n)`` matrix: the flat positions
+    (ascending) of the entries at or above their row's threshold, their signed values, how many
+    lie in each row, and the rows' thresholds."""
+
+    positions: np.ndarray
+    values: np.ndarray
+    sizes: np.ndarray
+    thresholds: np.ndarray
 
 
 class Selector:
@@ -48,19 +64,57 @@ class Selector:
         """Column indices (int64, shape ``(r, min(k, n))``, each row ascending) of the ``k``
         entries with the largest ``|x|`` in every row of the ``(r, n)`` matrix ``rows``, ties
         towards the lower index. One call costs about one top-k over ``r * n`` entries."""
-        count, n = rows.shape
-        if k >= n:
-            return torch.arange(n, device=rows.device).repeat(count, 1)
+        return self.pick(rows, k)[0]
+
+    def scan(self, rows: torch.Tensor, k: int, addend: Optional[torch.Tensor] = None) -> Optional[Candidates]:
+        """The one pass over the ``(r, n)`` matrix ``rows`` that finds each row's candidates for
+        its top-``k`` (for :meth:`pick`).
+
+        ``addend``: a flat tensor of at most ``r * n`` entries first added in place into the
+        first entries of ``rows`` (contiguous), in the same pass: the candidates are those of the
+        sum, which costs about as much as the addition alone. On a GPU, or when ``k`` covers a
+        row, only the addition happens and ``None`` is returned: :meth:`pick` then selects from
+        the rows themselves.
+        """
+        n = rows.shape[1]
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
-        if rows.is_cuda:
-            return torch.topk(rows.abs(), k, dim=1, sorted=False).indices.sort(dim=1).values
+        if addend is not None and not rows.is_contiguous():
+            raise ValueError("scan adds in place: rows must be contiguous")
+        if addend is not None and (rows.is_cuda or k >= n or not _numpy_passes()):
+            rows.view(-1)[:addend.numel()].add_(addend)
+            addend = None
+        if rows.is_cuda or k >= n:
+            return None
         rows = rows.detach().contiguous()
-        thresholds = self._estimate(rows, k)
-        candidates, values, sizes = self._candidates(rows, thresholds)
+        extra = None if addend is None else addend.detach().numpy()
+        thresholds = self._estimate(rows, k, extra)
+        positions, values, sizes = self._candidates(rows, thresholds, extra)
+        return Candidates(positions, values, sizes, thresholds)
+
+    def pick(self, rows: torch.Tensor, k: int, candidates: Optional[Candidates] = None) -> tuple:
+        """Columns (int64, shape ``(r, min(k, n))``, each row ascending) and values (the entries
+        there) of each row's top-``k`` by magnitude, ties towards the lower index.
+
+        ``candidates``: :meth:`scan`'s result for these unchanged rows with at least this ``k``
+        (``None``: scanned now).
+        """
+        count, n = rows.shape
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        if k >= n:
+            return torch.arange(n, device=rows.device).repeat(count, 1), rows.detach().clone()
+        if rows.is_cuda:
+            columns = torch.topk(rows.abs(), k, dim=1, sorted=False).indices.sort(dim=1).values
+            return columns, rows.gather(1, columns)
+        rows = rows.detach().contiguous()
+        if candidates is None:
+            candidates = self.scan(rows, k)
+        positions, values, sizes = candidates.positions, candidates.values, candidates.sizes
         if (sizes < k).any():  # the estimate was too high (rare), or a row has < k non-zeros
-            candidates, values, sizes = self._refill(rows, k, thresholds, candidates, values, sizes)
-        return _columns(candidates[np.flatnonzero(_keep_k_per_row(values, k, sizes))], count, n, k)
+            positions, values, sizes = self._refill(rows, k, candidates.thresholds, positions, values, sizes)
+        kept = np.flatnonzero(_keep_k_per_row(np.abs(values), k, sizes))
+        return _columns(positions[kept], count, n, k), torch.from_numpy(values[kept].reshape(count, k))
 
     def _refill(self, rows: torch.Tensor, k: int, thresholds: np.ndarray, candidates: np.ndarray,
                 values: np.ndarray, sizes: np.ndarray) -> tuple:
@@ -70,23 +124,24 @@ class Selector:
         count, n = rows.shape
         again = (sizes < k) & (thresholds > _TINY)
         keep = np.repeat(~again, sizes)
-        positions, magnitudes, counts = [candidates[keep]], [values[keep]], sizes.copy()
+        positions, found_values, counts = [candidates[keep]], [values[keep]], sizes.copy()
         for row in np.flatnonzero(again):  # the estimate was too high (rare): all non-zeros
-            found, found_values, _ = self._candidates(rows[row:row + 1], np.full(1, _TINY, np.float32))
+            found, at_found, _ = self._candidates(rows[row:row + 1], np.full(1, _TINY, np.float32))
             positions.append(found + row * n)
-            magnitudes.append(found_values)
+            found_values.append(at_found)
             counts[row] = found.size
         short = np.flatnonzero(counts < k)
         if short.size:  # fewer than k non-zeros: zeros complete them, lowest index first
-            zero = ~(np.abs(rows.numpy()[short, :k]) >= _TINY)  # at least k - count of them per row
+            heads = rows.numpy()[short, :k]
+            zero = ~(np.abs(heads) >= _TINY)  # at least k - count of them per row
             zero &= np.cumsum(zero, axis=1) <= (k - counts[short])[:, None]
             which, column = np.nonzero(zero)  # which: the position in ``short``
             positions.append(short[which] * n + column)
-            magnitudes.append(np.zeros(which.size, dtype=values.dtype))
-        positions, magnitudes = np.concatenate(positions), np.concatenate(magnitudes)
+            found_values.append(heads[which, column])
+        positions, found_values = np.concatenate(positions), np.concatenate(found_values)
         order = np.argsort(positions, kind="stable")
         positions = positions[order]
-        return positions, magnitudes[order], _row_sizes(positions, count, n)
+        return positions, found_values[order], _row_sizes(positions, count, n)
 
     def above(self, magnitude: torch.Tensor, threshold: float) -> torch.Tensor:
         """Indices (ascending) of the entries of ``magnitude`` that are ``>= threshold``."""
@@ -109,37 +164,43 @@ class Selector:
             return out
         return torch.abs(x, out=out)
 
-    def _candidates(self, rows: torch.Tensor, thresholds: np.ndarray) -> tuple:
-        """Flat positions (ascending), magnitudes and per-row counts (NumPy arrays) of the entries
-        of ``rows`` with ``|x| >=`` their row's threshold: in cache-sized chunks on one thread
-        (each chunk's ``|x|``, mask and candidates while it is in the cache), whole-matrix passes
-        otherwise."""
+    def _candidates(self, rows: torch.Tensor, thresholds: np.ndarray, extra: Optional[np.ndarray] = None) -> tuple:
+        """Flat positions (ascending), signed values and per-row counts (NumPy arrays) of the
+        entries of ``rows`` with ``|x| >=`` their row's threshold: in cache-sized chunks on one
+        thread (each chunk's ``|x|``, mask and candidates while it is in the cache), whole-matrix
+        passes otherwise. ``extra`` (one thread only): a flat array first added into the rows'
+        first entries, chunk by chunk."""
         count, n = rows.shape
         if not _numpy_passes():
             magnitude = self._buffer("_magnitude", count * n, rows.dtype).view(count, n)
             mask = self._buffer("_mask", count * n, torch.bool).view(count, n)
             torch.ge(torch.abs(rows, out=magnitude), torch.from_numpy(thresholds)[:, None], out=mask)
             positions = flat_nonzero(mask.view(-1)).numpy()
-            return positions, magnitude.numpy().reshape(-1)[positions], _row_sizes(positions, count, n)
+            return positions, rows.numpy().reshape(-1)[positions], _row_sizes(positions, count, n)
         values, limits = rows.numpy(), thresholds[:, None]
+        flat = values.reshape(-1)
         scratch = self._buffer("_magnitude", min(count * n, _CHUNK), rows.dtype).numpy()
         bits = self._buffer("_mask", min(count * n, _CHUNK), torch.bool).numpy()
         span = max(1, _CHUNK // n)  # whole rows per step when rows are short
-        positions, magnitudes = [], []
+        positions, found_values = [], []
         for first in range(0, count, span):
             last = min(count, first + span)
             for start in range(0, n, _CHUNK):
                 end = min(n, start + _CHUNK)
+                low = first * n + start  # the chunk is flat[low:low + size], contiguous
                 shape, size = (last - first, end - start), (last - first) * (end - start)
+                if extra is not None and low < extra.size:
+                    added = flat[low:min(low + size, extra.size)]
+                    np.add(added, extra[low:low + added.size], out=added)
                 part, mask = scratch[:size].reshape(shape), bits[:size].reshape(shape)
                 np.abs(values[first:last, start:end], out=part)
                 np.greater_equal(part, limits[first:last], out=mask)
                 found = np.flatnonzero(mask)
-                magnitudes.append(scratch[found])
-                found += first * n + start
+                found += low
+                found_values.append(flat[found])
                 positions.append(found)
         positions = np.concatenate(positions)
-        return positions, np.concatenate(magnitudes), _row_sizes(positions, count, n)
+        return positions, np.concatenate(found_values), _row_sizes(positions, count, n)
 
     def _buffer(self, name: str, numel: int, dtype: torch.dtype) -> torch.Tensor:
         buffer = getattr(self, name)
@@ -148,11 +209,12 @@ class Selector:
             setattr(self, name, buffer)
         return buffer[:numel]
 
-    def _estimate(self, rows: torch.Tensor, k: int) -> np.ndarray:
+    def _estimate(self, rows: torch.Tensor, k: int, extra: Optional[np.ndarray] = None) -> np.ndarray:
         """Per row, a threshold that about ``k`` plus a few standard deviations of the row's
         entries exceed, from the same sample positions in every row; at least ``_TINY``, so that
-        a mostly-zero row takes all its non-zeros and no zero as candidates."""
-        n = rows.shape[1]
+        a mostly-zero row takes all its non-zeros and no zero as candidates. ``extra``: a flat
+        array still to be added into the rows' first entries (the sample sees the sums)."""
+        count, n = rows.shape
         sample = self._samples.get(n)
         if sample is None:
             generator = torch.Generator().manual_seed(self._seed + n)
@@ -164,7 +226,14 @@ class Selector:
         size = sample.size
         expected = k * size / n
         rank_from_top = min(size, math.ceil(expected + _SIGMAS * math.sqrt(expected) + 4))
-        table = np.abs(np.take(rows.numpy(), sample, axis=1))
+        table = np.take(rows.numpy(), sample, axis=1)
+        if extra is not None and extra.size:
+            flat = sample + (np.arange(count) * n)[:, None]
+            added = np.take(extra, flat, mode="clip")  # no boolean indexing: it is slow
+            if flat[-1, -1] >= extra.size:  # past the end of ``extra``: nothing to add
+                added[flat >= extra.size] = 0.0
+            table += added
+        table = np.abs(table, out=table)
         if not np.isfinite(table).all():  # NaN would also derail the exact selection below
             raise ValueError("the values to select from hold NaN or inf (a diverged gradient?)")
         thresholds = np.full(table.shape[0], _TINY, dtype=table.dtype)

@@ -2,7 +2,9 @@
 
 One synchronization of worker w = (team t, position r), teams of m = P/d contiguous ranks:
 
-1. a = grad + residual, zero-padded to m*B (B = ceil(n/m)) and viewed as m blocks.
+1. a = grad + residual, zero-padded to m*B (B = ceil(n/m)) and viewed as m blocks. A block gets
+   the gradient at its first touch: a cut adds it in the same pass that selects (``Selector.scan``,
+   timed as "select"; about half the blocks are first touched by a cut), a receive adds it first.
 2. Spar-Reduce-Scatter inside the team (``allreducers.srs``): ceil(log2 m) rounds, one message
    per round; each block is cut to its top-k_b (k_b = max(1, int(B*density))) right before it is
    sent, and whatever the cut drops stays in this worker's dense copy of the block.
@@ -132,31 +134,39 @@ class SparDL(Synchronizer):
         self._work = torch.empty(0)
         self._nnz = 0
 
-    def _synchronize(self, accumulated, timer):
+    adds_residual = True
+
+    def _synchronize(self, grad, timer):
         budget = self.block_budget
         with timer("accumulate"):
-            work = self._padded_work(accumulated)
+            work = self._padded_work(self._residual)
         blocks = work.view(self.team_size, self.block_size)
+        pending = set(range(self.team_size))  # blocks still without the gradient (step 1)
         # The blocks are reduced in place, so a_o survives only where nothing touched it: every
         # cut and every receive first saves, per block, the values it overwrites (O(k) per call).
         saves = [[] for _ in range(self.team_size)]
 
+        def cut(first, count, keep):
+            return self._cut(blocks, first, count, keep, saves, self._first_touch(blocks, grad, pending,
+                                                                                  first, count, fuse=True))
+
         def produce(step):
             with timer("select"):
-                return pack([cut for first, count in _runs(step.send_items)
-                             for cut in self._cut(blocks, first, count, budget, saves)], with_counts=False)
+                return pack([piece for first, count in _runs(step.send_items)
+                             for piece in cut(first, count, budget)], with_counts=False)
 
         def consume(step, message):
             with timer("accumulate"):
                 indices, values = unpack(message, 1, [budget * len(step.recv_items)])[0]
                 for item, columns, summands in zip(step.recv_items, indices.view(-1, budget).long(),
                                                    values.view(-1, budget)):
+                    self._first_touch(blocks, grad, pending, item, 1, fuse=False)
                     saves[item].append((columns, blocks[item].index_select(0, columns)))
                     blocks[item].scatter_add_(0, columns, summands)  # columns are unique
 
         run_schedule(self.transport, self.srs_steps, produce, consume, work.device, timer)
         with timer("select"):
-            own = self._cut(blocks, self.position, 1, self.height.value, saves)[0]
+            own = cut(self.position, 1, self.height.value)[0]
         if self.teams > 1:
             own = self._spar_all_gather(own, timer)
         gathered = allgather_lists(self.transport, self.gather_steps, self.position, own,
@@ -189,30 +199,44 @@ class SparDL(Synchronizer):
         row.scatter_(0, columns, dropped)
         return torch.count_nonzero(kept)
 
-    def _padded_work(self, accumulated: torch.Tensor) -> torch.Tensor:
-        """The zero-padded buffer of m*B entries whose first n hold ``accumulated``.
+    def _padded_work(self, residual: torch.Tensor) -> torch.Tensor:
+        """The zero-padded buffer of m*B entries whose first n hold ``residual``.
 
         The residual this class returns is a view of that buffer, so from the second call on
-        ``accumulated`` already lies in it and nothing is copied.
+        it already lies there and nothing is copied.
         """
         padded = self._work
-        if padded.numel() != self.team_size * self.block_size or padded.device != accumulated.device:
-            padded = self._work = torch.zeros(self.team_size * self.block_size, device=accumulated.device)
-        if accumulated.data_ptr() != padded.data_ptr():
-            padded[:self.numel].copy_(accumulated)
+        if padded.numel() != self.team_size * self.block_size or padded.device != residual.device:
+            padded = self._work = torch.zeros(self.team_size * self.block_size, device=residual.device)
+        if residual.data_ptr() != padded.data_ptr():
+            padded[:self.numel].copy_(residual)
         padded[self.numel:].zero_()
         return padded
 
-    def _cut(self, blocks: torch.Tensor, first: int, count: int, keep: int, saves: list) -> list:
+    def _first_touch(self, blocks: torch.Tensor, grad: torch.Tensor, pending: set, first: int,
+                     count: int, fuse: bool):
+        """Step 1 for the blocks ``first .. first+count-1`` about to be touched: add the gradient
+        into those still ``pending``, unless ``fuse`` and all are, in which case the gradient's
+        part is returned for the cut's selection pass to add. Returns ``None`` otherwise."""
+        span = range(first, first + count)
+        start, end = first * self.block_size, min(self.numel, (first + count) * self.block_size)
+        fused = fuse and pending.issuperset(span)
+        for block in pending.intersection(span) if not fused else ():
+            low, high = block * self.block_size, min(self.numel, (block + 1) * self.block_size)
+            blocks.view(-1)[low:max(low, high)].add_(grad[low:high])
+        pending.difference_update(span)
+        return grad[start:max(start, end)] if fused else None
+
+    def _cut(self, blocks: torch.Tensor, first: int, count: int, keep: int, saves: list, addend) -> list:
         """Top-``keep`` of each of the blocks ``first .. first+count-1`` as one sparse list per
-        block (int32 columns, values); zero them in the dense copy, saving what they held."""
+        block (int32 columns, values); zero them in the dense copy, saving what they held.
+        ``addend``: the gradient still to be added into these blocks, in the selection pass."""
+        rows = blocks[first:first + count]
+        chosen = self.selector.pick(rows, keep, self.selector.scan(rows, keep, addend))
         cuts = []
-        for block, columns in zip(range(first, first + count),
-                                  self.selector.topk_rows(blocks[first:first + count], keep)):
-            row = blocks[block]
-            values = row.index_select(0, columns)
+        for block, columns, values in zip(range(first, first + count), *chosen):
             saves[block].append((columns, values))
-            row.index_fill_(0, columns, 0.0)
+            blocks[block].index_fill_(0, columns, 0.0)
             cuts.append((columns.to(torch.int32), values))
         return cuts
 

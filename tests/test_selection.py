@@ -135,7 +135,7 @@ def spy_on_passes(selector):
     """Make ``selector`` log the matrix of every candidate pass it runs; returns the log."""
     passes = []
     candidates = selector._candidates
-    selector._candidates = lambda rows, thresholds: passes.append(rows.clone()) or candidates(rows, thresholds)
+    selector._candidates = lambda rows, *rest: passes.append(rows.clone()) or candidates(rows, *rest)
     return passes
 
 

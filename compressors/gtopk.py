@@ -2,8 +2,8 @@
 
 One synchronization of worker w, k = max(1, int(n * density)):
 
-1. a = grad + residual; S_w = the k largest |a| (``Selector.topk``), sent as (int32 index,
-   float32 value) pairs.
+1. a = grad + residual; S_w = the k largest |a| (``Selector.scan`` adds and selects in one
+   pass), sent as (int32 index, float32 value) pairs.
 2. Reduce towards rank 0 along ``allreducers.tree`` (any P: the ranks above the largest power
    of two fold into the lower ones first). Each receiver merges its list with the received one
    (values added at common indices, in a fixed order) and keeps the k largest |values| (ties to
@@ -62,10 +62,14 @@ class GTopK(Synchronizer):
         self.selector = Selector()
         self._loss = None
 
-    def _synchronize(self, accumulated, timer):
+    adds_residual = True
+
+    def _synchronize(self, grad, timer):
+        accumulated = self._residual
         with timer("select"):
-            chosen = self.selector.topk(accumulated, self.k)
-            values = accumulated.index_select(0, chosen)
+            row = accumulated.view(1, -1)
+            columns, values = self.selector.pick(row, self.k, self.selector.scan(row, self.k, grad))
+            chosen, values = columns[0], values[0]
         held = [chosen.to(torch.int32), values]
         dropped = []
 

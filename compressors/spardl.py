@@ -147,8 +147,8 @@ class SparDL(Synchronizer):
         saves = [[] for _ in range(self.team_size)]
 
         def cut(first, count, keep):
-            return self._cut(blocks, first, count, keep, saves, self._first_touch(blocks, grad, pending,
-                                                                                  first, count, fuse=True))
+            addend = self._first_touch(blocks, grad, pending, first, count, fuse=True)
+            return self._cut(blocks, first, count, keep, saves, addend)
 
         def produce(step):
             with timer("select"):
@@ -215,28 +215,29 @@ class SparDL(Synchronizer):
 
     def _first_touch(self, blocks: torch.Tensor, grad: torch.Tensor, pending: set, first: int,
                      count: int, fuse: bool):
-        """Step 1 for the blocks ``first .. first+count-1`` about to be touched: add the gradient
-        into those still ``pending``, unless ``fuse`` and all are, in which case the gradient's
-        part is returned for the cut's selection pass to add. Returns ``None`` otherwise."""
+        """Step 1 for the blocks ``first .. first+count-1`` about to be touched. If ``fuse`` and
+        all of them are still ``pending``, return their part of the gradient for the cut's
+        selection pass to add; otherwise add it into those pending now and return ``None``."""
         span = range(first, first + count)
-        start, end = first * self.block_size, min(self.numel, (first + count) * self.block_size)
         fused = fuse and pending.issuperset(span)
-        for block in pending.intersection(span) if not fused else ():
-            low, high = block * self.block_size, min(self.numel, (block + 1) * self.block_size)
-            blocks.view(-1)[low:max(low, high)].add_(grad[low:high])
+        for block in () if fused else pending.intersection(span):
+            part = self._gradient_part(grad, block, 1)
+            blocks[block][:part.numel()].add_(part)
         pending.difference_update(span)
-        return grad[start:max(start, end)] if fused else None
+        return self._gradient_part(grad, first, count) if fused else None
+
+    def _gradient_part(self, grad: torch.Tensor, first: int, count: int) -> torch.Tensor:
+        """The entries of ``grad`` in blocks ``first .. first+count-1`` (none in the padding)."""
+        return grad[min(self.numel, first * self.block_size):(first + count) * self.block_size]
 
     def _cut(self, blocks: torch.Tensor, first: int, count: int, keep: int, saves: list, addend) -> list:
         """Top-``keep`` of each of the blocks ``first .. first+count-1`` as one sparse list per
         block (int32 columns, values); zero them in the dense copy, saving what they held.
         ``addend``: the gradient still to be added into these blocks, in the selection pass."""
-        rows = blocks[first:first + count]
-        chosen = self.selector.pick(rows, keep, self.selector.scan(rows, keep, addend))
         cuts = []
-        for block, columns, values in zip(range(first, first + count), *chosen):
+        for block, columns, values in zip(range(first, first + count),
+                                          *self.selector.cut(blocks[first:first + count], keep, addend)):
             saves[block].append((columns, values))
-            blocks[block].index_fill_(0, columns, 0.0)
             cuts.append((columns.to(torch.int32), values))
         return cuts
 

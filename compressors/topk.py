@@ -2,7 +2,8 @@
 
 One synchronization of worker w (Aji & Heafield 2017; the TopkA baseline of Ok-Topk and SparDL):
 
-1. a = grad + residual; S_w = the k = max(1, int(n * density)) largest |a| (``Selector.topk``).
+1. a = grad + residual; S_w = the k = max(1, int(n * density)) largest |a| (``Selector.cut``: the
+   addition runs in the selection pass, both timed as "select").
 2. The new residual is a with S_w zeroed.
 3. Bruck all-gather (ceil(log2 P) rounds) of the P lists of exactly k (int32 index, float32 value)
    pairs; sizes are known, so messages carry no counts: every rank sends and receives exactly
@@ -35,11 +36,13 @@ class TopK(Synchronizer):
         self.gather_steps = bruck_allgather_schedule(self.rank, list(range(self.size)))
         self.selector = Selector()
 
-    def _synchronize(self, accumulated, timer):
+    adds_residual = True
+
+    def _synchronize(self, grad, timer):
+        accumulated = self._residual
         with timer("select"):
-            chosen = self.selector.topk(accumulated, self.k)
-            own = (chosen.to(torch.int32), accumulated.index_select(0, chosen))
-            accumulated.index_fill_(0, chosen, 0.0)
+            chosen, values = self.selector.cut(accumulated, self.k, addend=grad)
+            own = (chosen.to(torch.int32), values)
         lists = allgather_lists(self.transport, self.gather_steps, self.rank, own, self.k, timer)
         with timer("accumulate"):
             result = self._new_result(accumulated.device)

@@ -2,7 +2,8 @@
 
 One synchronization of worker w, k = max(1, int(n * density)):
 
-1. a = grad + residual; S_w = the k largest |a| (``Selector.topk``); residual = a with S_w zeroed.
+1. a = grad + residual; S_w = the k largest |a|; residual = a with S_w zeroed (``Selector.cut``: the
+   addition runs in the selection pass).
 2. The index space is cut into P equal contiguous regions; split-and-reduce
    (``allreducers.rotation``, P-1 steps) sends every region's entries straight to its owner,
    which adds them (a reduce-scatter).
@@ -51,11 +52,12 @@ class TopkDSA(Synchronizer):
         self.went_dense = False
         self._nnz = 0
 
-    def _synchronize(self, accumulated, timer):
+    adds_residual = True
+
+    def _synchronize(self, grad, timer):
+        accumulated = self._residual
         with timer("select"):
-            chosen = self.selector.topk(accumulated, self.k)
-            values = accumulated.index_select(0, chosen)
-            accumulated.index_fill_(0, chosen, 0.0)
+            chosen, values = self.selector.cut(accumulated, self.k, addend=grad)
         candidates, sums = self.reducer.reduce(chosen, values, self.boundaries, timer)
         fill_in = torch.tensor([candidates.numel()], dtype=torch.int64, device=sums.device)
         with timer("comm"):

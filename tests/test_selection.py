@@ -150,3 +150,68 @@ def test_non_finite_values_are_a_clear_error(bad):
     x[::7] = bad  # a diverged gradient: the threshold sample meets them
     with pytest.raises(ValueError, match="NaN or inf"):
         Selector().topk(x, 100)
+
+
+@pytest.mark.parametrize("shape,pad", [((1, 300000), 0), ((4, 50000), 0), ((4, 50000), 3 * 50000 + 17),
+                                       ((3, 7), 5), ((2, 600000), 1)])
+@pytest.mark.parametrize("density", [0.001, 0.01, 0.3, 1.0])
+def test_cut_with_an_addend_takes_the_top_k_of_the_sum_out(threads, shape, pad, density):
+    """``cut`` adds ``addend`` into the first entries of the rows (all but ``pad`` of them), then
+    takes each row's top-k of the sum out: the same columns as the reference, their values bit
+    for bit, and zeros left behind."""
+    rows, n = shape
+    rng = np.random.default_rng(rows * n + pad)
+    x = torch.from_numpy(rng.standard_t(3, shape).astype(np.float32))
+    addend = torch.from_numpy(rng.standard_t(3, rows * n - pad).astype(np.float32))
+    total = x.clone().view(-1)
+    total[:addend.numel()] += addend
+    total = total.view(shape)
+    k = max(1, int(n * density))
+    columns, values = Selector().cut(x, k, addend)
+    assert columns.shape == values.shape == (rows, min(k, n))
+    expected = total.clone()
+    for row in range(rows):
+        np.testing.assert_array_equal(columns[row].numpy(), reference_topk(total[row], k))
+        assert torch.equal(values[row], total[row, columns[row]])
+        expected[row, columns[row]] = 0.0
+    assert torch.equal(x, expected)
+
+
+def test_cut_of_a_vector_returns_one_list():
+    x = torch.randn(10000, generator=torch.Generator().manual_seed(0))
+    before = x.clone()
+    columns, values = Selector().cut(x, 100)
+    np.testing.assert_array_equal(columns.numpy(), reference_topk(before, 100))
+    assert torch.equal(values, before[columns]) and int(torch.count_nonzero(x[columns])) == 0
+
+
+def test_cut_keeps_signs_and_zeros_of_mostly_zero_rows(threads):
+    """The refill paths (an estimate too high, fewer than k non-zeros) return the true values
+    too, negative zeros included."""
+    n, k = 40000, 2000
+    selector = Selector()
+    selector.topk_rows(torch.randn(2, n), k)  # fixes the sample positions
+    sample = torch.from_numpy(selector._samples[n])
+    x = -torch.rand(2, n)
+    x[0, sample] = -10.0  # estimate too high: a second pass
+    x[1] = -0.0
+    x[1, ::100] = -1.0    # 400 non-zeros: 1600 negative zeros complete the row
+    before = x.clone()
+    columns, values = selector.cut(x, k)
+    for row in range(2):
+        np.testing.assert_array_equal(columns[row].numpy(), reference_topk(before[row], k))
+        assert torch.equal(values[row], before[row, columns[row]])
+        assert torch.equal(torch.signbit(values[row]), torch.signbit(before[row, columns[row]]))
+
+
+def test_cut_refuses_an_addend_for_rows_it_cannot_add_into():
+    with pytest.raises(ValueError, match="contiguous"):
+        Selector().cut(torch.randn(8, 100).t(), 5, torch.randn(10))
+
+
+def test_a_sum_holding_nan_is_a_clear_error():
+    x = torch.randn(50_000)
+    addend = torch.zeros(50_000)
+    addend[::7] = float("nan")
+    with pytest.raises(ValueError, match="NaN or inf"):
+        Selector().cut(x, 100, addend)

@@ -34,7 +34,9 @@ class Synchronizer(abc.ABC):
 
     Attributes after each :meth:`allreduce`: ``stats`` (``bytes_sent``, ``messages``, ``rounds``,
     ``nnz`` and ``seconds`` per phase: ``select``, ``comm``, ``accumulate``, ``total``) and
-    ``residual`` (this rank's residual, length ``numel``).
+    ``residual`` (this rank's residual, length ``numel``). ``accumulate`` holds the additions
+    (the residual, received sums, the result); a method with ``adds_residual`` counts the
+    residual's addition under ``select``, since its selection pass does it.
 
     ``dense_warmup``: the first that many calls run a dense all-reduce instead (the authors'
     reproduction runs do this for 512 steps on VGG); the residual stays untouched meanwhile.

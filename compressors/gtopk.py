@@ -2,7 +2,7 @@
 
 One synchronization of worker w, k = max(1, int(n * density)):
 
-1. a = grad + residual; S_w = the k largest |a| (``Selector.scan`` adds and selects in one
+1. a = grad + residual; S_w = the k largest |a| (``Selector.select`` adds and selects in one
    pass), sent as (int32 index, float32 value) pairs.
 2. Reduce towards rank 0 along ``allreducers.tree`` (any P: the ranks above the largest power
    of two fold into the lower ones first). Each receiver merges its list with the received one
@@ -49,6 +49,8 @@ class GTopK(Synchronizer):
     ``lost_fraction`` in ``stats``), ``dense_warmup`` (see :class:`Synchronizer`).
     """
 
+    adds_residual = True  # the selection pass adds the residual (Selector.scan)
+
     def __init__(self, comm, numel: int, density: float, measure_loss: bool = True,
                  dense_warmup: int = 0) -> None:
         super().__init__(comm, numel, density, dense_warmup)
@@ -62,14 +64,10 @@ class GTopK(Synchronizer):
         self.selector = Selector()
         self._loss = None
 
-    adds_residual = True
-
     def _synchronize(self, grad, timer):
         accumulated = self._residual
         with timer("select"):
-            row = accumulated.view(1, -1)
-            columns, values = self.selector.pick(row, self.k, self.selector.scan(row, self.k, grad))
-            chosen, values = columns[0], values[0]
+            chosen, values = self.selector.select(accumulated, self.k, addend=grad)
         held = [chosen.to(torch.int32), values]
         dropped = []
 

@@ -12,8 +12,8 @@ per row, the ``k`` largest ``|x|``, ties broken towards the lower index, in asce
 
 The pass can also add another vector into the rows as it goes (error feedback's grad + residual,
 :meth:`Selector.scan`), which costs about as much as the addition alone; :meth:`Selector.pick`
-then chooses from its :class:`Candidates` and returns the chosen values with their indices, and
-:meth:`Selector.cut` does both and takes the chosen entries out (what every top-k method needs).
+then chooses from its :class:`Candidates` and returns the chosen values with their indices;
+:meth:`Selector.select` does both, :meth:`Selector.cut` also takes the chosen entries out.
 
 On one CPU thread (one MPI rank per core, the usual setting) the candidate pass runs as NumPy
 ufuncs in chunks of 2^18 entries, so ``|x|`` never leaves the cache (NumPy's abs and compare
@@ -67,14 +67,19 @@ class Selector:
         towards the lower index. One call costs about one top-k over ``r * n`` entries."""
         return self.pick(rows, k)[0]
 
-    def cut(self, x: torch.Tensor, k: int, addend: Optional[torch.Tensor] = None) -> tuple:
-        """Add ``addend`` into ``x`` (as :meth:`scan` does), take its top-``k`` out and return it:
-        the columns (int64, ascending) and values of :meth:`pick`, zeroed in ``x``. ``x`` is a
-        1-D vector (one list) or an ``(r, n)`` matrix (one per row)."""
+    def select(self, x: torch.Tensor, k: int, addend: Optional[torch.Tensor] = None) -> tuple:
+        """Add ``addend`` into ``x`` (as :meth:`scan` does) and return the top-``k`` of the sum:
+        the columns (int64, ascending) and values of :meth:`pick`. ``x`` is a 1-D vector (one
+        list) or an ``(r, n)`` matrix (one per row)."""
         rows = x.view(1, -1) if x.dim() == 1 else x
         columns, values = self.pick(rows, k, self.scan(rows, k, addend))
-        rows.scatter_(1, columns, 0.0)
         return (columns[0], values[0]) if x.dim() == 1 else (columns, values)
+
+    def cut(self, x: torch.Tensor, k: int, addend: Optional[torch.Tensor] = None) -> tuple:
+        """:meth:`select`, then zero the selected entries in ``x``: the top-``k`` taken out."""
+        columns, values = self.select(x, k, addend)
+        x.scatter_(-1, columns, 0.0)
+        return columns, values
 
     def scan(self, rows: torch.Tensor, k: int, addend: Optional[torch.Tensor] = None) -> Optional[Candidates]:
         """The one pass over the ``(r, n)`` matrix ``rows`` that finds each row's candidates for

@@ -113,6 +113,8 @@ class SparDL(Synchronizer):
     d, ``"recursive"`` for d a power of two), ``dense_warmup`` (see :class:`Synchronizer`).
     """
 
+    adds_residual = True  # step 1 adds the gradient, inside the cuts' selection passes where it can
+
     def __init__(self, comm, numel: int, density: float, teams: int = 1, sag: str = "bruck",
                  dense_warmup: int = 0) -> None:
         super().__init__(comm, numel, density, dense_warmup)
@@ -133,8 +135,6 @@ class SparDL(Synchronizer):
         self.selector = Selector()
         self._work = torch.empty(0)
         self._nnz = 0
-
-    adds_residual = True
 
     def _synchronize(self, grad, timer):
         budget = self.block_budget

@@ -30,13 +30,13 @@ class TopK(Synchronizer):
     Options: ``dense_warmup`` (see :class:`Synchronizer`).
     """
 
+    adds_residual = True  # the selection pass adds the residual (Selector.scan)
+
     def __init__(self, comm, numel: int, density: float, dense_warmup: int = 0) -> None:
         super().__init__(comm, numel, density, dense_warmup)
         self.k = budget(numel, self.density)
         self.gather_steps = bruck_allgather_schedule(self.rank, list(range(self.size)))
         self.selector = Selector()
-
-    adds_residual = True
 
     def _synchronize(self, grad, timer):
         accumulated = self._residual

@@ -37,6 +37,8 @@ class TopkDSA(Synchronizer):
     all-gather sends dense regions; ``dense_warmup`` (see :class:`Synchronizer`).
     """
 
+    adds_residual = True  # the selection pass adds the residual (Selector.scan)
+
     def __init__(self, comm, numel: int, density: float, dense_above: float = 1.0 / 3.0,
                  dense_warmup: int = 0) -> None:
         super().__init__(comm, numel, density, dense_warmup)
@@ -51,8 +53,6 @@ class TopkDSA(Synchronizer):
         self.selector = Selector()
         self.went_dense = False
         self._nnz = 0
-
-    adds_residual = True
 
     def _synchronize(self, grad, timer):
         accumulated = self._residual

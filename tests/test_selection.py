@@ -177,6 +177,17 @@ def test_cut_with_an_addend_takes_the_top_k_of_the_sum_out(threads, shape, pad, 
     assert torch.equal(x, expected)
 
 
+def test_select_adds_but_leaves_the_top_k_in_place():
+    x = torch.randn(3, 20000, generator=torch.Generator().manual_seed(4))
+    addend = torch.randn(60000, generator=torch.Generator().manual_seed(5))
+    total = x + addend.view(3, -1)
+    columns, values = Selector().select(x, 200, addend)
+    assert torch.equal(x, total)
+    for row in range(3):
+        np.testing.assert_array_equal(columns[row].numpy(), reference_topk(total[row], 200))
+        assert torch.equal(values[row], total[row, columns[row]])
+
+
 def test_cut_of_a_vector_returns_one_list():
     x = torch.randn(10000, generator=torch.Generator().manual_seed(0))
     before = x.clone()

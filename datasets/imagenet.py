@@ -3,6 +3,7 @@
 Training images are randomly resized-cropped to 224 and flipped; validation images resized to
 256 and centre-cropped to 224.
 """
+import os
 from pathlib import Path
 
 import torch
@@ -36,10 +37,23 @@ def load(data_dir):
     return DataSplit(train, test, num_classes=len(train.classes), input_shape=(3, 224, 224))
 
 
+class _ClassFolders(torchvision.datasets.ImageFolder):
+    """``ImageFolder`` whose classes are the visible folders: a hidden one (``.ipynb_checkpoints``,
+    ``.git``) is no class (torchvision's own counts it, shifting every later label)."""
+
+    def find_classes(self, directory):
+        classes = sorted(entry.name for entry in os.scandir(directory)
+                         if entry.is_dir() and not entry.name.startswith("."))
+        if not classes:
+            raise FileNotFoundError(f"Couldn't find any class folder in {directory}.")
+        return classes, {name: index for index, name in enumerate(classes)}
+
+
 def _folder(path, transform):
-    """``ImageFolder(path)``, its complaints (no class folders, an empty class) as ``DataError``."""
+    """The class-folder tree at ``path``; its complaints (no class folders, an empty class) as
+    ``DataError``."""
     try:
-        return torchvision.datasets.ImageFolder(path, transform)
+        return _ClassFolders(path, transform)
     except FileNotFoundError as error:
         raise DataError(f"ImageNet: {path}: {error}; {LAYOUT.replace('DATA_DIR', str(path.parent))} "
                         "(val too must be sorted into class folders)") from None

@@ -141,6 +141,20 @@ def test_imagenet_val_with_other_class_folders_is_refused(tmp_path):
         datasets.load("imagenet", tmp_path)
 
 
+def test_imagenet_hidden_folders_are_no_classes(tmp_path):
+    """A hidden folder sorts first: counted as a class, it would shift every label by one (and
+    an empty one would stop the load)."""
+    from PIL import Image
+    _image_folders(tmp_path, {"train": ["n01", "n02"], "val": ["n01", "n02"]})
+    for part in ("train", "val"):
+        (tmp_path / part / ".ipynb_checkpoints").mkdir()
+        Image.new("RGB", (40, 30)).save(tmp_path / part / ".ipynb_checkpoints" / "b.JPEG")
+    (tmp_path / "train" / ".git").mkdir()
+    split = datasets.load("imagenet", tmp_path)
+    assert split.num_classes == 2 and split.train.classes == ["n01", "n02"]
+    assert [label for _, label in split.test.samples] == [0, 1]
+
+
 def test_imagenet_flat_val_folder_says_how_to_sort_it(tmp_path):
     from PIL import Image
     _image_folders(tmp_path, {"train": ["n01"]})

@@ -141,6 +141,17 @@ def test_bad_config_files_are_refused(tmp_path, content, fragment):
         load_config(path)
 
 
+def test_a_config_file_reports_all_its_problems_at_once(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text('{"learning_rate": 1, "batch_size": "big", "lr": [1], "momentum": 0.9}')
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    message = str(error.value)
+    assert "unknown key(s) learning_rate" in message
+    assert "batch_size must be like 32" in message and "lr must be like 0.1" in message
+    assert "momentum must" not in message  # a valid value is no problem
+
+
 def test_missing_config_file_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "absent.json")

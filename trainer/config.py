@@ -43,14 +43,13 @@ def load_config(path):
         raise ConfigError(f"cannot read config file {path}: {error}") from None
     if not isinstance(values, dict):
         raise ConfigError(f"config file {path} must hold one JSON object")
+    problems = [f"{key} must be like {DEFAULTS[key]!r}, got {value!r}"
+                for key, value in values.items() if key in DEFAULTS and not _same_kind(value, DEFAULTS[key])]
     unknown = sorted(set(values) - set(DEFAULTS))
     if unknown:
-        raise ConfigError(f"config file {path}: unknown key(s) {', '.join(unknown)}; "
-                          f"valid: {', '.join(DEFAULTS)}")
-    for key, value in values.items():
-        if not _same_kind(value, DEFAULTS[key]):
-            raise ConfigError(f"config file {path}: {key} must be like {DEFAULTS[key]!r}, "
-                              f"got {value!r}")
+        problems.insert(0, f"unknown key(s) {', '.join(unknown)} (valid: {', '.join(DEFAULTS)})")
+    if problems:  # all of them at once, not one per attempt
+        raise ConfigError(f"config file {path}: {'; '.join(problems)}")
     return {**DEFAULTS, **values}
 
 

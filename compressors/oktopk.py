@@ -3,10 +3,11 @@
 One synchronization of worker w (call number c of this synchronizer, dense warm-up calls not
 counted), k = max(1, int(n * density)):
 
-1. **Local selection.** a = grad + residual. If c % ``local_interval`` == 0 the local threshold
-   is exact: S_w = the k largest |a| (``Selector.topk``) and the threshold becomes the k-th
-   largest |a|. Otherwise the previous threshold is reused: S_w = {j : |a_j| >= threshold}
-   (``Selector.above``, no sort); while more than 4k/3 entries pass it is raised x
+1. **Local selection.** a = grad + residual, added in the selection's pass. If c %
+   ``local_interval`` == 0 the local threshold is exact: S_w = the k largest |a|
+   (``Selector.select``) and the threshold becomes the k-th largest |a|. Otherwise the previous
+   threshold is reused: S_w = {j : |a_j| >= threshold} (``Selector.at_least``, one pass, no
+   sort); while more than 4k/3 entries pass it is raised x
    ``raise_scale`` (1.03), at most ``raise_limit`` (5) times (the counts after a raise look
    only at the entries that passed before it: one pass over the n entries in all).
 2. **Regions.** If c % ``region_interval`` == 0 the index space is re-split into P contiguous
@@ -133,6 +134,8 @@ class OkTopK(Synchronizer):
     the per-call corrections of the two thresholds; ``dense_warmup`` (see :class:`Synchronizer`).
     """
 
+    adds_residual = True  # the local selection's pass adds the residual
+
     def __init__(self, comm, numel: int, density: float, local_interval: int = 32,
                  global_interval: int = 32, region_interval: int = 64, raise_scale: float = 1.03,
                  raise_limit: int = 5, local_scale: float = 1.012, global_scale: float = 1.008,
@@ -157,11 +160,11 @@ class OkTopK(Synchronizer):
         self._nnz = 0
         self._counts = {}
 
-    def _synchronize(self, accumulated, timer):
+    def _synchronize(self, grad, timer):
         k, step = self.k, self.step
+        accumulated = self._residual
         with timer("select"):
-            chosen = self._select_local(accumulated, step % self.local_interval == 0)
-            values = accumulated.index_select(0, chosen)
+            chosen, values = self._select_local(accumulated, grad, step % self.local_interval == 0)
         if step % self.region_interval == 0:
             self.boundaries = self._balanced_boundaries(chosen, timer)
         count = chosen.numel()
@@ -180,29 +183,31 @@ class OkTopK(Synchronizer):
         self.step += 1
         return result, accumulated
 
-    def _select_local(self, accumulated, exact: bool) -> torch.Tensor:
-        """Ascending int64 indices of S_w (module docstring, step 1)."""
+    def _select_local(self, accumulated, grad, exact: bool) -> tuple:
+        """S_w (module docstring, step 1) as ascending int64 indices and their values, after
+        adding ``grad`` into ``accumulated`` (the residual) to form a."""
         if self.everything:
-            return torch.arange(self.numel, device=accumulated.device)
+            accumulated.add_(grad)
+            return torch.arange(self.numel, device=accumulated.device), accumulated.clone()
         if exact:
-            chosen = self.selector.topk(accumulated, self.k)
-            self.local_threshold = float(accumulated.index_select(0, chosen).abs().min())
-            return chosen
-        magnitude = self.selector.magnitude(accumulated)
+            chosen, values = self.selector.select(accumulated, self.k, addend=grad)
+            self.local_threshold = float(values.abs().min())
+            return chosen, values
         threshold = max(self.local_threshold, _TINY)
-        chosen = self.selector.above(magnitude, threshold)
+        chosen, values = self.selector.at_least(accumulated, threshold, addend=grad)
         count = chosen.numel()
         if count > 4 * self.k // 3 and self.raise_limit:
             # A raised threshold only removes entries: count among those that passed already.
-            passed = magnitude.index_select(0, chosen)
+            passed = values.abs()
             for _ in range(self.raise_limit):
                 if count <= 4 * self.k // 3:
                     break
                 threshold *= self.raise_scale
                 count = int(torch.count_nonzero(passed >= threshold))
-            chosen = chosen[passed >= threshold]
+            kept = flat_nonzero(passed >= threshold)
+            chosen, values = chosen.index_select(0, kept), values.index_select(0, kept)
         self.local_threshold = threshold
-        return chosen
+        return chosen, values
 
     def _balanced_boundaries(self, chosen: torch.Tensor, timer) -> list:
         """Region boundaries [0, c_1, ..., c_(P-1), n]: the average of every rank's proposal."""

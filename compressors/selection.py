@@ -81,6 +81,19 @@ class Selector:
         x.scatter_(-1, columns, 0.0)
         return columns, values
 
+    def at_least(self, x: torch.Tensor, threshold: float, addend: Optional[torch.Tensor] = None) -> tuple:
+        """Add ``addend`` into the 1-D ``x`` (in the same pass, as :meth:`scan` does) and return
+        the indices (int64, ascending) and values of its entries with ``|x| >= threshold``."""
+        if addend is not None and (x.is_cuda or not _numpy_passes()):
+            x[:addend.numel()].add_(addend)
+            addend = None
+        if x.is_cuda:
+            chosen = torch.nonzero(x.abs() >= threshold).squeeze(1)
+            return chosen, x.index_select(0, chosen)
+        extra = None if addend is None else addend.detach().numpy()
+        positions, values, _ = self._candidates(x.detach().view(1, -1), np.full(1, threshold, np.float32), extra)
+        return torch.from_numpy(positions), torch.from_numpy(values)
+
     def scan(self, rows: torch.Tensor, k: int, addend: Optional[torch.Tensor] = None) -> Optional[Candidates]:
         """The one pass over the ``(r, n)`` matrix ``rows`` that finds each row's candidates for
         its top-``k`` (for :meth:`pick`).

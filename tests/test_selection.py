@@ -226,3 +226,17 @@ def test_a_sum_holding_nan_is_a_clear_error():
     addend[::7] = float("nan")
     with pytest.raises(ValueError, match="NaN or inf"):
         Selector().cut(x, 100, addend)
+
+
+@pytest.mark.parametrize("short", [0, 1234])
+def test_at_least_adds_then_returns_every_entry_at_or_above_the_threshold(threads, short):
+    x = torch.from_numpy(np.random.default_rng(short).standard_t(3, 300000).astype(np.float32))
+    addend = torch.from_numpy(np.random.default_rng(9).standard_t(3, 300000 - short).astype(np.float32))
+    total = x.clone()
+    total[:addend.numel()] += addend
+    threshold = float(total.abs().kthvalue(300000 - 3000).values)
+    indices, values = Selector().at_least(x, threshold, addend)
+    assert torch.equal(x, total)
+    expected = torch.nonzero(total.abs() >= threshold).squeeze(1)
+    assert indices.dtype == torch.int64 and torch.equal(indices, expected)
+    assert torch.equal(values, total[expected])

@@ -7,7 +7,9 @@ Every method runs for real on ``comm.local_group(P)`` (P threads of one process)
 benchmark's heavy-tailed gradients (:class:`bench_allreduce.SyntheticGradients`), at a modest n
 (``--numel``, 2^18 by default) so that data-dependent sizes (gtopk merges, oktopk regions, SAG
 unions) are real. A :class:`comm.recording.RecordingTransport` logs every message with its round,
-and a counter logs how many elements each rank hands to ``Selector.topk`` and ``Selector.above``.
+and a counter logs how many elements each rank hands to the selector: top-k selections
+(``Selector.topk``, ``topk_rows``, ``scan``, which ``select`` and ``cut`` use) and threshold passes
+(``Selector.above``, ``at_least``).
 
 The model, per call (the prediction is the mean over ``--calls`` calls, warm-up excluded):
 
@@ -20,9 +22,9 @@ The model, per call (the prediction is the mean over ``--calls`` calls, warm-up 
   (gtopk's lost-mass measurement) are left out here too. A dense all-reduce counted as R rounds (Rabenseifner,
   CONTRACT) is spread evenly over its R rounds, one message per round.
 - selection: max over ranks of the summed time of that rank's selections, each one a vector of
-  s times the recorded length (a ``topk_rows`` matrix counts as one vector of its total size),
-  timed by :class:`SelectionCost`: ``Selector.topk`` and threshold
-  passes measured on this machine at several lengths with ``--select-threads`` threads (default 1:
+  s times the recorded length (a matrix counts as one vector of its total size), timed by
+  :class:`SelectionCost`: ``Selector.topk`` and threshold passes (``Selector.at_least``)
+  measured on this machine at several lengths with ``--select-threads`` threads (default 1:
   one core per worker, as in the benchmark; several threads on a shared machine measure noise),
   ``--select-device cuda`` measures them on a GPU instead; ``--select-rate`` fixes a throughput
   in elements/s.
@@ -110,12 +112,14 @@ def _ordered_sum(tensors: list) -> torch.Tensor:
 
 
 class SelectionCounter:
-    """While active, logs the length of every vector each thread passes to ``Selector.topk``
-    (or matrix to ``Selector.topk_rows``, logged as a top-k of its total length) and
-    ``Selector.above`` (nested calls, such as ``topk_rows`` inside ``topk``, are not logged twice)."""
+    """While active, logs the length of every vector each thread hands to a top-k selection
+    (``Selector.topk``, or a matrix to ``topk_rows`` or ``scan``, logged as one top-k of its
+    total length; ``select`` and ``cut`` go through ``scan``) and to a threshold pass
+    (``Selector.above``, ``at_least``). Nested calls, such as ``scan`` inside ``topk``, are
+    logged once."""
 
     KINDS = ("topk", "above")
-    METHODS = {"topk": "topk", "topk_rows": "topk", "above": "above"}
+    METHODS = {"topk": "topk", "topk_rows": "topk", "scan": "topk", "above": "above", "at_least": "above"}
 
     def __init__(self) -> None:
         self._local = threading.local()
@@ -163,8 +167,8 @@ class SelectionCost:
 
     Measured at lengths 4^6 .. 4^12, best of ``repeats`` timings, each of enough calls to scan
     at least 2^22 entries (single short calls time mostly noise): ``topk`` is ``Selector.topk``
-    keeping density * length entries, ``above`` is ``Selector.magnitude`` + ``Selector.above``
-    keeping about as many; other lengths are interpolated in log-log (constant rate beyond the
+    keeping density * length entries, ``above`` is ``Selector.at_least`` keeping about as many
+    (Ok-Topk's threshold pass; gaussiank's ``magnitude`` + ``above`` is priced the same); other lengths are interpolated in log-log (constant rate beyond the
     ends). A ``Selector.topk_rows`` call is priced as one ``topk`` of its total length.
     ``rate`` (elements/s) replaces the measurement by a fixed throughput (e.g. a GPU's).
     """
@@ -212,7 +216,7 @@ def _time_selection(kind: str, numel: int, density: float, seed: int, repeats: i
         threshold = float(x.abs().kthvalue(max(1, numel - k)).values)
 
         def run():
-            selector.above(selector.magnitude(x), threshold)
+            selector.at_least(x, threshold)
     synchronize = torch.cuda.synchronize if x.is_cuda else (lambda: None)
     run()
     calls = max(1, (1 << 22) // numel)

@@ -84,13 +84,10 @@ class Selector:
     def at_least(self, x: torch.Tensor, threshold: float, addend: Optional[torch.Tensor] = None) -> tuple:
         """Add ``addend`` into the 1-D ``x`` (in the same pass, as :meth:`scan` does) and return
         the indices (int64, ascending) and values of its entries with ``|x| >= threshold``."""
-        if addend is not None and (x.is_cuda or not _numpy_passes()):
-            x[:addend.numel()].add_(addend)
-            addend = None
+        extra = _for_the_pass(x, addend, chunked=not x.is_cuda)
         if x.is_cuda:
             chosen = torch.nonzero(x.abs() >= threshold).squeeze(1)
             return chosen, x.index_select(0, chosen)
-        extra = None if addend is None else addend.detach().numpy()
         positions, values, _ = self._candidates(x.detach().view(1, -1), np.full(1, threshold, np.float32), extra)
         return torch.from_numpy(positions), torch.from_numpy(values)
 
@@ -109,13 +106,10 @@ class Selector:
             raise ValueError(f"k must be >= 1, got {k}")
         if addend is not None and not rows.is_contiguous():
             raise ValueError("scan adds in place: rows must be contiguous")
-        if addend is not None and (rows.is_cuda or k >= n or not _numpy_passes()):
-            rows.view(-1)[:addend.numel()].add_(addend)
-            addend = None
+        extra = _for_the_pass(rows, addend, chunked=not rows.is_cuda and k < n)
         if rows.is_cuda or k >= n:
             return None
         rows = rows.detach().contiguous()
-        extra = None if addend is None else addend.detach().numpy()
         thresholds = self._estimate(rows, k, extra)
         positions, values, sizes = self._candidates(rows, thresholds, extra)
         return Candidates(positions, values, sizes, thresholds)
@@ -271,6 +265,18 @@ class Selector:
         if full.any():
             thresholds[full] = np.maximum(_kth_largest(table[full], rank_from_top), _TINY)
         return thresholds
+
+
+def _for_the_pass(x: torch.Tensor, addend: Optional[torch.Tensor], chunked: bool) -> Optional[np.ndarray]:
+    """``addend`` as the NumPy array the chunked candidate pass adds into the first entries of
+    the contiguous ``x``; when no such pass will run (``chunked`` false, or several threads), it
+    is added into ``x`` here and ``None`` is returned."""
+    if addend is None:
+        return None
+    if chunked and _numpy_passes():
+        return addend.detach().numpy()
+    x.view(-1)[:addend.numel()].add_(addend)
+    return None
 
 
 def _numpy_passes() -> bool:

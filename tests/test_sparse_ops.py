@@ -1,7 +1,7 @@
 """The shared helpers of compressors.sparse_ops."""
 import torch
 
-from compressors.sparse_ops import zero_
+from compressors.sparse_ops import is_member, zero_
 
 
 def test_zero_clears_exactly_the_tensor_it_is_given():
@@ -14,3 +14,18 @@ def test_zero_clears_exactly_the_tensor_it_is_given():
     assert zero_(torch.randn(40, 30).t()).eq(0).all()  # not contiguous: torch's fill
     assert zero_(torch.randn(7, dtype=torch.float64)).eq(0).all()
     assert zero_(torch.empty(0)).numel() == 0
+
+
+def test_is_member_matches_python_sets_for_mixed_index_types():
+    """``is_member`` (gtopk's and oktopk's residual clears): the mask of ``query`` entries found
+    in the sorted set, int32 against int64 included, and empty on either side."""
+    generator = torch.Generator().manual_seed(3)
+    sorted_set = torch.randperm(5000, generator=generator)[:700].sort().values
+    query = torch.randperm(5000, generator=generator)[:900]
+    expected = [int(v) in set(sorted_set.tolist()) for v in query]
+    assert 100 < sum(expected) < 900  # both outcomes occur
+    for set_type, query_type in [(torch.int64, torch.int64), (torch.int32, torch.int64), (torch.int64, torch.int32)]:
+        mask = is_member(sorted_set.to(set_type), query.to(query_type))
+        assert mask.dtype == torch.bool and mask.tolist() == expected
+    assert is_member(sorted_set[:0], query).tolist() == [False] * 900
+    assert is_member(sorted_set, query[:0]).numel() == 0

@@ -8,7 +8,9 @@ One synchronization of worker w = (team t, position r), teams of m = P/d contigu
 2. Spar-Reduce-Scatter inside the team (``allreducers.srs``): ceil(log2 m) rounds, one message
    per round; each block is cut to its top-k_b (k_b = max(1, int(B*density))) right before it is
    sent, and whatever the cut drops stays in this worker's dense copy of the block.
-3. The own block r, now summed over the team, is cut to its top-h (h = k_b when d = 1).
+3. The own block r, now summed over the team, is cut to its top-h (h = k_b when d = 1). With
+   d = 1 that list is final and step 6 sets the residual at all its columns to 0, so the block
+   is only read: no zeroing, nothing to save and restore, no gather of what it dropped.
 4. d > 1 only, Spar-All-Gather: the d workers holding block r all-gather their h-entry lists
    (Bruck, or recursive doubling for d a power of two), sum duplicates in team order, and keep
    the top-k_b of the union; h adapts so that the union tracks k_b (:class:`HeightAdapter`).
@@ -146,9 +148,9 @@ class SparDL(Synchronizer):
         # cut and every receive first saves, per block, the values it overwrites (O(k) per call).
         saves = [[] for _ in range(self.team_size)]
 
-        def cut(first, count, keep):
+        def cut(first, count, keep, take_out=True):
             addend = self._first_touch(blocks, grad, pending, first, count, fuse=True)
-            return self._cut(blocks, first, count, keep, saves, addend)
+            return self._cut(blocks, first, count, keep, saves, addend, take_out)
 
         def produce(step):
             with timer("select"):
@@ -166,7 +168,8 @@ class SparDL(Synchronizer):
 
         run_schedule(self.transport, self.srs_steps, produce, consume, work.device, timer)
         with timer("select"):
-            own = cut(self.position, 1, self.height.value)[0]
+            # With one team the own list is final, and step 6 sets all its columns to 0 anyway.
+            own = cut(self.position, 1, self.height.value, take_out=self.teams > 1)[0]
         if self.teams > 1:
             own = self._spar_all_gather(own, timer)
         gathered = allgather_lists(self.transport, self.gather_steps, self.position, own,
@@ -193,7 +196,10 @@ class SparDL(Synchronizer):
             end = int(torch.searchsorted(columns, part.numel()))
             inside, kept = columns[:end], values[:end]
         part.scatter_(0, inside, kept / self.size)
-        dropped = row.index_select(0, columns)
+        if block == self.position and self.teams == 1:  # the own cut, all of it passed on
+            dropped = torch.zeros_like(values)
+        else:
+            dropped = row.index_select(0, columns)
         for touched, before in reversed(saves):  # newest first: each coordinate ends at its a_o
             row.scatter_(0, touched, before)
         row.scatter_(0, columns, dropped)
@@ -230,14 +236,18 @@ class SparDL(Synchronizer):
         """The entries of ``grad`` in blocks ``first .. first+count-1`` (none in the padding)."""
         return grad[min(self.numel, first * self.block_size):(first + count) * self.block_size]
 
-    def _cut(self, blocks: torch.Tensor, first: int, count: int, keep: int, saves: list, addend) -> list:
+    def _cut(self, blocks: torch.Tensor, first: int, count: int, keep: int, saves: list, addend,
+             take_out: bool) -> list:
         """Top-``keep`` of each of the blocks ``first .. first+count-1`` as one sparse list per
-        block (int32 columns, values); zero them in the dense copy, saving what they held.
-        ``addend``: the gradient still to be added into these blocks, in the selection pass."""
+        block (int32 columns, values); if ``take_out``, zero them in the dense copy, saving what
+        they held. ``addend``: the gradient still to be added into these blocks, in the
+        selection pass."""
+        choose = self.selector.cut if take_out else self.selector.select
         cuts = []
         for block, columns, values in zip(range(first, first + count),
-                                          *self.selector.cut(blocks[first:first + count], keep, addend)):
-            saves[block].append((columns, values))
+                                          *choose(blocks[first:first + count], keep, addend)):
+            if take_out:
+                saves[block].append((columns, values))
             cuts.append((columns.to(torch.int32), values))
         return cuts
 

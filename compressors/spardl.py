@@ -134,6 +134,8 @@ class SparDL(Synchronizer):
         sag_schedule = bruck_allgather_schedule if sag == "bruck" else recursive_doubling_schedule
         self.sag_steps = sag_schedule(self.team, holders) if teams > 1 else []
         self.height = HeightAdapter(self.block_budget, teams, self.block_size)
+        # With one team the own cut's list is final: step 6 sets all its columns to 0 (step 3).
+        self._own_list_final = teams == 1
         self.selector = Selector()
         self._work = torch.empty(0)
         self._nnz = 0
@@ -168,8 +170,7 @@ class SparDL(Synchronizer):
 
         run_schedule(self.transport, self.srs_steps, produce, consume, work.device, timer)
         with timer("select"):
-            # With one team the own list is final, and step 6 sets all its columns to 0 anyway.
-            own = cut(self.position, 1, self.height.value, take_out=self.teams > 1)[0]
+            own = cut(self.position, 1, self.height.value, take_out=not self._own_list_final)[0]
         if self.teams > 1:
             own = self._spar_all_gather(own, timer)
         gathered = allgather_lists(self.transport, self.gather_steps, self.position, own,
@@ -196,7 +197,7 @@ class SparDL(Synchronizer):
             end = int(torch.searchsorted(columns, part.numel()))
             inside, kept = columns[:end], values[:end]
         part.scatter_(0, inside, kept / self.size)
-        if block == self.position and self.teams == 1:  # the own cut, all of it passed on
+        if block == self.position and self._own_list_final:  # all of it passed on
             dropped = torch.zeros_like(values)
         else:
             dropped = row.index_select(0, columns)

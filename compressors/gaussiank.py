@@ -28,7 +28,7 @@ from allreducers import allgather_lists, bruck_allgather_schedule
 from . import register
 from .base import Synchronizer
 from .oktopk import _TINY, check_positive_int, check_scale
-from .selection import Selector
+from .selection import Selector, flat_nonzero
 from .sparse_ops import budget, scatter_sum_in_order
 
 
@@ -53,8 +53,8 @@ class GaussianK(Synchronizer):
 
     def _synchronize(self, accumulated, timer):
         with timer("select"):
-            chosen = self._select(accumulated)
-            own = (chosen.to(torch.int32), accumulated.index_select(0, chosen))
+            chosen, values = self._select(accumulated)
+            own = (chosen.to(torch.int32), values)
             accumulated.index_fill_(0, chosen, 0.0)
         lists = allgather_lists(self.transport, self.gather_steps, self.rank, own, None, timer)
         with timer("accumulate"):
@@ -63,10 +63,10 @@ class GaussianK(Synchronizer):
             result.div_(self.size)
         return result, accumulated
 
-    def _select(self, accumulated) -> torch.Tensor:
-        """Ascending int64 indices of S_w (module docstring, steps 1-2)."""
+    def _select(self, accumulated) -> tuple:
+        """S_w (module docstring, steps 1-2) as ascending int64 indices and their values."""
         if self.everything:
-            return torch.arange(self.numel, device=accumulated.device)
+            return torch.arange(self.numel, device=accumulated.device), accumulated.clone()
         # One sum and one dot product (a tenth of torch.std_mean's time on a CPU).
         n = self.numel
         mean = float(accumulated.sum()) / n
@@ -76,12 +76,11 @@ class GaussianK(Synchronizer):
             raise ValueError("gaussiank: the gradient plus residual holds NaN or inf (a diverged gradient?)")
         threshold = mean + self.z * std
         threshold = threshold if math.isfinite(threshold) and threshold > _TINY else _TINY
-        magnitude = self.selector.magnitude(accumulated)
         low, high = math.ceil(3 * self.k / 4), 5 * self.k // 4  # the count must reach 3k/4
-        chosen = self.selector.above(magnitude, threshold)
+        chosen, values = self.selector.at_least(accumulated, threshold)
         count = chosen.numel()
         if low <= count <= high or not self.max_loops:
-            return chosen
+            return chosen, values
         # Every threshold the loop can reach lies between the start and start * or / scale^loops:
         # select once at the lowest of them, then count only among those candidates.
         factor = 1.0 / self.scale if count < low else self.scale
@@ -89,11 +88,12 @@ class GaussianK(Synchronizer):
             lowest = threshold
             for _ in range(self.max_loops):  # the same products as the loop below
                 lowest = max(lowest * factor, _TINY)
-            chosen = self.selector.above(magnitude, lowest)
-        candidates = magnitude.index_select(0, chosen)
+            chosen, values = self.selector.at_least(accumulated, lowest)
+        candidates = values.abs()
         for _ in range(self.max_loops):
             if (count >= low) if factor < 1 else (count <= high):
                 break
             threshold = max(threshold * factor, _TINY)
             count = int(torch.count_nonzero(candidates >= threshold))
-        return chosen[candidates >= threshold]
+        kept = flat_nonzero(candidates >= threshold)
+        return chosen.index_select(0, kept), values.index_select(0, kept)

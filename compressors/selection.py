@@ -86,7 +86,7 @@ class Selector:
         the indices (int64, ascending) and values of its entries with ``|x| >= threshold``."""
         extra = _for_the_pass(x, addend, chunked=not x.is_cuda)
         if x.is_cuda:
-            chosen = torch.nonzero(x.abs() >= threshold).squeeze(1)
+            chosen = self.above(x.abs(), threshold)
             return chosen, x.index_select(0, chosen)
         positions, values, _ = self._candidates(x.detach().view(1, -1), np.full(1, threshold, np.float32), extra)
         return torch.from_numpy(positions), torch.from_numpy(values)
@@ -175,16 +175,6 @@ class Selector:
         else:
             torch.ge(magnitude, threshold, out=mask)
         return flat_nonzero(mask)
-
-    def magnitude(self, x: torch.Tensor) -> torch.Tensor:
-        """``|x|`` in a reused buffer (valid until the next call on this selector)."""
-        if x.is_cuda:
-            return x.abs()
-        out = self._buffer("_magnitude", x.numel(), x.dtype)
-        if _numpy_passes():
-            np.abs(x.detach().numpy(), out=out.numpy())
-            return out
-        return torch.abs(x, out=out)
 
     def _candidates(self, rows: torch.Tensor, thresholds: np.ndarray, extra: Optional[np.ndarray] = None) -> tuple:
         """Flat positions (ascending), signed values and per-row counts (NumPy arrays) of the

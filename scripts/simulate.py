@@ -168,8 +168,8 @@ class SelectionCost:
     Measured at lengths 4^6 .. 4^12, best of ``repeats`` timings, each of enough calls to scan
     at least 2^22 entries (single short calls time mostly noise): ``topk`` is ``Selector.topk``
     keeping density * length entries, ``above`` is ``Selector.at_least`` keeping about as many
-    (Ok-Topk's threshold pass; gaussiank's ``magnitude`` + ``above`` is priced the same); other lengths are interpolated in log-log (constant rate beyond the
-    ends). A ``Selector.topk_rows`` call is priced as one ``topk`` of its total length.
+    (the threshold pass of Ok-Topk and Gaussiank); other lengths are interpolated in log-log
+    (constant rate beyond the ends). A ``Selector.topk_rows`` call is priced as one ``topk`` of its total length.
     ``rate`` (elements/s) replaces the measurement by a fixed throughput (e.g. a GPU's).
     """
 

@@ -73,7 +73,7 @@ def test_selection_counter_logs_outer_calls_once():
     with simulate.SelectionCounter() as counter:
         selector.topk(x, 100)  # calls topk_rows() internally
         selector.topk_rows(x.view(4, -1), 10)  # one matrix: one top-k of its total size
-        selector.above(selector.magnitude(x), 1.0)
+        selector.above(x.abs(), 1.0)
         selector.cut(x.clone().view(2, -1), 10)  # through scan: one top-k of the matrix
         selector.at_least(x, 1.0)
         assert counter.take() == {"topk": [100_000, 100_000, 100_000], "above": [100_000, 100_000]}

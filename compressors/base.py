@@ -47,6 +47,8 @@ class Synchronizer(abc.ABC):
     #: True where ``_synchronize`` adds the residual itself, fused with its first pass over the
     #: sum: it then receives the bare gradient (and still returns the new residual).
     adds_residual = False
+    #: Calls after which :meth:`call_kind` repeats.
+    kind_period = 1
 
     def __init__(self, comm, numel: int, density: float, dense_warmup: int = 0) -> None:
         if isinstance(numel, bool) or not isinstance(numel, int) or numel < 1:
@@ -116,6 +118,13 @@ class Synchronizer(abc.ABC):
         as the new residual. Methods with ``uses_residual = False`` or ``adds_residual = True``
         receive the gradient.
         """
+
+    def call_kind(self, step: int) -> tuple:
+        """The periodic work that sparse call number ``step`` (dense warm-up calls not counted)
+        does on top of what every call does: calls of one kind do the same work on other data,
+        and call 0 does all of it. Every call alike here; Ok-Topk's exact calls differ. (The
+        simulator averages its predictions over one period of these kinds.)"""
+        return ()
 
     def _after_call(self) -> None:
         """Hook for per-call bookkeeping of subclasses (counters, adaptive parameters)."""

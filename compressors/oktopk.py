@@ -38,6 +38,8 @@ boundary all-reduce; on calls that reuse both thresholds about 2(P-1)/P (|S_w| +
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from allreducers import allgather_lists, bruck_allgather_schedule, pack, rotation_schedule, run_schedule
@@ -160,12 +162,24 @@ class OkTopK(Synchronizer):
         self._nnz = 0
         self._counts = {}
 
+    @property
+    def kind_period(self) -> int:
+        """Calls after which the pattern of exact calls and region re-splits repeats."""
+        return math.lcm(self.local_interval, self.region_interval, self.global_interval)
+
+    def call_kind(self, step: int) -> tuple:
+        """Whether call ``step`` computes the local threshold exactly, re-splits the regions and
+        computes the global threshold exactly (module docstring, steps 1, 2 and 4)."""
+        return (step % self.local_interval == 0, step % self.region_interval == 0,
+                step % self.global_interval == 0)
+
     def _synchronize(self, grad, timer):
-        k, step = self.k, self.step
+        k = self.k
+        exact_local, resplit, exact_global = self.call_kind(self.step)
         accumulated = self._residual
         with timer("select"):
-            chosen, values = self._select_local(accumulated, grad, step % self.local_interval == 0)
-        if step % self.region_interval == 0:
+            chosen, values = self._select_local(accumulated, grad, exact_local)
+        if resplit:
             self.boundaries = self._balanced_boundaries(chosen, timer)
         count = chosen.numel()
         if count < 2 * k / 3:
@@ -173,7 +187,7 @@ class OkTopK(Synchronizer):
         elif count > 5 * k / 4:
             self.local_threshold *= self.local_scale
         candidates, sums = self.reducer.reduce(chosen, values, self.boundaries, timer)
-        kept_indices, kept_values = self._select_global(candidates, sums, step % self.global_interval == 0, timer)
+        kept_indices, kept_values = self._select_global(candidates, sums, exact_global, timer)
         with timer("accumulate"):
             result = self._new_result(accumulated.device)
             result.index_copy_(0, kept_indices.long(), kept_values / self.size)

@@ -11,7 +11,9 @@ and a counter logs how many elements each rank hands to the selector: top-k sele
 (``Selector.topk``, ``topk_rows``, ``scan``, which ``select`` and ``cut`` use) and threshold passes
 (``Selector.above``, ``at_least``).
 
-The model, per call (the prediction is the mean over ``--calls`` calls, warm-up excluded):
+The model, per call; the prediction is the mean over the ``--calls`` calls after the warm-up,
+with each kind of call at its share of the method's period (:func:`call_weights`): Ok-Topk's
+exact calls (call 0, in the warm-up) weigh 1/32, its threshold-reusing calls the rest.
 
 - scale factor s = model_numel / numel: bytes and scanned elements grow linearly with n; message
   and round counts do not. (Exact for fixed-size messages; an approximation where sizes depend on
@@ -165,8 +167,9 @@ class SelectionCounter:
 class SelectionCost:
     """Seconds one selection of a vector of a given length takes on this machine.
 
-    Measured at lengths 4^6 .. 4^12, best of ``repeats`` timings, each of enough calls to scan
-    at least 2^22 entries (single short calls time mostly noise): ``topk`` is ``Selector.topk``
+    Measured at lengths 4^6 .. 4^12, best of ``repeats`` timings taken in turns
+    (:func:`_time_selections`), each of enough calls to scan at least 2^22 entries (single
+    short calls time mostly noise): ``topk`` is ``Selector.topk``
     keeping density * length entries, ``above`` is ``Selector.at_least`` keeping about as many
     (the threshold pass of Ok-Topk and Gaussiank); other lengths are interpolated in log-log
     (constant rate beyond the ends). A ``Selector.topk_rows`` call is priced as one ``topk`` of its total length.
@@ -176,7 +179,7 @@ class SelectionCost:
     LENGTHS = tuple(4 ** i for i in range(6, 13))
 
     def __init__(self, density: float, threads: int, rate: float | None = None, seed: int = 0,
-                 repeats: int = 5, device: str = "cpu") -> None:
+                 repeats: int = 9, device: str = "cpu") -> None:
         self.lengths = np.array(self.LENGTHS, dtype=float)
         if rate is not None:
             self.seconds_at = {kind: self.lengths / rate for kind in SelectionCounter.KINDS}
@@ -184,8 +187,7 @@ class SelectionCost:
         previous = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
-            self.seconds_at = {kind: np.array([_time_selection(kind, int(n), density, seed, repeats, device)
-                                               for n in self.LENGTHS]) for kind in SelectionCounter.KINDS}
+            self.seconds_at = _time_selections(density, seed, repeats, device)
         finally:
             torch.set_num_threads(previous)
 
@@ -203,42 +205,47 @@ class SelectionCost:
         return length / self.seconds(kind, [length])
 
 
-def _time_selection(kind: str, numel: int, density: float, seed: int, repeats: int, device: str) -> float:
-    """Best wall time of one selection of ``kind`` (see :class:`SelectionCost`) over ``numel``
+def _selection_runs(numel: int, density: float, seed: int, device: str) -> dict:
+    """Per kind (see :class:`SelectionCost`), a function that runs one selection over ``numel``
     entries on ``device``."""
     x = bench.SyntheticGradients(numel, seed).get(0, 0).to(device)
     k = max(1, int(numel * density))
+    threshold = float(x.abs().kthvalue(max(1, numel - k)).values)
     selector = Selector()
-    if kind == "topk":
-        def run():
-            selector.topk(x, k)
-    else:
-        threshold = float(x.abs().kthvalue(max(1, numel - k)).values)
+    return {"topk": lambda: selector.topk(x, k), "above": lambda: selector.at_least(x, threshold)}
 
-        def run():
-            selector.at_least(x, threshold)
-    synchronize = torch.cuda.synchronize if x.is_cuda else (lambda: None)
-    run()
-    calls = max(1, (1 << 22) // numel)
-    times = []
-    for _ in range(repeats):
-        synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            run()
-        synchronize()
-        times.append((time.perf_counter() - start) / calls)
-    return min(times)
+
+def _time_selections(density: float, seed: int, repeats: int, device: str) -> dict:
+    """Best seconds of one selection per kind at each of :attr:`SelectionCost.LENGTHS`: the
+    repeats take turns over all kinds and lengths, so that a burst of load on the machine spoils
+    one timing of many rather than every timing of one."""
+    runs = {numel: _selection_runs(numel, density, seed, device) for numel in SelectionCost.LENGTHS}
+    synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    best = {kind: np.full(len(runs), np.inf) for kind in SelectionCounter.KINDS}
+    for repeat in range(repeats + 1):  # the first round warms up
+        for place, (numel, by_kind) in enumerate(runs.items()):
+            calls = max(1, (1 << 22) // numel)
+            for kind, run in by_kind.items():
+                synchronize()
+                start = time.perf_counter()
+                for _ in range(calls):
+                    run()
+                synchronize()
+                if repeat:
+                    best[kind][place] = min(best[kind][place], (time.perf_counter() - start) / calls)
+    return best
 
 
 def record_calls(name: str, options: dict, workers: int, numel: int, density: float, calls: int,
-                 seed: int = 0, source=None) -> list:
-    """Run ``calls`` synchronizations of method ``name`` on an in-process group of ``workers``.
+                 seed: int = 0, source=None, warmup: int = 0) -> list:
+    """Run ``calls`` synchronizations of method ``name`` on an in-process group of ``workers``,
+    the first ``warmup`` of them warm-up.
 
     Returns ``per_rank[r][c]``: rank r's record of call c with the keys the benchmark records
-    (``bytes``, ``messages``, ``rounds``, ``nnz``) plus ``events`` (its logged messages) and
-    ``selections`` (the lengths of the vectors handed to the selector, per kind). Rank r's gradient at call c is
-    ``source.get(r, c)``, by default the benchmark's synthetic gradients of ``seed``.
+    (``bytes``, ``messages``, ``rounds``, ``nnz``) plus ``events`` (its logged messages),
+    ``selections`` (the lengths of the vectors handed to the selector, per kind) and ``weight``
+    (its weight in the mean over one period, :func:`call_weights`). Rank r's gradient at call c
+    is ``source.get(r, c)``, by default the benchmark's synthetic gradients of ``seed``.
     """
     source = source or bench.SyntheticGradients(numel, seed)
 
@@ -246,14 +253,14 @@ def record_calls(name: str, options: dict, workers: int, numel: int, density: fl
         recorder = RecordingTransport(transport)
         sync = compressors.create(name, recorder, numel=numel, density=density, **options)
         records = []
-        for call in range(calls):
+        for call, weight in enumerate(call_weights(sync, warmup, calls)):
             grad = source.get(transport.rank, call)
             counter.take()
             sync.allreduce(grad)
             stats = sync.stats
             records.append({"bytes": stats["bytes_sent"], "messages": stats["messages"],
                             "rounds": stats["rounds"], "nnz": stats["nnz"],
-                            "events": recorder.take(), "selections": counter.take()})
+                            "events": recorder.take(), "selections": counter.take(), "weight": weight})
         return records
 
     threads = torch.get_num_threads()
@@ -263,6 +270,24 @@ def record_calls(name: str, options: dict, workers: int, numel: int, density: fl
             return SharedSumGroup(workers).run(body, counter)
     finally:
         torch.set_num_threads(threads)
+
+
+def call_weights(sync, warmup: int, calls: int) -> list:
+    """The weights of calls 0 .. ``calls``-1 of ``sync`` in the mean over one period of its call
+    kinds (:meth:`Synchronizer.call_kind`), so that a method's periodic extra work (Ok-Topk's
+    exact calls: 1 in 32) is priced at its share. Each kind's share of the period goes in equal
+    parts to the calls of that kind after the ``warmup``, else to the warm-up calls of that
+    kind, else to call 0 (which does all the periodic work: a slight over-estimate).
+    """
+    kinds = [sync.call_kind(step) for step in range(calls)]
+    period = [sync.call_kind(step) for step in range(sync.kind_period)]
+    weights = [0.0] * calls
+    for kind in dict.fromkeys(period):
+        holders = ([c for c in range(warmup, calls) if kinds[c] == kind]
+                   or [c for c in range(min(warmup, calls)) if kinds[c] == kind] or [0])
+        for call in holders:
+            weights[call] += period.count(kind) / len(period) / len(holders)
+    return weights
 
 
 def predict_call(records: list, network: Network, scale: float, cost: SelectionCost) -> dict:
@@ -289,9 +314,11 @@ def predict_call(records: list, network: Network, scale: float, cost: SelectionC
 
 
 def predict(per_rank: list, network: Network, scale: float, cost: SelectionCost) -> dict:
-    """Mean over calls of :func:`predict_call`; ``per_rank[r][c]`` as :func:`record_calls` returns."""
-    calls = [predict_call([r[c] for r in per_rank], network, scale, cost) for c in range(len(per_rank[0]))]
-    return {key: statistics.fmean(call[key] for call in calls) for key in calls[0]}
+    """The mean of :func:`predict_call` over one period of call kinds (the records' ``weight``);
+    ``per_rank[r][c]`` as :func:`record_calls` returns."""
+    calls = [(predict_call([r[c] for r in per_rank], network, scale, cost), per_rank[0][c]["weight"])
+             for c in range(len(per_rank[0])) if per_rank[0][c]["weight"]]
+    return {key: sum(call[key] * weight for call, weight in calls) for key in calls[0][0]}
 
 
 def simulate_row(label: str, name: str, options: dict, workers: int, args, networks: list,
@@ -299,7 +326,7 @@ def simulate_row(label: str, name: str, options: dict, workers: int, args, netwo
     """Record one method at one P and return one row per network."""
     start = time.perf_counter()
     per_rank = record_calls(name, options, workers, args.numel, args.density,
-                            args.warmup + args.calls, args.seed)
+                            args.warmup + args.calls, args.seed, warmup=args.warmup)
     print(f"  simulated {label} at P={workers} in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
     timed = [records[args.warmup:] for records in per_rank]
     scale = args.model_numel / args.numel
@@ -307,7 +334,7 @@ def simulate_row(label: str, name: str, options: dict, workers: int, args, netwo
     scanned = statistics.fmean(sum(map(sum, r[c]["selections"].values())) for r in timed for c in range(args.calls))
     rows = []
     for network in networks:
-        predicted = predict(timed, network, scale, cost)
+        predicted = predict(per_rank, network, scale, cost)
         rows.append({"method": name, "label": label, "teams": options.get("teams", 1),
                      "workers": workers, "numel": args.numel, "model_numel": args.model_numel,
                      "density": args.density, "network": network.name, "alpha": network.alpha,

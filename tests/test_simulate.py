@@ -67,6 +67,47 @@ def test_network_model_by_hand():
     assert predicted["total"] == pytest.approx(44.0)
 
 
+class _Periodic:
+    """A stand-in synchronizer whose calls alternate between kinds, like Ok-Topk's schedule."""
+
+    def __init__(self, period, kind_of):
+        self.kind_period, self.call_kind = period, kind_of
+
+
+def test_call_weights_price_each_kind_of_call_at_its_share_of_the_period():
+    alike = _Periodic(1, lambda step: ())
+    assert simulate.call_weights(alike, 1, 3) == [0.0, 0.5, 0.5]
+    assert simulate.call_weights(alike, 0, 1) == [1.0]
+    # Ok-Topk's defaults: calls 0 and 32 exact, 0 also re-splits; only calls 0 and 1 recorded
+    def oktopk(step):
+        return step % 32 == 0, step % 64 == 0, step % 32 == 0
+    assert simulate.call_weights(_Periodic(64, oktopk), 1, 2) == pytest.approx([2 / 64, 62 / 64])
+    every_third = _Periodic(3, lambda step: step % 3 == 0)
+    assert simulate.call_weights(every_third, 1, 6) == pytest.approx([0, 1 / 6, 1 / 6, 1 / 3, 1 / 6, 1 / 6])
+    assert simulate.call_weights(every_third, 0, 1) == [1.0]  # nothing else recorded: call 0 stands in
+
+
+def test_oktopk_kinds_follow_its_intervals():
+    records = simulate.record_calls("oktopk", {"local_interval": 2, "global_interval": 2, "region_interval": 4},
+                                    workers=2, numel=20_000, density=0.01, calls=5, warmup=1)
+    weights = [record["weight"] for record in records[0]]
+    assert weights == pytest.approx([0, 1 / 4, 1 / 4, 1 / 4, 1 / 4])  # calls 2, 4 exact; 1, 3 reuse
+    exact = [bool(record["selections"]["topk"]) for record in records[0]]
+    assert exact == [True, False, True, False, True]
+
+
+def test_the_prediction_is_the_weighted_mean_of_the_calls():
+    network = simulate.Network("toy", 1.0, 0.0)
+    cost = simulate.SelectionCost(0.01, threads=1, rate=1.0)
+
+    def call(length, weight):
+        return {"rounds": 1, "events": [], "selections": {"topk": [length], "above": []}, "weight": weight}
+
+    predicted = simulate.predict([[call(10, 0.25), call(2, 0.75)]], network, 1.0, cost)
+    assert predicted["select"] == pytest.approx(0.25 * 10 + 0.75 * 2)
+    assert predicted["network"] == pytest.approx(1.0)
+
+
 def test_selection_counter_logs_outer_calls_once():
     selector = compressors.Selector()
     x = bench.SyntheticGradients(100_000, 0).get(0, 0)

@@ -3,8 +3,7 @@
 ``torch.topk`` on CPU sorts far more than it needs (4-9x slower than a threshold pass on large
 vectors). :meth:`Selector.topk_rows` instead estimates a threshold per row from a fixed random
 sample, keeps the candidates above a slightly lower threshold in one pass, and picks each row's
-k largest of those with one linear-time selection for all rows at once (no sort, no Python loop
-over rows). A row left with fewer than k candidates (an estimate too high, or fewer than k
+k largest of those with one linear-time selection per row (no sort). A row left with fewer than k candidates (an estimate too high, or fewer than k
 non-zeros, as in the blocks of an embedding's gradient) takes its non-zeros, in one more pass over
 that row alone when needed, and its lowest-index zeros. The result is exact: always ``k`` indices
 per row, the ``k`` largest ``|x|``, ties broken towards the lower index, in ascending order.
@@ -306,24 +305,18 @@ def _columns(kept: np.ndarray, count: int, n: int, k: int) -> torch.Tensor:
 
 def _keep_k_per_row(values: np.ndarray, k: int, sizes: np.ndarray) -> np.ndarray:
     """Mask over ``values`` keeping the ``k`` largest entries of each group, ties towards the
-    lower position; one linear-time selection for all groups at once, no sort.
+    lower position; one linear-time selection per group, no sort.
 
     ``values`` (all >= 0) holds the groups one after another; ``sizes`` their lengths, each at
     least ``k``. NumPy throughout: its repeat and partition are many times faster than torch's
-    on one thread.
+    on one thread. A partition per group is faster than one over a table of padded groups
+    (its padding alone costs more: 2.9 against 1.2 ms for two groups of 100k candidates).
     """
-    count, widest = sizes.size, int(sizes.max())
+    count = sizes.size
     starts = np.cumsum(sizes) - sizes
-    if widest == int(sizes.min()):
-        table = values.reshape(count, widest)
-    else:  # ragged groups: into a table padded below every value, with distinct values (NumPy's
-        # introselect slows down 15x on long runs of equal values)
-        table = np.empty((count, widest), dtype=values.dtype)
-        table[:] = -1.0 - np.arange(widest, dtype=values.dtype)
-        slots = np.repeat(np.arange(count) * widest - starts, sizes)
-        slots += np.arange(values.size)
-        table.reshape(-1)[slots] = values
-    kth = _kth_largest(table, k)
+    kth = np.array([np.partition(values[start:start + size], size - k)[size - k] if size > k
+                    else values[start:start + size].min()  # (completed with zeros: introselect crawls)
+                    for start, size in zip(starts.tolist(), sizes.tolist())], dtype=values.dtype)
     bound = kth if count == 1 else np.repeat(kth, sizes)
     keep = values >= bound
     if np.count_nonzero(keep) == count * k:

@@ -24,9 +24,9 @@ exact calls (call 0, in the warm-up) weigh 1/32, its threshold-reusing calls the
   (gtopk's lost-mass measurement) are left out here too. A dense all-reduce counted as R rounds (Rabenseifner,
   CONTRACT) is spread evenly over its R rounds, one message per round.
 - selection: max over ranks of the summed time of that rank's selections, each one a vector of
-  s times the recorded length (a matrix counts as one vector of its total size), timed by
-  :class:`SelectionCost`: ``Selector.topk`` and threshold passes (``Selector.at_least``)
-  measured on this machine at several lengths with ``--select-threads`` threads (default 1:
+  s times the recorded length (a matrix: its first row, then each further row at its own
+  price), timed by :class:`SelectionCost`: ``Selector.topk``, ``topk_rows`` and threshold
+  passes (``Selector.at_least``) measured on this machine at several lengths with ``--select-threads`` threads (default 1:
   one core per worker, as in the benchmark; several threads on a shared machine measure noise),
   ``--select-device cuda`` measures them on a GPU instead; ``--select-rate`` fixes a throughput
   in elements/s.
@@ -115,12 +115,12 @@ def _ordered_sum(tensors: list) -> torch.Tensor:
 
 class SelectionCounter:
     """While active, logs the length of every vector each thread hands to a top-k selection
-    (``Selector.topk``, or a matrix to ``topk_rows`` or ``scan``, logged as one top-k of its
-    total length; ``select`` and ``cut`` go through ``scan``) and to a threshold pass
-    (``Selector.above``, ``at_least``). Nested calls, such as ``scan`` inside ``topk``, are
-    logged once."""
+    (``Selector.topk``; a matrix handed to ``topk_rows`` or ``scan`` logs its first row there and
+    each further row as a ``topk_row``; ``select`` and ``cut`` go through ``scan``) and to a
+    threshold pass (``Selector.above``, ``at_least``). Nested calls, such as ``scan`` inside
+    ``topk``, are logged once."""
 
-    KINDS = ("topk", "above")
+    KINDS = ("topk", "topk_row", "above")
     METHODS = {"topk": "topk", "topk_rows": "topk", "scan": "topk", "above": "above", "at_least": "above"}
 
     def __init__(self) -> None:
@@ -154,7 +154,9 @@ class SelectionCounter:
         def wrapper(selector, x, *args, **kwargs):
             state = counter._state()
             if state.depth == 0:
-                state.lengths[kind].append(x.numel())
+                rows = x.shape[0] if kind == "topk" and x.dim() == 2 else 1
+                state.lengths[kind].append(x.numel() // rows)
+                state.lengths["topk_row"] += [x.numel() // rows] * (rows - 1)
             state.depth += 1
             try:
                 return original(selector, x, *args, **kwargs)
@@ -169,11 +171,14 @@ class SelectionCost:
 
     Measured at lengths 4^6 .. 4^12, best of ``repeats`` timings taken in turns
     (:func:`_time_selections`), each of enough calls to scan at least 2^22 entries (single
-    short calls time mostly noise): ``topk`` is ``Selector.topk``
-    keeping density * length entries, ``above`` is ``Selector.at_least`` keeping about as many
-    (the threshold pass of Ok-Topk and Gaussiank); other lengths are interpolated in log-log
-    (constant rate beyond the ends). A ``Selector.topk_rows`` call is priced as one ``topk`` of its total length.
-    ``rate`` (elements/s) replaces the measurement by a fixed throughput (e.g. a GPU's).
+    short calls time mostly noise): ``topk`` is ``Selector.topk`` keeping density * length
+    entries, ``above`` is ``Selector.at_least`` keeping about as many (the threshold pass of
+    Ok-Topk and Gaussiank), ``topk_row`` is what each further row of a matrix adds to a
+    ``Selector.topk_rows`` call (SparDL's cuts of several blocks at once; timed on a matrix of
+    at least 2^23 entries, so that it comes from memory as the blocks do): short rows cost more
+    per entry than one long vector. Other lengths are interpolated in log-log (constant rate
+    beyond the ends). ``rate`` (elements/s) replaces the measurement by a fixed throughput
+    (e.g. a GPU's).
     """
 
     LENGTHS = tuple(4 ** i for i in range(6, 13))
@@ -206,26 +211,30 @@ class SelectionCost:
 
 
 def _selection_runs(numel: int, density: float, seed: int, device: str) -> dict:
-    """Per kind (see :class:`SelectionCost`), a function that runs one selection over ``numel``
-    entries on ``device``."""
+    """Per kind (see :class:`SelectionCost`), a function that runs one selection on ``device``
+    and the number of rows of length ``numel`` it selects from."""
+    rows = max(2, (1 << 23) // numel)
     x = bench.SyntheticGradients(numel, seed).get(0, 0).to(device)
+    matrix = bench.SyntheticGradients(rows * numel, seed).get(0, 0).to(device).view(rows, numel)
     k = max(1, int(numel * density))
     threshold = float(x.abs().kthvalue(max(1, numel - k)).values)
     selector = Selector()
-    return {"topk": lambda: selector.topk(x, k), "above": lambda: selector.at_least(x, threshold)}
+    return {"topk": (lambda: selector.topk(x, k), 1), "above": (lambda: selector.at_least(x, threshold), 1),
+            "topk_row": (lambda: selector.topk_rows(matrix, k), rows)}
 
 
 def _time_selections(density: float, seed: int, repeats: int, device: str) -> dict:
     """Best seconds of one selection per kind at each of :attr:`SelectionCost.LENGTHS`: the
     repeats take turns over all kinds and lengths, so that a burst of load on the machine spoils
-    one timing of many rather than every timing of one."""
+    one timing of many rather than every timing of one. A ``topk_row`` is the matrix call's
+    time less one ``topk``, per further row."""
     runs = {numel: _selection_runs(numel, density, seed, device) for numel in SelectionCost.LENGTHS}
     synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     best = {kind: np.full(len(runs), np.inf) for kind in SelectionCounter.KINDS}
     for repeat in range(repeats + 1):  # the first round warms up
         for place, (numel, by_kind) in enumerate(runs.items()):
-            calls = max(1, (1 << 22) // numel)
-            for kind, run in by_kind.items():
+            for kind, (run, rows) in by_kind.items():
+                calls = max(1, (1 << 22) // (rows * numel))
                 synchronize()
                 start = time.perf_counter()
                 for _ in range(calls):
@@ -233,6 +242,9 @@ def _time_selections(density: float, seed: int, repeats: int, device: str) -> di
                 synchronize()
                 if repeat:
                     best[kind][place] = min(best[kind][place], (time.perf_counter() - start) / calls)
+    rows = np.array([by_kind["topk_row"][1] for by_kind in runs.values()])
+    further = best["topk_row"] - best["topk"]
+    best["topk_row"] = np.maximum(further, 0.01 * best["topk"]) / (rows - 1)  # > 0 even in noise
     return best
 
 

@@ -113,12 +113,13 @@ def test_selection_counter_logs_outer_calls_once():
     x = bench.SyntheticGradients(100_000, 0).get(0, 0)
     with simulate.SelectionCounter() as counter:
         selector.topk(x, 100)  # calls topk_rows() internally
-        selector.topk_rows(x.view(4, -1), 10)  # one matrix: one top-k of its total size
+        selector.topk_rows(x.view(4, -1), 10)  # a matrix: its first row, then 3 further rows
         selector.above(x.abs(), 1.0)
-        selector.cut(x.clone().view(2, -1), 10)  # through scan: one top-k of the matrix
+        selector.cut(x.clone().view(2, -1), 10)  # through scan: a row and a further row
         selector.at_least(x, 1.0)
-        assert counter.take() == {"topk": [100_000, 100_000, 100_000], "above": [100_000, 100_000]}
-        assert counter.take() == {"topk": [], "above": []}
+        assert counter.take() == {"topk": [100_000, 25_000, 50_000], "topk_row": [25_000] * 3 + [50_000],
+                                  "above": [100_000, 100_000]}
+        assert counter.take() == {"topk": [], "topk_row": [], "above": []}
     for method in simulate.SelectionCounter.METHODS:
         assert "wrapper" not in getattr(compressors.Selector, method).__name__
 
@@ -145,7 +146,7 @@ def test_shared_sum_group_sums_in_rank_order():
 
 def test_selection_cost_interpolates_a_measured_curve():
     cost = simulate.SelectionCost(0.01, threads=1, repeats=1)
-    for kind in ("topk", "above"):
+    for kind in ("topk", "topk_row", "above"):
         assert all(t > 0 for t in cost.seconds_at[kind])
         assert cost.seconds(kind, [4 ** 8, 4 ** 8]) == pytest.approx(2 * cost.seconds(kind, [4 ** 8]))
         assert cost.rate(kind, 10 ** 9) == pytest.approx(cost.rate(kind, 4 ** 12))  # constant beyond

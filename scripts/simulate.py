@@ -26,10 +26,10 @@ exact calls (call 0, in the warm-up) weigh 1/32, its threshold-reusing calls the
 - selection: max over ranks of the summed time of that rank's selections, each one a vector of
   s times the recorded length (a matrix: its first row, then each further row at its own
   price), timed by :class:`SelectionCost`: ``Selector.topk``, ``topk_rows`` and threshold
-  passes (``Selector.at_least``) measured on this machine at several lengths with ``--select-threads`` threads (default 1:
-  one core per worker, as in the benchmark; several threads on a shared machine measure noise),
-  ``--select-device cuda`` measures them on a GPU instead; ``--select-rate`` fixes a throughput
-  in elements/s.
+  passes (``Selector.at_least``) measured on this machine at several lengths with
+  ``--select-threads`` threads (default 1: one core per worker, as in the benchmark; several
+  threads on a shared machine measure noise), ``--select-device cuda`` measures them on a GPU
+  instead; ``--select-rate`` fixes a throughput in elements/s.
 - predicted time = network + selection. Packing, scatter-adds and copies are not modelled.
 
 Presets: ``ethernet`` (10 Gb/s: alpha 25 us, beta 1/1.25e9 s/B) and ``infiniband`` (100 Gb/s:

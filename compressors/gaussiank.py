@@ -28,8 +28,8 @@ from allreducers import allgather_lists, bruck_allgather_schedule
 from . import register
 from .base import Synchronizer
 from .oktopk import _TINY, check_positive_int, check_scale
-from .selection import Selector, flat_nonzero
-from .sparse_ops import budget, scatter_sum_in_order
+from .selection import Selector
+from .sparse_ops import budget, entries_at_least, scatter_sum_in_order
 
 
 @register("gaussiank", description="Gaussiank: threshold from a Gaussian fit, adjusted to about k, all-gatherv")
@@ -95,5 +95,4 @@ class GaussianK(Synchronizer):
                 break
             threshold = max(threshold * factor, _TINY)
             count = int(torch.count_nonzero(candidates >= threshold))
-        kept = flat_nonzero(candidates >= threshold)
-        return chosen.index_select(0, kept), values.index_select(0, kept)
+        return entries_at_least(chosen, values, candidates, threshold)

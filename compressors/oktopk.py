@@ -47,7 +47,7 @@ from allreducers import allgather_lists, bruck_allgather_schedule, pack, rotatio
 from . import register
 from .base import Synchronizer
 from .selection import Selector, flat_nonzero
-from .sparse_ops import budget, equal_cuts, is_member, one_list, split_sorted
+from .sparse_ops import budget, entries_at_least, equal_cuts, is_member, one_list, split_sorted
 
 _TINY = float(torch.finfo(torch.float32).tiny)
 
@@ -218,8 +218,7 @@ class OkTopK(Synchronizer):
                     break
                 threshold *= self.raise_scale
                 count = int(torch.count_nonzero(passed >= threshold))
-            kept = flat_nonzero(passed >= threshold)
-            chosen, values = chosen.index_select(0, kept), values.index_select(0, kept)
+            chosen, values = entries_at_least(chosen, values, passed, threshold)
         self.local_threshold = threshold
         return chosen, values
 

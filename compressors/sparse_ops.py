@@ -10,6 +10,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from .selection import flat_nonzero
+
 
 def budget(numel: int, density: float) -> int:
     """The selection budget k = max(1, int(n * density)), never more than n."""
@@ -32,6 +34,14 @@ def zero_(tensor: torch.Tensor) -> torch.Tensor:
         ctypes.memset(tensor.data_ptr(), 0, tensor.numel() * tensor.element_size())
         return tensor
     return tensor.zero_()
+
+
+def entries_at_least(indices: torch.Tensor, values: torch.Tensor, magnitudes: torch.Tensor,
+                     threshold: float) -> tuple:
+    """The entries of the sparse list (``indices``, ``values``) whose ``magnitudes`` (their
+    ``|values|``) are at least ``threshold``, in their order."""
+    kept = flat_nonzero(magnitudes >= threshold)
+    return indices.index_select(0, kept), values.index_select(0, kept)
 
 
 def split_sorted(indices: torch.Tensor, boundaries: Sequence[int]) -> list:

@@ -1,7 +1,7 @@
 """The shared helpers of compressors.sparse_ops."""
 import torch
 
-from compressors.sparse_ops import is_member, zero_
+from compressors.sparse_ops import entries_at_least, is_member, zero_
 
 
 def test_zero_clears_exactly_the_tensor_it_is_given():
@@ -29,3 +29,13 @@ def test_is_member_matches_python_sets_for_mixed_index_types():
         assert mask.dtype == torch.bool and mask.tolist() == expected
     assert is_member(sorted_set[:0], query).tolist() == [False] * 900
     assert is_member(sorted_set, query[:0]).numel() == 0
+
+
+def test_entries_at_least_keeps_the_list_entries_at_or_above_the_threshold_in_order():
+    """``entries_at_least`` (the end of Ok-Topk's threshold raise and Gaussiank's correction)."""
+    indices = torch.tensor([3, 8, 9, 20, 41])
+    values = torch.tensor([-2.0, 0.5, 1.0, -0.99, 3.0])
+    kept, kept_values = entries_at_least(indices, values, values.abs(), 1.0)
+    assert kept.tolist() == [3, 9, 41] and kept_values.tolist() == [-2.0, 1.0, 3.0]
+    none, no_values = entries_at_least(indices, values, values.abs(), 5.0)
+    assert none.numel() == 0 and no_values.numel() == 0

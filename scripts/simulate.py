@@ -387,13 +387,15 @@ def format_tables(rows: list, key: str, title: str) -> str:
 
 
 def crossovers(rows: list, reference: str = "spardl") -> list:
-    """Sentences saying, per network and method, at which P ``reference`` is faster or slower."""
+    """Sentences saying, per network and other method, at which P the row labelled ``reference``
+    is faster or slower (other option sets of its own method, such as team counts, are skipped)."""
+    method_of = {r["label"]: r["method"] for r in rows}
     lines = []
     for network in dict.fromkeys(r["network"] for r in rows):
         times = {(r["label"], r["workers"]): r["predicted_ms"] for r in rows if r["network"] == network}
         for label in dict.fromkeys(l for l, _ in times):
             common = sorted(p for l, p in times if l == label and (reference, p) in times)
-            if label == reference or not common:
+            if method_of[label] == method_of.get(reference) or not common:
                 continue
             faster = [p for p in common if times[(reference, p)] < times[(label, p)]]
             slower = [p for p in common if p not in faster]
@@ -502,7 +504,8 @@ def main(argv=None) -> tuple:
                                   args.networks, cost)
     print(format_tables(rows, "predicted_ms", "predicted ms per call (network + selection)"))
     print(format_tables(rows, "network_ms", "network ms per call (selection excluded)"))
-    print("\n" + "\n".join(crossovers(rows)))
+    references = dict.fromkeys(r["label"] for r in rows if r["method"] == "spardl")  # every team count
+    print("\n" + "\n".join(line for reference in references for line in crossovers(rows, reference)))
     if sweep:
         print(format_tables(sweep, "predicted_ms", "spardl against the team count d, predicted ms per call"))
     if args.json:

@@ -108,6 +108,18 @@ def test_the_prediction_is_the_weighted_mean_of_the_calls():
     assert predicted["network"] == pytest.approx(1.0)
 
 
+def test_crossovers_compare_each_spardl_run_with_the_other_methods():
+    def row(label, workers, ms):
+        return {"network": "toy", "label": label, "method": label.split("(")[0], "workers": workers,
+                "predicted_ms": ms}
+
+    rows = [row("spardl", 16, 5.0), row("spardl", 64, 3.0), row("spardl(d=4)", 16, 6.0),
+            row("spardl(d=4)", 64, 1.0), row("oktopk", 16, 4.0), row("oktopk", 64, 2.0)]
+    assert simulate.crossovers(rows) == ["toy: spardl vs oktopk: faster at P=none, slower at P=[16, 64]"]
+    assert simulate.crossovers(rows, "spardl(d=4)") == [
+        "toy: spardl(d=4) vs oktopk: faster at P=[64], slower at P=[16]; crossover between P 16->64"]
+
+
 def test_selection_counter_logs_outer_calls_once():
     selector = compressors.Selector()
     x = bench.SyntheticGradients(100_000, 0).get(0, 0)

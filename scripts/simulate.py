@@ -343,7 +343,8 @@ def simulate_row(label: str, name: str, options: dict, workers: int, args, netwo
     timed = [records[args.warmup:] for records in per_rank]
     scale = args.model_numel / args.numel
     counts = bench.summarize_counts(timed)
-    scanned = statistics.fmean(sum(map(sum, r[c]["selections"].values())) for r in timed for c in range(args.calls))
+    scanned = statistics.fmean(sum(record["weight"] * sum(map(sum, record["selections"].values()))
+                                   for record in records) for records in per_rank)  # as predict weighs
     rows = []
     for network in networks:
         predicted = predict(per_rank, network, scale, cost)

@@ -96,6 +96,17 @@ def test_oktopk_kinds_follow_its_intervals():
     assert exact == [True, False, True, False, True]
 
 
+def test_scanned_elements_are_weighted_like_the_prediction():
+    """Ok-Topk's reported scan per rank counts its exact call at its share, as the time does."""
+    rows, _ = simulate.main(["--workers", "2", "--numel", "20000", "--methods", "oktopk",
+                             "--select-rate", "1e9", "--network", "ethernet"])
+    per_rank = simulate.record_calls("oktopk", {}, 2, 20000, 0.01, 2, warmup=1)
+    scans = [[sum(map(sum, record["selections"].values())) for record in records] for records in per_rank]
+    expected = sum(2 / 64 * calls[0] + 62 / 64 * calls[1] for calls in scans) / 2
+    assert scans[0][0] != scans[0][1]  # the exact call scans differently
+    assert rows[0]["scanned_per_rank"] == pytest.approx(expected)
+
+
 def test_the_prediction_is_the_weighted_mean_of_the_calls():
     network = simulate.Network("toy", 1.0, 0.0)
     cost = simulate.SelectionCost(0.01, threads=1, rate=1.0)

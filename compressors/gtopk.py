@@ -67,7 +67,7 @@ class GTopK(Synchronizer):
     def _synchronize(self, grad, timer):
         accumulated = self._residual
         with timer("select"):
-            chosen, values = self.selector.select(accumulated, self.k, addend=grad)
+            chosen, values = self.selector.select(accumulated, self.k, addend=grad, key="accumulated")
         held = [chosen.to(torch.int32), values]
         dropped = []
 

@@ -10,6 +10,15 @@ lowest-index zeros. The result is exact: always ``k`` indices per row, the ``k``
 ``|x|``, ties broken towards the lower index, in ascending order. :meth:`Selector.topk` is the
 one-row case. Work buffers are kept and reused across calls.
 
+A caller that selects from the same rows call after call (a residual plus a fresh gradient)
+names them with a ``key``: the selector then remembers each row's k-th largest ``|x|`` and next
+time uses it, lowered by a small per-row margin, as the threshold instead of the sample's
+estimate. That skips the sample and lets through far fewer candidates (1.05-1.2 k against
+2.2-2.7 k for rows of 57k-230k entries, whose samples are small): rows of 230k entries select
+1.6x faster. A row whose remembered threshold proves too high (the values shrank) is scanned
+again from its sample, and its margin doubles; a row that hits shrinks its margin by 10%, down
+to 3%. The hint only changes the speed: the selection is exact either way.
+
 The pass can also add another vector into the rows as it goes (error feedback's grad + residual,
 :meth:`Selector.scan`), which costs about as much as the addition alone; :meth:`Selector.pick`
 then chooses from its :class:`Candidates` and returns the chosen values with their indices;
@@ -34,17 +43,32 @@ _SIGMAS = 4.0             # safety margin of the estimate, in standard deviation
 _CACHED_SAMPLES = 8       # sample positions kept for this many row lengths
 _CHUNK = 1 << 18          # entries per step of the candidate pass on one thread
 _TINY = float(np.finfo(np.float32).smallest_subnormal)  # ">= _TINY" means "non-zero"
+_NOT_FINITE = "the values to select from hold NaN or inf (a diverged gradient?)"
+_MARGIN = (0.03, 0.1, 0.5)  # a remembered threshold's margin below the last k-th |x|: least, first, most
 
 
 class Candidates(NamedTuple):
     """What :meth:`Selector.scan` found in a ``(count, n)`` matrix: the flat positions
     (ascending) of the entries at or above their row's threshold, their signed values, how many
-    lie in each row, and the rows' thresholds."""
+    lie in each row, the rows' thresholds, which of those were remembered (not estimated), and
+    the rows' ``key`` (``None``: nothing is remembered)."""
 
     positions: np.ndarray
     values: np.ndarray
     sizes: np.ndarray
     thresholds: np.ndarray
+    hinted: np.ndarray
+    key: object = None
+
+
+class _Memory(NamedTuple):
+    """The last selection from the rows of one key: its shape, k, each row's k-th largest |x|
+    and each row's margin."""
+
+    shape: tuple
+    k: int
+    levels: np.ndarray
+    margins: np.ndarray
 
 
 class Selector:
@@ -53,31 +77,34 @@ class Selector:
     def __init__(self, seed: int = 0) -> None:
         self._seed = seed
         self._samples: dict = {}
+        self._memory: dict = {}
         self._magnitude = torch.empty(0)
         self._mask = torch.empty(0, dtype=torch.bool)
 
-    def topk(self, x: torch.Tensor, k: int) -> torch.Tensor:
+    def topk(self, x: torch.Tensor, k: int, key=None) -> torch.Tensor:
         """Indices (int64, ascending) of the ``k`` entries of 1-D ``x`` with the largest ``|x|``;
-        exactly ``min(k, len(x))`` of them, ties towards the lower index."""
-        return self.topk_rows(x.reshape(1, -1), k)[0]
+        exactly ``min(k, len(x))`` of them, ties towards the lower index. ``key``: see
+        :meth:`scan`."""
+        return self.topk_rows(x.reshape(1, -1), k, key)[0]
 
-    def topk_rows(self, rows: torch.Tensor, k: int) -> torch.Tensor:
+    def topk_rows(self, rows: torch.Tensor, k: int, key=None) -> torch.Tensor:
         """Column indices (int64, shape ``(r, min(k, n))``, each row ascending) of the ``k``
         entries with the largest ``|x|`` in every row of the ``(r, n)`` matrix ``rows``, ties
-        towards the lower index. One call costs about one top-k over ``r * n`` entries."""
-        return self.pick(rows, k)[0]
+        towards the lower index. One call costs about one top-k over ``r * n`` entries.
+        ``key``: see :meth:`scan`."""
+        return self.pick(rows, k, self.scan(rows, k, key=key))[0]
 
-    def select(self, x: torch.Tensor, k: int, addend: Optional[torch.Tensor] = None) -> tuple:
+    def select(self, x: torch.Tensor, k: int, addend: Optional[torch.Tensor] = None, key=None) -> tuple:
         """Add ``addend`` into ``x`` (as :meth:`scan` does) and return the top-``k`` of the sum:
         the columns (int64, ascending) and values of :meth:`pick`. ``x`` is a 1-D vector (one
-        list) or an ``(r, n)`` matrix (one per row)."""
+        list) or an ``(r, n)`` matrix (one per row). ``key``: see :meth:`scan`."""
         rows = x.view(1, -1) if x.dim() == 1 else x
-        columns, values = self.pick(rows, k, self.scan(rows, k, addend))
+        columns, values = self.pick(rows, k, self.scan(rows, k, addend, key))
         return (columns[0], values[0]) if x.dim() == 1 else (columns, values)
 
-    def cut(self, x: torch.Tensor, k: int, addend: Optional[torch.Tensor] = None) -> tuple:
+    def cut(self, x: torch.Tensor, k: int, addend: Optional[torch.Tensor] = None, key=None) -> tuple:
         """:meth:`select`, then zero the selected entries in ``x``: the top-``k`` taken out."""
-        columns, values = self.select(x, k, addend)
+        columns, values = self.select(x, k, addend, key)
         x.scatter_(-1, columns, torch.zeros_like(values))  # a scalar source runs 1.5-3x slower on CPU
         return columns, values
 
@@ -91,7 +118,7 @@ class Selector:
         positions, values, _ = self._candidates(x.detach().view(1, -1), np.full(1, threshold, np.float32), extra)
         return torch.from_numpy(positions), torch.from_numpy(values)
 
-    def scan(self, rows: torch.Tensor, k: int, addend: Optional[torch.Tensor] = None) -> Optional[Candidates]:
+    def scan(self, rows: torch.Tensor, k: int, addend: Optional[torch.Tensor] = None, key=None) -> Optional[Candidates]:
         """The one pass over the ``(r, n)`` matrix ``rows`` that finds each row's candidates for
         its top-``k`` (for :meth:`pick`).
 
@@ -100,6 +127,11 @@ class Selector:
         sum, which costs about as much as the addition alone. On a GPU, or when ``k`` covers a
         row, only the addition happens and ``None`` is returned: :meth:`pick` then selects from
         the rows themselves.
+
+        ``key`` (hashable): names these rows, the same data call after call; :meth:`pick`
+        remembers each row's k-th largest ``|x|`` under it and the next scan of the key (same
+        shape and ``k``) starts from those (module docstring). ``None``: every threshold is
+        estimated from the sample.
         """
         n = rows.shape[1]
         if k < 1:
@@ -110,9 +142,11 @@ class Selector:
         if rows.is_cuda or k >= n:
             return None
         rows = rows.detach().contiguous()
-        thresholds = self._estimate(rows, k, extra)
+        thresholds, hinted = self._remembered(key, rows.shape, k)
+        if not hinted.all():
+            thresholds = np.where(hinted, thresholds, self._estimate(rows, k, extra))
         positions, values, sizes = self._candidates(rows, thresholds, extra)
-        return Candidates(positions, values, sizes, thresholds)
+        return Candidates(positions, values, sizes, thresholds, hinted, key)
 
     def pick(self, rows: torch.Tensor, k: int, candidates: Optional[Candidates] = None) -> tuple:
         """Columns (int64, shape ``(r, min(k, n))``, each row ascending) and values (the entries
@@ -133,22 +167,57 @@ class Selector:
         if candidates is None:
             candidates = self.scan(rows, k)
         positions, values, sizes = candidates.positions, candidates.values, candidates.sizes
-        if (sizes < k).any():  # the estimate was too high (rare), or a row has < k non-zeros
-            positions, values, sizes = self._refill(rows, k, candidates.thresholds, positions, values, sizes)
+        if (sizes < k).any():  # the threshold was too high (rare), or a row has < k non-zeros
+            positions, values, sizes = self._refill(rows, k, candidates, positions, values, sizes)
         kept = np.flatnonzero(_keep_k_per_row(np.abs(values), k, sizes))
-        return _columns(positions[kept], count, n, k), torch.from_numpy(values[kept].reshape(count, k))
+        chosen = values[kept].reshape(count, k)
+        if not np.isfinite(chosen).all():  # a remembered threshold skips the sample's check
+            raise ValueError(_NOT_FINITE)
+        if candidates.key is not None:
+            self._remember(candidates, rows.shape, k, np.abs(chosen).min(axis=1))
+        return _columns(positions[kept], count, n, k), torch.from_numpy(chosen)
 
-    def _refill(self, rows: torch.Tensor, k: int, thresholds: np.ndarray, candidates: np.ndarray,
+    def _remembered(self, key, shape: tuple, k: int) -> tuple:
+        """Per row, the threshold remembered under ``key`` for this shape and ``k`` and whether
+        there is one (none for a row whose k-th largest ``|x|`` was zero)."""
+        memory = self._memory.get(key) if key is not None else None
+        if memory is None or memory.shape != shape or memory.k != k:
+            return np.zeros(shape[0], np.float32), np.zeros(shape[0], bool)
+        return memory.levels * (1 - memory.margins), memory.levels >= _TINY
+
+    def _remember(self, candidates: Candidates, shape: tuple, k: int, levels: np.ndarray) -> None:
+        """Keep the rows' k-th largest ``|x|`` under the candidates' key; a remembered threshold
+        that let fewer than ``k`` through doubles its row's margin, one that did not shrinks it."""
+        memory = self._memory.get(candidates.key)
+        margins = np.full(shape[0], _MARGIN[1])
+        if memory is not None and memory.shape == shape and memory.k == k:
+            missed = candidates.sizes < k
+            margins = np.where(candidates.hinted, np.where(missed, memory.margins * 2, memory.margins * 0.9),
+                               memory.margins).clip(_MARGIN[0], _MARGIN[2])
+        self._memory[candidates.key] = _Memory(shape, k, levels.astype(np.float32), margins)
+
+    def _refill(self, rows: torch.Tensor, k: int, candidates: Candidates, positions: np.ndarray,
                 values: np.ndarray, sizes: np.ndarray) -> tuple:
-        """The candidates again, each row with fewer than ``k`` now holding all its non-zeros
-        (one more pass over that row alone, if its threshold was above zero) and, if those are
-        still fewer than ``k``, its lowest-index zeros: the ties at zero that complete it."""
+        """The candidates again, each row with fewer than ``k`` scanned once more (if its
+        threshold was above zero): from its sample's estimate if a remembered threshold failed
+        and the estimate is lower, else for all its non-zeros; then, if they are still fewer than
+        ``k``, completed with its lowest-index zeros, the ties at zero."""
         count, n = rows.shape
+        thresholds = candidates.thresholds
         again = (sizes < k) & (thresholds > _TINY)
         keep = np.repeat(~again, sizes)
-        positions, found_values, counts = [candidates[keep]], [values[keep]], sizes.copy()
-        for row in np.flatnonzero(again):  # the estimate was too high (rare): all non-zeros
-            found, at_found, _ = self._candidates(rows[row:row + 1], np.full(1, _TINY, np.float32))
+        positions, found_values, counts = [positions[keep]], [values[keep]], sizes.copy()
+        for row in np.flatnonzero(again):
+            one = rows[row:row + 1]
+            limits = [np.full(1, _TINY, np.float32)]
+            if candidates.hinted[row]:
+                estimate = self._estimate(one, k)
+                if estimate[0] < thresholds[row]:
+                    limits.insert(0, estimate)
+            for limit in limits:
+                found, at_found, _ = self._candidates(one, limit)
+                if found.size >= k:
+                    break
             positions.append(found + row * n)
             found_values.append(at_found)
             counts[row] = found.size
@@ -247,7 +316,7 @@ class Selector:
             table += added
         table = np.abs(table, out=table)
         if not np.isfinite(table).all():  # NaN would also derail the exact selection below
-            raise ValueError("the values to select from hold NaN or inf (a diverged gradient?)")
+            raise ValueError(_NOT_FINITE)
         thresholds = np.full(table.shape[0], _TINY, dtype=table.dtype)
         # Rows whose sample has too few non-zeros keep _TINY without a partition (which crawls
         # on the long runs of equal zeros).

@@ -242,11 +242,11 @@ class SparDL(Synchronizer):
         """Top-``keep`` of each of the blocks ``first .. first+count-1`` as one sparse list per
         block (int32 columns, values); if ``take_out``, zero them in the dense copy, saving what
         they held. ``addend``: the gradient still to be added into these blocks, in the
-        selection pass."""
+        selection pass. The selector remembers the cut's thresholds under ``(first, count)``."""
         choose = self.selector.cut if take_out else self.selector.select
         cuts = []
         for block, columns, values in zip(range(first, first + count),
-                                          *choose(blocks[first:first + count], keep, addend)):
+                                          *choose(blocks[first:first + count], keep, addend, (first, count))):
             if take_out:
                 saves[block].append((columns, values))
             cuts.append((columns.to(torch.int32), values))

@@ -41,7 +41,7 @@ class TopK(Synchronizer):
     def _synchronize(self, grad, timer):
         accumulated = self._residual
         with timer("select"):
-            chosen, values = self.selector.cut(accumulated, self.k, addend=grad)
+            chosen, values = self.selector.cut(accumulated, self.k, addend=grad, key="accumulated")
             own = (chosen.to(torch.int32), values)
         lists = allgather_lists(self.transport, self.gather_steps, self.rank, own, self.k, timer)
         with timer("accumulate"):

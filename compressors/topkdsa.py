@@ -57,7 +57,7 @@ class TopkDSA(Synchronizer):
     def _synchronize(self, grad, timer):
         accumulated = self._residual
         with timer("select"):
-            chosen, values = self.selector.cut(accumulated, self.k, addend=grad)
+            chosen, values = self.selector.cut(accumulated, self.k, addend=grad, key="accumulated")
         candidates, sums = self.reducer.reduce(chosen, values, self.boundaries, timer)
         fill_in = torch.tensor([candidates.numel()], dtype=torch.int64, device=sums.device)
         with timer("comm"):

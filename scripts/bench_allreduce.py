@@ -158,7 +158,7 @@ class FloorRun:
         """One replay after selecting from ``grad``; a record like :meth:`MethodRun.time`."""
         self.transport.barrier()
         start = time.perf_counter()
-        self.selector.topk(grad, self.k)
+        self.selector.topk(grad, self.k, key="gradient")
         selected = time.perf_counter()
         for number in range(self.rounds):
             handles = [self.transport.isend(buffer, e.peer, number)

@@ -240,3 +240,90 @@ def test_at_least_adds_then_returns_every_entry_at_or_above_the_threshold(thread
     expected = torch.nonzero(total.abs() >= threshold).squeeze(1)
     assert indices.dtype == torch.int64 and torch.equal(indices, expected)
     assert torch.equal(values, total[expected])
+
+
+def heavy_rows(rows, n, seed, scale=1.0):
+    """Heavy-tailed rows of independent draws, times ``scale`` (one call's residual + gradient)."""
+    return torch.from_numpy(np.random.default_rng(seed).standard_t(3, (rows, n)).astype(np.float32) * scale)
+
+
+@pytest.mark.parametrize("rows,n,k", [(1, 300000, 3000), (8, 60000, 600), (3, 7, 2)])
+def test_a_key_keeps_selections_exact_while_the_values_drift(threads, rows, n, k):
+    """Call after call under one key, the values shrink, grow, and some rows empty out: every
+    selection still equals the reference, whether the remembered thresholds hit or miss."""
+    selector = Selector()
+    for call, scale in enumerate([1.0, 1.0, 0.5, 0.99, 3.0, 1e-3, 1.0]):
+        x = heavy_rows(rows, n, call, scale)
+        if call == 4:
+            x[-1] = 0.0
+            x[-1, ::n // 3 + 1] = 1.0  # fewer than k non-zeros: completed with zeros
+        got = selector.topk_rows(x, k, key="grad")
+        for row in range(rows):
+            np.testing.assert_array_equal(got[row].numpy(), reference_topk(x[row], k))
+
+
+def test_a_key_lets_fewer_candidates_through_from_the_second_call(threads):
+    """From the second call on the remembered thresholds replace the sample's (no estimate is
+    taken) and let far fewer candidates through on similar values; without a key, or with
+    another k, the sample's estimate is used."""
+    rows, n, k = 16, 60000, 600
+    selector = Selector()
+    first = selector.scan(heavy_rows(rows, n, 0), k, key="grad")
+    selector.pick(heavy_rows(rows, n, 0), k, first)
+    estimates = []
+    selector._estimate = lambda *args: estimates.append(1) or Selector._estimate(selector, *args)
+    second = selector.scan(heavy_rows(rows, n, 1), k, key="grad")
+    assert first.hinted.sum() == 0 and second.hinted.all() and not estimates
+    assert second.sizes.min() >= k and second.sizes.mean() < 0.7 * first.sizes.mean()
+    assert not selector.scan(heavy_rows(rows, n, 1), k).hinted.any()
+    assert not selector.scan(heavy_rows(rows, n, 1), k + 1, key="grad").hinted.any()
+    assert len(estimates) == 2
+
+
+def test_a_remembered_threshold_that_misses_rescans_that_row_and_widens_its_margin():
+    """Row 1 shrinks by half: its remembered threshold lets fewer than k through, so that row alone
+    is scanned again from its sample's estimate, and its margin doubles; row 0's narrows."""
+    rows, n, k = 2, 100000, 1000
+    selector = Selector()
+    for call in range(3):
+        selector.topk_rows(heavy_rows(rows, n, call), k, key="grad")
+    before = selector._memory["grad"].margins.copy()
+    x = heavy_rows(rows, n, 9)
+    x[1] *= 0.5
+    passes, limits = [], []
+    candidates = selector._candidates
+    selector._candidates = lambda rows, limit, *rest: (passes.append(rows.clone()), limits.append(limit.copy()),
+                                                      candidates(rows, limit, *rest))[-1]
+    got = selector.topk_rows(x, k, key="grad")
+    assert [p.shape[0] for p in passes] == [2, 1] and torch.equal(passes[1], x[1:2])
+    assert 0.1 < limits[1][0] < limits[0][1]  # the estimate: neither "all non-zeros" (1e-45) nor the hint
+    after = selector._memory["grad"].margins
+    np.testing.assert_allclose(after, [before[0] * 0.9, before[1] * 2])
+    for row in range(rows):
+        np.testing.assert_array_equal(got[row].numpy(), reference_topk(x[row], k))
+
+
+def test_a_key_with_an_addend_cuts_the_top_k_of_each_sum(threads):
+    """``cut`` under a key, as SparDL and the baselines call it: residual + gradient each call."""
+    rows, n, k = 4, 50000, 500
+    selector = Selector()
+    residual = heavy_rows(rows, n, 100)
+    for call in range(4):
+        grad = heavy_rows(rows, n, call).view(-1)
+        expected = residual + grad.view(rows, n)
+        columns, values = selector.cut(residual, k, addend=grad, key=("cut", 0))
+        for row in range(rows):
+            np.testing.assert_array_equal(columns[row].numpy(), reference_topk(expected[row], k))
+            assert torch.equal(values[row], expected[row, columns[row]])
+        expected.scatter_(1, columns, 0.0)
+        assert torch.equal(residual, expected)
+
+
+def test_inf_among_the_chosen_is_a_clear_error_under_a_key():
+    """A remembered threshold takes no sample to meet inf: the chosen values are checked."""
+    selector = Selector()
+    selector.topk(heavy_rows(1, 50000, 0)[0], 100, key="grad")
+    x = heavy_rows(1, 50000, 1)[0]
+    x[::7] = float("inf")
+    with pytest.raises(ValueError, match="NaN or inf"):
+        selector.topk(x, 100, key="grad")

@@ -8,7 +8,8 @@ benchmark's heavy-tailed gradients (:class:`bench_allreduce.SyntheticGradients`)
 (``--numel``, 2^18 by default) so that data-dependent sizes (gtopk merges, oktopk regions, SAG
 unions) are real. A :class:`comm.recording.RecordingTransport` logs every message with its round,
 and a counter logs how many elements each rank hands to the selector: top-k selections
-(``Selector.topk``, ``topk_rows``, ``scan``, which ``select`` and ``cut`` use) and threshold passes
+(``Selector.scan``, which ``topk``, ``topk_rows``, ``select`` and ``cut`` use; "hinted" when every
+row started from the threshold the selector remembered from the last call) and threshold passes
 (``Selector.above``, ``at_least``).
 
 The model, per call; the prediction is the mean over the ``--calls`` calls after the warm-up,
@@ -25,8 +26,9 @@ exact calls (call 0, in the warm-up) weigh 1/32, its threshold-reusing calls the
   CONTRACT) is spread evenly over its R rounds, one message per round.
 - selection: max over ranks of the summed time of that rank's selections, each one a vector of
   s times the recorded length (a matrix: its first row, then each further row at its own
-  price), timed by :class:`SelectionCost`: ``Selector.topk``, ``topk_rows`` and threshold
-  passes (``Selector.at_least``) measured on this machine at several lengths with
+  price), timed by :class:`SelectionCost`: ``Selector.topk`` and ``topk_rows`` (from the sample's
+  estimate, and hinted: from remembered thresholds) and threshold passes
+  (``Selector.at_least``) measured on this machine at several lengths with
   ``--select-threads`` threads (default 1: one core per worker, as in the benchmark; several
   threads on a shared machine measure noise), ``--select-device cuda`` measures them on a GPU
   instead; ``--select-rate`` fixes a throughput in elements/s.
@@ -38,6 +40,7 @@ alpha 1.5 us, beta 1/12.5e9 s/B); ``--alpha``/``--beta`` add a ``custom`` networ
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -115,13 +118,13 @@ def _ordered_sum(tensors: list) -> torch.Tensor:
 
 class SelectionCounter:
     """While active, logs the length of every vector each thread hands to a top-k selection
-    (``Selector.topk``; a matrix handed to ``topk_rows`` or ``scan`` logs its first row there and
-    each further row as a ``topk_row``; ``select`` and ``cut`` go through ``scan``) and to a
-    threshold pass (``Selector.above``, ``at_least``). Nested calls, such as ``scan`` inside
-    ``topk``, are logged once."""
+    (``Selector.scan``, which ``topk``, ``topk_rows``, ``select`` and ``cut`` go through: a matrix
+    logs its first row as a ``topk`` and each further row as a ``topk_row``, or as ``hinted`` and
+    ``hinted_row`` when the selector started every row from a remembered threshold) and to a
+    threshold pass (``Selector.above``, ``at_least``). Nested calls are logged once."""
 
-    KINDS = ("topk", "topk_row", "above")
-    METHODS = {"topk": "topk", "topk_rows": "topk", "scan": "topk", "above": "above", "at_least": "above"}
+    KINDS = ("topk", "topk_row", "hinted", "hinted_row", "above")
+    METHODS = {"scan": "topk", "above": "above", "at_least": "above"}
 
     def __init__(self) -> None:
         self._local = threading.local()
@@ -153,15 +156,18 @@ class SelectionCounter:
 
         def wrapper(selector, x, *args, **kwargs):
             state = counter._state()
-            if state.depth == 0:
-                rows = x.shape[0] if kind == "topk" and x.dim() == 2 else 1
-                state.lengths[kind].append(x.numel() // rows)
-                state.lengths["topk_row"] += [x.numel() // rows] * (rows - 1)
             state.depth += 1
             try:
-                return original(selector, x, *args, **kwargs)
+                result = original(selector, x, *args, **kwargs)
             finally:
                 state.depth -= 1
+            if state.depth == 0 and kind == "above":
+                state.lengths["above"].append(x.numel())
+            elif state.depth == 0:  # a scan of an (r, n) matrix
+                first = "hinted" if result is not None and result.hinted.all() else "topk"
+                state.lengths[first].append(x.shape[1])
+                state.lengths[first + "_row"] += [x.shape[1]] * (x.shape[0] - 1)
+            return result
 
         return wrapper
 
@@ -176,8 +182,12 @@ class SelectionCost:
     Ok-Topk and Gaussiank), ``topk_row`` is what each further row of a matrix adds to a
     ``Selector.topk_rows`` call (SparDL's cuts of several blocks at once; timed on a matrix of
     at least 2^23 entries, so that it comes from memory as the blocks do): short rows cost more
-    per entry than one long vector. Other lengths are interpolated in log-log (constant rate
-    beyond the ends). ``rate`` (elements/s) replaces the measurement by a fixed throughput
+    per entry than one long vector. ``hinted`` and ``hinted_row`` are the same with a key, taking
+    turns between two independent draws, so each call starts from thresholds remembered from
+    other values, as from one gradient to the next (the rescans of rows whose remembered
+    threshold misses are priced at the rate they occur at that length, not at the simulated n,
+    where short rows keep few entries and miss more often). Other lengths are interpolated in
+    log-log (constant rate beyond the ends). ``rate`` (elements/s) replaces the measurement by a fixed throughput
     (e.g. a GPU's).
     """
 
@@ -212,15 +222,20 @@ class SelectionCost:
 
 def _selection_runs(numel: int, density: float, seed: int, device: str) -> dict:
     """Per kind (see :class:`SelectionCost`), a function that runs one selection on ``device``
-    and the number of rows of length ``numel`` it selects from."""
+    and the number of rows of length ``numel`` it selects from. The ``hinted`` kinds take turns
+    between two independent draws under one key, so each starts from the other's thresholds."""
     rows = max(2, (1 << 23) // numel)
-    x = bench.SyntheticGradients(numel, seed).get(0, 0).to(device)
-    matrix = bench.SyntheticGradients(rows * numel, seed).get(0, 0).to(device).view(rows, numel)
+    x, other = (bench.SyntheticGradients(numel, seed).get(0, call).to(device) for call in (0, 1))
+    matrices = [bench.SyntheticGradients(rows * numel, seed).get(0, call).to(device).view(rows, numel)
+                for call in (0, 1)]
     k = max(1, int(numel * density))
     threshold = float(x.abs().kthvalue(max(1, numel - k)).values)
     selector = Selector()
+    vectors, tables = itertools.cycle((x, other)), itertools.cycle(matrices)
     return {"topk": (lambda: selector.topk(x, k), 1), "above": (lambda: selector.at_least(x, threshold), 1),
-            "topk_row": (lambda: selector.topk_rows(matrix, k), rows)}
+            "topk_row": (lambda: selector.topk_rows(matrices[0], k), rows),
+            "hinted": (lambda: selector.topk(next(vectors), k, key="vector"), 1),
+            "hinted_row": (lambda: selector.topk_rows(next(tables), k, key="matrix"), rows)}
 
 
 def _time_selections(density: float, seed: int, repeats: int, device: str) -> dict:
@@ -243,8 +258,9 @@ def _time_selections(density: float, seed: int, repeats: int, device: str) -> di
                 if repeat:
                     best[kind][place] = min(best[kind][place], (time.perf_counter() - start) / calls)
     rows = np.array([by_kind["topk_row"][1] for by_kind in runs.values()])
-    further = best["topk_row"] - best["topk"]
-    best["topk_row"] = np.maximum(further, 0.01 * best["topk"]) / (rows - 1)  # > 0 even in noise
+    for single in ("topk", "hinted"):
+        further = best[single + "_row"] - best[single]
+        best[single + "_row"] = np.maximum(further, 0.01 * best[single]) / (rows - 1)  # > 0 even in noise
     return best
 
 

@@ -144,7 +144,7 @@ class Selector:
         rows = rows.detach().contiguous()
         thresholds, hinted = self._remembered(key, rows.shape, k)
         if not hinted.all():
-            thresholds = np.where(hinted, thresholds, self._estimate(rows, k, extra))
+            thresholds = np.where(hinted, thresholds, self._estimate(rows, k, extra)).astype(np.float32)
         positions, values, sizes = self._candidates(rows, thresholds, extra)
         return Candidates(positions, values, sizes, thresholds, hinted, key)
 
@@ -183,7 +183,9 @@ class Selector:
         memory = self._memory.get(key) if key is not None else None
         if memory is None or memory.shape != shape or memory.k != k:
             return np.zeros(shape[0], np.float32), np.zeros(shape[0], bool)
-        return memory.levels * (1 - memory.margins), memory.levels >= _TINY
+        thresholds = (memory.levels * (1 - memory.margins)).astype(np.float32)  # (float64 ones would
+        # make the pass convert every entry it compares)
+        return thresholds, memory.levels >= _TINY
 
     def _remember(self, candidates: Candidates, shape: tuple, k: int, levels: np.ndarray) -> None:
         """Keep the rows' k-th largest ``|x|`` under the candidates' key; a remembered threshold

@@ -201,9 +201,9 @@ class Selector:
     def _refill(self, rows: torch.Tensor, k: int, candidates: Candidates, positions: np.ndarray,
                 values: np.ndarray, sizes: np.ndarray) -> tuple:
         """The candidates again, each row with fewer than ``k`` scanned once more (if its
-        threshold was above zero): from its sample's estimate if a remembered threshold failed
-        and the estimate is lower, else for all its non-zeros; then, if they are still fewer than
-        ``k``, completed with its lowest-index zeros, the ties at zero."""
+        threshold was above zero): first from its sample's estimate, if a remembered threshold
+        failed and the estimate is lower, then, if still short, for all its non-zeros; a row
+        with fewer than ``k`` non-zeros is completed with its lowest-index zeros (the ties)."""
         count, n = rows.shape
         thresholds = candidates.thresholds
         again = (sizes < k) & (thresholds > _TINY)

@@ -143,7 +143,8 @@ class MethodRun:
 class FloorRun:
     """The floor: SparDL's messages (``events``, as a :class:`RecordingTransport` logs them)
     replayed through ``transport`` with no method work, after one exact top-k selection over
-    this rank's n entries."""
+    this rank's n entries (under a key, as the methods' selections are: from the thresholds
+    remembered from the last call)."""
 
     def __init__(self, transport, events: list, numel: int, density: float) -> None:
         self.transport = transport

@@ -204,7 +204,7 @@ class OkTopK(Synchronizer):
             accumulated.add_(grad)
             return torch.arange(self.numel, device=accumulated.device), accumulated.clone()
         if exact:
-            chosen, values = self.selector.select(accumulated, self.k, addend=grad, key="accumulated")
+            chosen, values = self.selector.select(accumulated, self.k, addend=grad)
             self.local_threshold = float(values.abs().min())
             return chosen, values
         threshold = max(self.local_threshold, _TINY)

@@ -64,13 +64,15 @@ class Candidates(NamedTuple):
 
 
 class _Memory(NamedTuple):
-    """The last selection from the rows of one key: its shape, k, each row's k-th largest |x|
-    and each row's margin."""
+    """The last selection from the rows of one key: its shape, k, each row's k-th largest |x|,
+    each row's margin, and each row's slope of log(count of |x| >= t) against log(t) between
+    its threshold and its k-th |x| (NaN where unknown), which carries the level to another k."""
 
     shape: tuple
     k: int
     levels: np.ndarray
     margins: np.ndarray
+    slopes: np.ndarray
 
 
 class Selector:
@@ -181,24 +183,34 @@ class Selector:
 
     def _remembered(self, key, shape: tuple, k: int) -> tuple:
         """Per row, the threshold remembered under ``key`` for this shape and ``k`` and whether
-        there is one (none for a row whose k-th largest ``|x|`` was zero)."""
+        there is one: none for a row whose k-th largest ``|x|`` was zero, nor, when ``k`` changed
+        (Spar-All-Gather's adaptive h), for a row whose slope is unknown; the others carry their
+        level along their slope to the new ``k``."""
         memory = self._memory.get(key) if key is not None else None
-        if memory is None or memory.shape != shape or memory.k != k:
+        if memory is None or memory.shape != shape:
             return np.zeros(shape[0], np.float32), np.zeros(shape[0], bool)
-        thresholds = (memory.levels * (1 - memory.margins)).astype(np.float32)  # (float64 ones would
-        # make the pass convert every entry it compares)
-        return thresholds, memory.levels >= _TINY
+        levels = memory.levels
+        if memory.k != k:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                levels = levels * (k / memory.k) ** (1 / memory.slopes)
+        thresholds = (levels * (1 - memory.margins)).astype(np.float32)  # (float64 ones would make
+        # the pass convert every entry it compares)
+        return thresholds, np.isfinite(thresholds) & (levels >= _TINY)
 
     def _remember(self, candidates: Candidates, shape: tuple, k: int, levels: np.ndarray) -> None:
-        """Keep the rows' k-th largest ``|x|`` under the candidates' key; a remembered threshold
-        that let fewer than ``k`` through doubles its row's margin, one that did not shrinks it."""
+        """Keep the rows' k-th largest ``|x|`` and slope under the candidates' key; a remembered
+        threshold that let fewer than ``k`` through doubles its row's margin, one that did not
+        shrinks it."""
         memory = self._memory.get(candidates.key)
         margins = np.full(shape[0], _MARGIN[1])
-        if memory is not None and memory.shape == shape and memory.k == k:
+        if memory is not None and memory.shape == shape:
             missed = candidates.sizes < k
             margins = np.where(candidates.hinted, np.where(missed, memory.margins * 2, memory.margins * 0.9),
                                memory.margins).clip(_MARGIN[0], _MARGIN[2])
-        self._memory[candidates.key] = _Memory(shape, k, levels.astype(np.float32), margins)
+        known = (candidates.sizes > k) & (candidates.thresholds >= _TINY) & (candidates.thresholds < levels)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            slopes = np.where(known, np.log(candidates.sizes / k) / np.log(candidates.thresholds / levels), np.nan)
+        self._memory[candidates.key] = _Memory(shape, k, levels.astype(np.float32), margins, slopes)
 
     def _refill(self, rows: torch.Tensor, k: int, candidates: Candidates, positions: np.ndarray,
                 values: np.ndarray, sizes: np.ndarray) -> tuple:

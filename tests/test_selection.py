@@ -248,35 +248,40 @@ def heavy_rows(rows, n, seed, scale=1.0):
 
 
 @pytest.mark.parametrize("rows,n,k", [(1, 300000, 3000), (8, 60000, 600), (3, 7, 2)])
-def test_a_key_keeps_selections_exact_while_the_values_drift(threads, rows, n, k):
-    """Call after call under one key, the values shrink, grow, and some rows empty out: every
-    selection still equals the reference, whether the remembered thresholds hit or miss."""
+@pytest.mark.parametrize("k_steps", [[0], [0, 7, -5, 30, -30, 1, 0]], ids=["fixed-k", "changing-k"])
+def test_a_key_keeps_selections_exact_while_the_values_drift(threads, rows, n, k, k_steps):
+    """Call after call under one key, the values shrink, grow, and some rows empty out, and k
+    may change (as Spar-All-Gather's h does): every selection still equals the reference,
+    whether the remembered thresholds hit or miss."""
     selector = Selector()
     for call, scale in enumerate([1.0, 1.0, 0.5, 0.99, 3.0, 1e-3, 1.0]):
         x = heavy_rows(rows, n, call, scale)
         if call == 4:
             x[-1] = 0.0
             x[-1, ::n // 3 + 1] = 1.0  # fewer than k non-zeros: completed with zeros
-        got = selector.topk_rows(x, k, key="grad")
+        now = max(1, k + k_steps[call % len(k_steps)] * k // 100)
+        got = selector.topk_rows(x, now, key="grad")
         for row in range(rows):
-            np.testing.assert_array_equal(got[row].numpy(), reference_topk(x[row], k))
+            np.testing.assert_array_equal(got[row].numpy(), reference_topk(x[row], now))
 
 
 def test_a_key_lets_fewer_candidates_through_from_the_second_call(threads):
     """From the second call on the remembered thresholds replace the sample's (no estimate is
-    taken) and let far fewer candidates through on similar values; without a key, or with
-    another k, the sample's estimate is used."""
+    taken) and let far fewer candidates through on similar values, also for another k (the
+    level carried along its slope); without a key, or for another shape, the sample's estimate
+    is used."""
     rows, n, k = 16, 60000, 600
     selector = Selector()
     first = selector.scan(heavy_rows(rows, n, 0), k, key="grad")
     selector.pick(heavy_rows(rows, n, 0), k, first)
     estimates = []
     selector._estimate = lambda *args: estimates.append(1) or Selector._estimate(selector, *args)
-    second = selector.scan(heavy_rows(rows, n, 1), k, key="grad")
-    assert first.hinted.sum() == 0 and second.hinted.all() and not estimates
-    assert second.sizes.min() >= k and second.sizes.mean() < 0.7 * first.sizes.mean()
+    for other_k in (k, 690, 520):
+        second = selector.scan(heavy_rows(rows, n, 1), other_k, key="grad")
+        assert first.hinted.sum() == 0 and second.hinted.all() and not estimates
+        assert second.sizes.min() >= other_k and second.sizes.mean() < 0.7 * first.sizes.mean() * other_k / k
     assert not selector.scan(heavy_rows(rows, n, 1), k).hinted.any()
-    assert not selector.scan(heavy_rows(rows, n, 1), k + 1, key="grad").hinted.any()
+    assert not selector.scan(heavy_rows(rows + 1, n, 1), k, key="grad").hinted.any()
     assert len(estimates) == 2
 
 

@@ -17,7 +17,8 @@ estimate. That skips the sample and lets through far fewer candidates (1.05-1.2 
 2.2-2.7 k for rows of 57k-230k entries, whose samples are small): rows of 230k entries select
 1.6x faster. A row whose remembered threshold proves too high (the values shrank) is scanned
 again from its sample, and its margin doubles; a row that hits shrinks its margin by 10%, down
-to 3%. The hint only changes the speed: the selection is exact either way. It also skips the
+to 3%. When k changes (Spar-All-Gather's adaptive h), each level moves along its row's slope of
+log(count of |x| >= t) against log(t), measured between the last threshold and k-th |x|. The hint only changes the speed: the selection is exact either way. It also skips the
 sample's check for NaN: under a key, NaN is caught where a rescan's sample meets it (a row with
 many NaN misses), inf wherever it is chosen (the trainer stops on a non-finite loss anyway).
 

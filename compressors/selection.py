@@ -18,9 +18,10 @@ estimate. That skips the sample and lets through far fewer candidates (1.05-1.2 
 1.6x faster. A row whose remembered threshold proves too high (the values shrank) is scanned
 again from its sample, and its margin doubles; a row that hits shrinks its margin by 10%, down
 to 3%. When k changes (Spar-All-Gather's adaptive h), each level moves along its row's slope of
-log(count of |x| >= t) against log(t), measured between the last threshold and k-th |x|. The hint only changes the speed: the selection is exact either way. It also skips the
-sample's check for NaN: under a key, NaN is caught where a rescan's sample meets it (a row with
-many NaN misses), inf wherever it is chosen (the trainer stops on a non-finite loss anyway).
+log(count of |x| >= t) against log(t), measured between the last threshold and k-th |x|. The
+hint only changes the speed: the selection is exact either way. It also skips the sample's
+check for NaN: under a key, NaN is caught where a rescan's sample meets it (a row with many NaN
+misses), inf wherever it is chosen (the trainer stops on a non-finite loss anyway).
 
 The pass can also add another vector into the rows as it goes (error feedback's grad + residual,
 :meth:`Selector.scan`), which costs about as much as the addition alone; :meth:`Selector.pick`
@@ -123,7 +124,8 @@ class Selector:
         positions, values, _ = self._candidates(x.detach().view(1, -1), np.full(1, threshold, np.float32), extra)
         return torch.from_numpy(positions), torch.from_numpy(values)
 
-    def scan(self, rows: torch.Tensor, k: int, addend: Optional[torch.Tensor] = None, key=None) -> Optional[Candidates]:
+    def scan(self, rows: torch.Tensor, k: int, addend: Optional[torch.Tensor] = None,
+             key=None) -> Optional[Candidates]:
         """The one pass over the ``(r, n)`` matrix ``rows`` that finds each row's candidates for
         its top-``k`` (for :meth:`pick`).
 
@@ -135,7 +137,7 @@ class Selector:
 
         ``key`` (hashable): names these rows, the same data call after call; :meth:`pick`
         remembers each row's k-th largest ``|x|`` under it and the next scan of the key (same
-        shape and ``k``) starts from those (module docstring). ``None``: every threshold is
+        shape) starts from those (module docstring). ``None``: every threshold is
         estimated from the sample.
         """
         n = rows.shape[1]
@@ -174,12 +176,13 @@ class Selector:
         positions, values, sizes = candidates.positions, candidates.values, candidates.sizes
         if (sizes < k).any():  # the threshold was too high (rare), or a row has < k non-zeros
             positions, values, sizes = self._refill(rows, k, candidates, positions, values, sizes)
-        kept = np.flatnonzero(_keep_k_per_row(np.abs(values), k, sizes))
+        keep, levels = _keep_k_per_row(np.abs(values), k, sizes)
+        kept = np.flatnonzero(keep)
         chosen = values[kept].reshape(count, k)
         if not np.isfinite(chosen).all():  # a remembered threshold skips the sample's check
             raise ValueError(_NOT_FINITE)
         if candidates.key is not None:
-            self._remember(candidates, rows.shape, k, np.abs(chosen).min(axis=1))
+            self._remember(candidates, rows.shape, k, levels)
         return _columns(positions[kept], count, n, k), torch.from_numpy(chosen)
 
     def _remembered(self, key, shape: tuple, k: int) -> tuple:
@@ -187,8 +190,8 @@ class Selector:
         there is one: none for a row whose k-th largest ``|x|`` was zero, nor, when ``k`` changed
         (Spar-All-Gather's adaptive h), for a row whose slope is unknown; the others carry their
         level along their slope to the new ``k``."""
-        memory = self._memory.get(key) if key is not None else None
-        if memory is None or memory.shape != shape:
+        memory = self._recall(key, shape)
+        if memory is None:
             return np.zeros(shape[0], np.float32), np.zeros(shape[0], bool)
         levels = memory.levels
         if memory.k != k:
@@ -198,20 +201,26 @@ class Selector:
         # the pass convert every entry it compares)
         return thresholds, np.isfinite(thresholds) & (levels >= _TINY)
 
+    def _recall(self, key, shape: tuple) -> Optional[_Memory]:
+        """What is remembered under ``key`` for rows of ``shape`` (``None``: nothing)."""
+        memory = self._memory.get(key) if key is not None else None
+        return memory if memory is not None and memory.shape == shape else None
+
     def _remember(self, candidates: Candidates, shape: tuple, k: int, levels: np.ndarray) -> None:
         """Keep the rows' k-th largest ``|x|`` and slope under the candidates' key; a remembered
         threshold that let fewer than ``k`` through doubles its row's margin, one that did not
         shrinks it."""
-        memory = self._memory.get(candidates.key)
+        memory = self._recall(candidates.key, shape)
         margins = np.full(shape[0], _MARGIN[1])
-        if memory is not None and memory.shape == shape:
+        if memory is not None:
             missed = candidates.sizes < k
             margins = np.where(candidates.hinted, np.where(missed, memory.margins * 2, memory.margins * 0.9),
                                memory.margins).clip(_MARGIN[0], _MARGIN[2])
         known = (candidates.sizes > k) & (candidates.thresholds >= _TINY) & (candidates.thresholds < levels)
         with np.errstate(divide="ignore", invalid="ignore"):
-            slopes = np.where(known, np.log(candidates.sizes / k) / np.log(candidates.thresholds / levels), np.nan)
-        self._memory[candidates.key] = _Memory(shape, k, levels.astype(np.float32), margins, slopes)
+            slopes = np.where(known, np.log(candidates.sizes / k) / np.log(candidates.thresholds / levels),
+                              np.nan)
+        self._memory[candidates.key] = _Memory(shape, k, levels, margins, slopes)
 
     def _refill(self, rows: torch.Tensor, k: int, candidates: Candidates, positions: np.ndarray,
                 values: np.ndarray, sizes: np.ndarray) -> tuple:
@@ -390,9 +399,10 @@ def _columns(kept: np.ndarray, count: int, n: int, k: int) -> torch.Tensor:
     return torch.from_numpy(table if count == 1 else table - (np.arange(count) * n)[:, None])
 
 
-def _keep_k_per_row(values: np.ndarray, k: int, sizes: np.ndarray) -> np.ndarray:
+def _keep_k_per_row(values: np.ndarray, k: int, sizes: np.ndarray) -> tuple:
     """Mask over ``values`` keeping the ``k`` largest entries of each group, ties towards the
-    lower position; one linear-time selection per group, no sort.
+    lower position, and each group's k-th largest value; one linear-time selection per group,
+    no sort.
 
     ``values`` (all >= 0) holds the groups one after another; ``sizes`` their lengths, each at
     least ``k``. NumPy throughout: its repeat and partition are many times faster than torch's
@@ -407,11 +417,11 @@ def _keep_k_per_row(values: np.ndarray, k: int, sizes: np.ndarray) -> np.ndarray
     bound = kth if count == 1 else np.repeat(kth, sizes)
     keep = values >= bound
     if np.count_nonzero(keep) == count * k:
-        return keep
+        return keep, kth
     # Ties at a group's k-th value: of those, only as many as the group still needs, lowest first.
     groups = np.repeat(np.arange(count), sizes)
     larger, ties = values > bound, values == bound
     running = np.cumsum(ties)
     ties_before = np.concatenate([[0], running])[starts]
     needed = k - np.bincount(groups[larger], minlength=count)
-    return larger | (ties & (running - ties_before[groups] <= needed[groups]))
+    return larger | (ties & (running - ties_before[groups] <= needed[groups])), kth

@@ -187,8 +187,8 @@ class SelectionCost:
     other values, as from one gradient to the next (the rescans of rows whose remembered
     threshold misses are priced at the rate they occur at that length, not at the simulated n,
     where short rows keep few entries and miss more often). Other lengths are interpolated in
-    log-log (constant rate beyond the ends). ``rate`` (elements/s) replaces the measurement by a fixed throughput
-    (e.g. a GPU's).
+    log-log (constant rate beyond the ends). ``rate`` (elements/s) replaces the measurement by a
+    fixed throughput (e.g. a GPU's).
     """
 
     LENGTHS = tuple(4 ** i for i in range(6, 13))

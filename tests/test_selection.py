@@ -297,7 +297,8 @@ def test_a_remembered_threshold_that_misses_rescans_that_row_and_widens_its_marg
     x[1] *= 0.5
     passes, limits = [], []
     candidates = selector._candidates
-    selector._candidates = lambda rows, limit, *rest: (passes.append(rows.clone()), limits.append(limit.copy()),
+    selector._candidates = lambda rows, limit, *rest: (passes.append(rows.clone()),
+                                                      limits.append(limit.copy()),
                                                       candidates(rows, limit, *rest))[-1]
     got = selector.topk_rows(x, k, key="grad")
     assert [p.shape[0] for p in passes] == [2, 1] and torch.equal(passes[1], x[1:2])

@@ -92,7 +92,8 @@ def test_oktopk_kinds_follow_its_intervals():
                                     workers=2, numel=20_000, density=0.01, calls=5, warmup=1)
     weights = [record["weight"] for record in records[0]]
     assert weights == pytest.approx([0, 1 / 4, 1 / 4, 1 / 4, 1 / 4])  # calls 2, 4 exact; 1, 3 reuse
-    exact = [sum(record["selections"]["topk"] + record["selections"]["hinted"]) >= 20_000 for record in records[0]]
+    exact = [sum(record["selections"]["topk"] + record["selections"]["hinted"]) >= 20_000
+             for record in records[0]]
     assert exact == [True, False, True, False, True]
 
 

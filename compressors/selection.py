@@ -45,6 +45,7 @@ _SAMPLE = (1024, 16384)   # fewest and most sample entries per row to estimate t
 _SAMPLE_SHARE = 128       # ... and between them 1/128 of the row (short rows stay cheap)
 _SIGMAS = 4.0             # safety margin of the estimate, in standard deviations
 _CACHED_SAMPLES = 8       # sample positions kept for this many row lengths
+_REMEMBERED_KEYS = 64     # keys whose thresholds are kept (the least recently used one goes)
 _CHUNK = 1 << 18          # entries per step of the candidate pass on one thread
 _TINY = float(np.finfo(np.float32).smallest_subnormal)  # ">= _TINY" means "non-zero"
 _NOT_FINITE = "the values to select from hold NaN or inf (a diverged gradient?)"
@@ -137,8 +138,9 @@ class Selector:
 
         ``key`` (hashable): names these rows, the same data call after call; :meth:`pick`
         remembers each row's k-th largest ``|x|`` under it and the next scan of the key (same
-        shape) starts from those (module docstring). ``None``: every threshold is
-        estimated from the sample.
+        shape) starts from those (module docstring). The 64 most recently used keys are kept,
+        so a caller that makes up a new key per call costs no memory growth. ``None``: every
+        threshold is estimated from the sample.
         """
         n = rows.shape[1]
         if k < 1:
@@ -203,8 +205,11 @@ class Selector:
 
     def _recall(self, key, shape: tuple) -> Optional[_Memory]:
         """What is remembered under ``key`` for rows of ``shape`` (``None``: nothing)."""
-        memory = self._memory.get(key) if key is not None else None
-        return memory if memory is not None and memory.shape == shape else None
+        memory = self._memory.pop(key, None) if key is not None else None
+        if memory is None:
+            return None
+        self._memory[key] = memory  # now the most recently used
+        return memory if memory.shape == shape else None
 
     def _remember(self, candidates: Candidates, shape: tuple, k: int, levels: np.ndarray) -> None:
         """Keep the rows' k-th largest ``|x|`` and slope under the candidates' key; a remembered
@@ -221,6 +226,8 @@ class Selector:
             slopes = np.where(known, np.log(candidates.sizes / k) / np.log(candidates.thresholds / levels),
                               np.nan)
         self._memory[candidates.key] = _Memory(shape, k, levels, margins, slopes)
+        if len(self._memory) > _REMEMBERED_KEYS:
+            self._memory.pop(next(iter(self._memory)))
 
     def _refill(self, rows: torch.Tensor, k: int, candidates: Candidates, positions: np.ndarray,
                 values: np.ndarray, sizes: np.ndarray) -> tuple:

@@ -333,3 +333,16 @@ def test_inf_among_the_chosen_is_a_clear_error_under_a_key():
     x[::7] = float("inf")
     with pytest.raises(ValueError, match="NaN or inf"):
         selector.topk(x, 100, key="grad")
+
+
+def test_the_memory_keeps_the_most_recently_used_keys():
+    """A new key per call does not grow the memory without bound: the least recently used key
+    goes, while one in use every call stays remembered (and so hinted)."""
+    selector = Selector()
+    x = heavy_rows(1, 5000, 0)[0]
+    for call in range(200):
+        assert selector.scan(x.view(1, -1), 50, key="grad").hinted.all() == (call > 0)
+        selector.topk(x, 50, key="grad")
+        selector.topk(x, 50, key=("once", call))
+    assert len(selector._memory) == 64 and ("once", 199) in selector._memory
+    assert ("once", 135) not in selector._memory

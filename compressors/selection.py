@@ -205,11 +205,8 @@ class Selector:
 
     def _recall(self, key, shape: tuple) -> Optional[_Memory]:
         """What is remembered under ``key`` for rows of ``shape`` (``None``: nothing)."""
-        memory = self._memory.pop(key, None) if key is not None else None
-        if memory is None:
-            return None
-        self._memory[key] = memory  # now the most recently used
-        return memory if memory.shape == shape else None
+        memory = self._memory.get(key) if key is not None else None
+        return memory if memory is not None and memory.shape == shape else None
 
     def _remember(self, candidates: Candidates, shape: tuple, k: int, levels: np.ndarray) -> None:
         """Keep the rows' k-th largest ``|x|`` and slope under the candidates' key; a remembered
@@ -225,6 +222,7 @@ class Selector:
         with np.errstate(divide="ignore", invalid="ignore"):
             slopes = np.where(known, np.log(candidates.sizes / k) / np.log(candidates.thresholds / levels),
                               np.nan)
+        self._memory.pop(candidates.key, None)  # inserted anew: the most recently used key is last
         self._memory[candidates.key] = _Memory(shape, k, levels, margins, slopes)
         if len(self._memory) > _REMEMBERED_KEYS:
             self._memory.pop(next(iter(self._memory)))

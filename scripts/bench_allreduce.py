@@ -84,10 +84,18 @@ class ModelGradients:
 
     def __init__(self, name: str, seed: int, batch: int, input_shape: tuple, classes: int) -> None:
         import models
+        if batch < 1 or classes < 2:
+            raise ValueError(f"model gradients need --batch >= 1 and --classes >= 2, got {batch} and {classes}")
         torch.manual_seed(seed)
         self.model = models.create(name, classes, input_shape)
         self.numel = sum(p.numel() for p in self.model.parameters())
         self.seed, self.batch, self.input_shape, self.classes = seed, batch, input_shape, classes
+        try:  # a shape too small for the network fails here, not in the first timed call
+            with torch.no_grad():
+                self.model(torch.zeros(min(batch, 2), *input_shape))
+        except (RuntimeError, ValueError) as error:
+            raise ValueError(f"model {name!r} does not take inputs of shape {','.join(map(str, input_shape))} "
+                             f"(--input-shape): {str(error).splitlines()[0]}") from None
 
     def get(self, rank: int, call: int) -> torch.Tensor:
         """The flattened gradient of ``rank`` at call ``call``."""
@@ -287,10 +295,13 @@ def mpi_gradients(comm, source):
 
 
 def cosine(result: torch.Tensor, exact: torch.Tensor) -> float:
-    """Cosine similarity of two vectors, computed in float64 (1.0 when both are zero)."""
+    """Cosine similarity of two vectors, computed in float64: 1.0 when both are zero, 0.0 when
+    only one is, NaN when either holds NaN or inf."""
     a, b = result.double(), exact.double()
-    norms = float(a.norm() * b.norm())
-    return float(a.dot(b)) / norms if norms > 0 else 1.0
+    norm_a, norm_b = float(a.norm()), float(b.norm())
+    if norm_a == 0 or norm_b == 0:
+        return float(norm_a == norm_b)
+    return float(a.dot(b)) / (norm_a * norm_b)
 
 
 def summarize_counts(per_rank: list) -> dict:
@@ -323,6 +334,8 @@ def summarize(label: str, name: str, options: dict, per_rank: list, args, worker
         row[f"{phase}_ms"] = statistics.median(max(r[c][phase] for r in per_rank) * 1e3 for c in calls)
     row.update(summarize_counts(per_rank))
     cosines = [per_rank[0][c]["cosine"] for c in calls]
+    if cosines[0] is not None:  # a NaN (non-finite result) shows, instead of sorting at random
+        cosines = [float("nan")] if np.isnan(cosines).any() else cosines
     row["cosine"] = None if cosines[0] is None else statistics.median(cosines)
     if "lost_mass" in per_rank[0][0]:
         row["lost_mass"] = statistics.fmean(r[c]["lost_mass"] for r in per_rank for c in calls)
@@ -385,6 +398,24 @@ def plot(rows: list, path: str) -> None:
     plt.close(fig)
 
 
+def launched_rank_and_size() -> tuple:
+    """This process's rank and the job's size as mpiexec (MPICH's Hydra or Open MPI) gave them in
+    the environment, readable before MPI starts; ``(0, 1)`` without a launcher."""
+    for rank, size in (("PMI_RANK", "PMI_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")):
+        if rank in os.environ and size in os.environ:
+            return int(os.environ[rank]), int(os.environ[size])
+    return 0, 1
+
+
+class RankZeroParser(argparse.ArgumentParser):
+    """An argument parser that prints (help, usage errors) from the first rank only: under
+    mpiexec every rank parses the same command line and exits alike, and one copy is enough."""
+
+    def _print_message(self, message, file=None):
+        if launched_rank_and_size()[0] == 0:
+            super()._print_message(message, file)
+
+
 def usage_checked(parser: argparse.ArgumentParser, check, *values):
     """``check(*values)``, a ``ValueError`` turned into the parser's usage error (exit status 2)."""
     try:
@@ -394,21 +425,34 @@ def usage_checked(parser: argparse.ArgumentParser, check, *values):
 
 
 def method_names(text: str) -> list:
-    """The registry names of ``--methods`` (``all``, or names and aliases, comma-separated);
-    ``ValueError`` naming the valid ones for an unknown name."""
+    """The registry names of ``--methods`` (``all``, or names and aliases, comma-separated),
+    repeats dropped; ``ValueError`` naming the valid ones for an unknown name."""
     names = compressors.available() if text == "all" else text.split(",")
-    return [compressors.resolve(name).name for name in names]
+    return list(dict.fromkeys(compressors.resolve(name).name for name in names))
 
 
 def positive_ints(text: str, flag: str) -> list:
-    """The comma-separated integers >= 1 of ``flag``; ``ValueError`` otherwise."""
+    """The comma-separated integers >= 1 of ``flag``, repeats dropped; ``ValueError`` otherwise."""
     try:
         values = [int(value) for value in text.split(",") if value.strip()]
     except ValueError:
         raise ValueError(f"{flag} takes comma-separated integers, got {text!r}") from None
     if not values or min(values) < 1:
         raise ValueError(f"{flag} takes integers >= 1, got {text!r}")
-    return values
+    return list(dict.fromkeys(values))
+
+
+def output_file(path: str, flag: str) -> str:
+    """``path`` if a file can be written there; ``ValueError`` (checked before a long run, not
+    after it) when its directory is missing or not writable, or the path is a directory."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise ValueError(f"{flag} {path}: is a directory")
+    if not os.path.isdir(directory):
+        raise ValueError(f"{flag} {path}: no directory {directory}")
+    if not os.access(directory, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise ValueError(f"{flag} {path}: not writable")
+    return path
 
 
 def warn_skipped_teams(methods: list, teams: list, workers: int) -> None:
@@ -419,11 +463,24 @@ def warn_skipped_teams(methods: list, teams: list, workers: int) -> None:
               f"P = {workers}", file=sys.stderr)
 
 
+def runs_to_time(args, workers: int, speaks: bool) -> list:
+    """:func:`method_runs` at P = ``workers``, the skipped team counts said on stderr if
+    ``speaks``; exit status 2 when no method is left to time."""
+    if speaks:
+        warn_skipped_teams(args.methods, args.teams, workers)
+    runs = method_runs(args.methods, args.teams, workers)
+    if not runs:
+        if speaks:
+            print(f"bench_allreduce.py: nothing to time at P = {workers} (see the note above)", file=sys.stderr)
+        sys.exit(2)
+    return runs
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     """The command line (see the module docstring and the README's "Benchmarks, simulator,
     reports")."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = RankZeroParser(description=__doc__.split("\n\n")[0],
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--numel", type=int, default=1 << 20, help="gradient length n (synthetic)")
     parser.add_argument("--density", type=float, default=0.01)
     parser.add_argument("--methods", default="all", help="comma-separated names, or 'all'")
@@ -452,17 +509,26 @@ def parse_args(argv=None) -> argparse.Namespace:
     usage_checked(parser, compressors.base.check_density, args.density)
     if args.iters < 1 or args.warmup < 0 or args.numel < 1 or (args.replay is not None and args.replay < 1):
         parser.error("--iters must be >= 1, --warmup >= 0, --numel >= 1, --replay >= 1")
+    if args.replay and launched_rank_and_size()[1] > 1:
+        parser.error("--replay times one process alone: start it without mpiexec")
+    for flag in ("json", "csv", "plot"):
+        if getattr(args, flag):
+            usage_checked(parser, output_file, getattr(args, flag), f"--{flag}")
+    args.source = usage_checked(parser, gradient_source, args)
     return args
 
 
 def gradient_source(args):
-    """The gradients every method synchronizes (``--gradient``)."""
+    """The gradients every method synchronizes (``--gradient``); ``ValueError`` for options
+    that cannot make them."""
     if args.gradient == "synthetic":
         return SyntheticGradients(args.numel, args.seed)
     kind, _, name = args.gradient.partition(":")
     if kind != "model" or not name:
         raise ValueError(f"--gradient must be 'synthetic' or 'model:NAME', got {args.gradient!r}")
-    shape = tuple(int(v) for v in args.input_shape.split(","))
+    shape = tuple(int(v) for v in args.input_shape.split(",") if v.strip().isdigit())
+    if len(shape) != 3 or len(args.input_shape.split(",")) != 3 or min(shape) < 1:
+        raise ValueError(f"--input-shape takes three integers >= 1, C,H,W, got {args.input_shape!r}")
     return ModelGradients(name, args.seed, args.batch, shape, args.classes)
 
 
@@ -482,9 +548,9 @@ def mpi_rows(args) -> list:
     abort_on_uncaught_exception()
     comm = MPI.COMM_WORLD
     set_threads(comm)
-    source = gradient_source(args)
+    source = args.source
     workers = comm.Get_size()
-    runs = method_runs(args.methods, args.teams, workers)
+    runs = runs_to_time(args, workers, speaks=comm.Get_rank() == 0)
     factories = [lambda name=name, options=options: MethodRun(MPITransport(comm), name, options,
                                                               source.numel, args.density)
                  for _, name, options in runs]
@@ -505,8 +571,8 @@ def mpi_rows(args) -> list:
 
 def replay_rows(args) -> list:
     """Time every row's rank 0 alone in this process (``--replay P``, see the module docstring)."""
-    source = gradient_source(args)
-    runs = method_runs(args.methods, args.teams, args.replay)
+    source = args.source
+    runs = runs_to_time(args, args.replay, speaks=True)
     factories, gradient = replay_runs(runs, source, args)
     records = time_runs(factories, gradient, args.warmup + args.iters, args.sequential)
     return [summarize(label, name, options, [run_records[args.warmup:]], args, args.replay, source.numel)
@@ -520,7 +586,6 @@ def main(argv=None) -> list:
     rows = replay_rows(args) if args.replay else mpi_rows(args)
     if not rows:
         return []
-    warn_skipped_teams(args.methods, args.teams, rows[0]["workers"])
     floor_ms = rows[-1]["median_ms"]
     for row in rows:
         row["floor_ratio"] = row["median_ms"] / floor_ms

@@ -55,7 +55,7 @@ class Run:
     def per_iteration(self) -> dict:
         """Mean seconds (and bytes) per iteration over the run: total, compute, select, comm, other
         (the rest of synchronization), sync, bytes."""
-        iters = sum(self.epoch_iters()) or 1
+        iters = sum(self.epoch_iters())  # >= 1: load_run checks
         total = sum(r["epoch_seconds"] for r in self.rows) / iters
         sync = sum(r["sync_seconds"] for r in self.rows) / iters
         select = sum(r["select_seconds"] for r in self.rows) / iters
@@ -84,10 +84,17 @@ def load_run(path: str) -> Run:
     if not os.path.isfile(file):
         raise ValueError(f"{path}: no metrics.jsonl")
     with open(file) as handle:
+        lines = [(number, line) for number, line in enumerate(handle, 1) if line.strip()]
+    rows = []
+    for number, line in lines:
         try:
-            rows = [json.loads(line) for line in handle if line.strip()]
+            rows.append(json.loads(line))
         except json.JSONDecodeError as error:
-            raise ValueError(f"{file}: not JSON lines ({error})") from None
+            if number == lines[-1][0] and not line.endswith("\n"):  # cut off mid-write
+                print(f"note: {file}: line {number} is cut off (the run stopped while writing it); "
+                      "reporting the lines before it", file=sys.stderr)
+                break
+            raise ValueError(f"{file}: line {number} is not JSON ({error.msg}, column {error.colno})") from None
     if not rows:
         raise ValueError(f"{file}: no epochs logged")
     for number, row in enumerate(rows, 1):
@@ -98,6 +105,12 @@ def load_run(path: str) -> Run:
         if missing:
             raise ValueError(f"{file}: row {number} lacks {', '.join(missing)}")
     latest = latest_history(rows)
+    if sum(Run(path, latest).epoch_iters()) < 1:
+        raise ValueError(f"{file}: no training iterations logged")
+    last = latest[-1]
+    if last.get("max_epochs", last["epoch"]) > last["epoch"]:
+        print(f"note: {file}: the run stopped after epoch {last['epoch']} of {last['max_epochs']} "
+              "(killed, crashed, or still running): its numbers are not final", file=sys.stderr)
     if len(latest) < len(rows):
         print(f"note: {file}: {len(rows) - len(latest)} of {len(rows)} rows superseded by a later run "
               f"or resume in the same directory; reporting the latest {len(latest)} epochs", file=sys.stderr)
@@ -180,13 +193,15 @@ def time_table(runs: list, reference: str) -> str:
 
 
 def accuracy_table(runs: list) -> str:
-    """Final and best test accuracy, final losses, epochs and wall time per run."""
+    """Final and best test accuracy, final losses, epochs ("63 of 400" for a run that stopped
+    early) and wall time per run."""
     lines = ["| method | epochs | final test acc | best test acc | final train loss | final test loss | wall s |",
              "|---|" + "---:|" * 6]
     for run in runs:
         last = run.rows[-1]
         accuracies = [r["test_acc"] for r in run.rows if r.get("test_acc") is not None]
-        lines.append(f"| {run.label} | {last['epoch']} | {_number(last.get('test_acc'), 4)} | "
+        epochs = f"{last['epoch']}" + (f" of {last['max_epochs']}" if last.get("max_epochs", 0) > last["epoch"] else "")
+        lines.append(f"| {run.label} | {epochs} | {_number(last.get('test_acc'), 4)} | "
                      f"{_number(max(accuracies) if accuracies else None, 4)} | {_number(last.get('train_loss'), 4)} | "
                      f"{_number(last.get('test_loss'), 4)} | {run.wall_times()[-1]:.1f} |")
     return "\n".join(lines) + "\n"
@@ -217,10 +232,13 @@ def plot(runs: list, out_dir: str) -> list:
                     axis.plot(*zip(*points), marker=".", label=run.label)
             axis.set(xlabel="epoch" if name.endswith("epoch") else "wall time (s)", ylabel="test accuracy",
                      title=group_title(key))
-            axis.legend(fontsize=8)
+            if axis.lines:
+                axis.legend(fontsize=8)
+            else:
+                axis.text(0.5, 0.5, "no test accuracy logged", ha="center", transform=axis.transAxes)
         paths.append(_save(fig, plt, out_dir, name))
-    fig, axes = plt.subplots(1, len(grouped), figsize=(1.5 + 1.3 * max(len(m) for _, m in grouped) * len(grouped), 4),
-                             squeeze=False)
+    width = max(4.5, 1.5 + 1.3 * max(len(m) for _, m in grouped))  # per group: room for its title
+    fig, axes = plt.subplots(1, len(grouped), figsize=(width * len(grouped), 4), squeeze=False)
     for axis, (key, members) in zip(axes[0], grouped):
         bottom = [0.0] * len(members)
         for part in ("compute", "select", "comm", "other"):
@@ -250,6 +268,13 @@ def main(argv=None) -> str:
     parser.add_argument("--out", help="directory for report.md and the plots")
     parser.add_argument("--reference", default="spardl", help="method whose speedup is reported")
     args = parser.parse_args(argv)
+    if args.out:  # made now, so that a path that cannot be one fails before any work
+        try:
+            os.makedirs(args.out, exist_ok=True)
+        except OSError as error:
+            parser.error(f"--out {args.out}: {error.strerror}")
+        if not os.access(args.out, os.W_OK):
+            parser.error(f"--out {args.out}: not writable")
     try:
         runs = label_runs([load_run(path) for path in args.runs])
         text = markdown(runs, args.reference)
@@ -260,7 +285,6 @@ def main(argv=None) -> str:
               f"{', '.join(sorted({run.method for run in runs}))}", file=sys.stderr)
     print(text)
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "report.md"), "w") as handle:
             handle.write(text)
         plot(runs, args.out)

@@ -15,6 +15,10 @@ if [ "$#" -lt 2 ] || [ "$1" != "-n" ]; then
   exit 2
 fi
 workers="$2"
+if ! [[ "$workers" =~ ^[1-9][0-9]*$ ]]; then
+  echo "$0: -n takes a worker count >= 1, got '$workers'" >&2
+  exit 2
+fi
 shift 2
 export OMP_NUM_THREADS=1 MPIR_CVAR_POLLS_BEFORE_YIELD=1 MPIR_CVAR_ENABLE_HEAVY_YIELD=1
 mpiexec="${MPIEXEC:-$(dirname "$python")/mpiexec}"

@@ -16,7 +16,12 @@ The model, per call; the prediction is the mean over the ``--calls`` calls after
 with each kind of call at its share of the method's period (:func:`call_weights`): Ok-Topk's
 exact calls (call 0, in the warm-up) weigh 1/32, its threshold-reusing calls the rest.
 
-- scale factor s = model_numel / numel: bytes and scanned elements grow linearly with n; message
+- simulated n: ``--numel`` rounded up to P*B entries with B*density at or just above a whole
+  number (:func:`simulated_numel`; at density 0.01 at most 100*P more entries), so that SparDL's
+  per-block budget max(1, int(B*density)) keeps the density's share as it does at the model's n;
+  unrounded, n = 2^18 at P = 256 would keep 10 of 10.24 entries per block and flatter SparDL's
+  traffic by 2.3% (and by 21% at n = 8192, P = 64).
+- scale factor s = model_numel / n: bytes and scanned elements grow linearly with n; message
   and round counts do not. (Exact for fixed-size messages; an approximation where sizes depend on
   the data, and it ignores the few count words that lead variable-size messages.)
 - network: the rounds run in lock step. Round i costs max(alpha, max over ranks w of
@@ -42,6 +47,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import statistics
 import sys
@@ -349,15 +355,26 @@ def predict(per_rank: list, network: Network, scale: float, cost: SelectionCost)
     return {key: sum(call[key] * weight for call, weight in calls) for key in calls[0][0]}
 
 
+def simulated_numel(numel: int, workers: int, density: float) -> int:
+    """``numel`` rounded up to ``workers * B`` where ``B * density`` is a whole number or a little
+    more (less than 1/B of it): the smallest B >= ceil(numel / workers) whose block keeps
+    ceil(ceil(numel / workers) * density) entries. Then every block of every team count keeps
+    its share of the density, as the model's large blocks do (module docstring)."""
+    kept = math.ceil(math.ceil(numel / workers) * density)
+    return workers * math.ceil(kept / density)
+
+
 def simulate_row(label: str, name: str, options: dict, workers: int, args, networks: list,
                  cost: SelectionCost) -> list:
     """Record one method at one P and return one row per network."""
     start = time.perf_counter()
-    per_rank = record_calls(name, options, workers, args.numel, args.density,
+    numel = simulated_numel(args.numel, workers, args.density)
+    per_rank = record_calls(name, options, workers, numel, args.density,
                             args.warmup + args.calls, args.seed, warmup=args.warmup)
-    print(f"  simulated {label} at P={workers} in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    print(f"  simulated {label} at P={workers}, n={numel:,} in {time.perf_counter() - start:.1f} s",
+          file=sys.stderr, flush=True)
     timed = [records[args.warmup:] for records in per_rank]
-    scale = args.model_numel / args.numel
+    scale = args.model_numel / numel
     counts = bench.summarize_counts(timed)
     scanned = statistics.fmean(sum(record["weight"] * sum(map(sum, record["selections"].values()))
                                    for record in records) for records in per_rank)  # as predict weighs
@@ -365,7 +382,7 @@ def simulate_row(label: str, name: str, options: dict, workers: int, args, netwo
     for network in networks:
         predicted = predict(per_rank, network, scale, cost)
         rows.append({"method": name, "label": label, "teams": options.get("teams", 1),
-                     "workers": workers, "numel": args.numel, "model_numel": args.model_numel,
+                     "workers": workers, "numel": numel, "model_numel": args.model_numel,
                      "density": args.density, "network": network.name, "alpha": network.alpha,
                      "beta": network.beta, "predicted_ms": predicted["total"] * 1e3,
                      "network_ms": predicted["network"] * 1e3, "select_ms": predicted["select"] * 1e3,
@@ -438,6 +455,7 @@ def plot(rows: list, sweep: list, path: str) -> None:
             points = sorted((r["workers"], r["predicted_ms"]) for r in subset if r["label"] == label)
             axis.plot(*zip(*points), marker="o", label=label)
         axis.set(xscale="log", yscale="log", xlabel="workers P", ylabel="predicted ms per call", title=network)
+        _label_ticks(axis, sorted({r["workers"] for r in subset}))
         axis.legend(fontsize=8)
         if sweep:
             axis = axes[1][column]
@@ -447,10 +465,17 @@ def plot(rows: list, sweep: list, path: str) -> None:
                 axis.plot(*zip(*points), marker="o", label=f"P={workers}")
             axis.set(xscale="log", xlabel="teams d", ylabel="predicted ms per call",
                      title=f"spardl vs teams ({network})")
+            _label_ticks(axis, sorted({r["teams"] for r in subset}))
             axis.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _label_ticks(axis, values: list) -> None:
+    """Ticks of a log-scale x axis at exactly ``values``, written as plain numbers."""
+    axis.set_xticks(values, [str(v) for v in values])
+    axis.set_xticks([], minor=True)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -464,7 +489,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--density", type=float, default=0.01)
     parser.add_argument("--methods", default="all", help="comma-separated names, or 'all'")
     parser.add_argument("--teams", default="1", help="spardl team counts d in the main table")
-    parser.add_argument("--sweep", default="", help="P values at which to sweep spardl over d = 1, 2, 4, ...")
+    parser.add_argument("--sweep", default="",
+                        help="P values at which to sweep spardl over every team count d dividing P")
     parser.add_argument("--calls", type=int, default=1, help="modelled calls per method")
     parser.add_argument("--warmup", type=int, default=1, help="calls run before them")
     parser.add_argument("--seed", type=int, default=0)
@@ -475,7 +501,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--select-device", default="cpu", choices=["cpu", "cuda"],
                         help="where to time selection")
     parser.add_argument("--select-rate", type=float, help="fixed selection throughput, elements/s")
-    parser.add_argument("--json", help="write every row (both tables) as a JSON list")
+    parser.add_argument("--json", help="write every row as a JSON list (key 'table': 'methods' or 'sweep')")
     parser.add_argument("--plot", help="write a PNG")
     args = parser.parse_args(argv)
     args.methods = bench.usage_checked(parser, bench.method_names, args.methods)
@@ -494,9 +520,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     if (args.alpha is None) != (args.beta is None):
         parser.error("--alpha and --beta go together")
     if args.alpha is not None:
+        if not (0 <= args.alpha < math.inf and 0 <= args.beta < math.inf and args.alpha + args.beta > 0):
+            parser.error(f"--alpha and --beta must be finite, >= 0 and not both 0, got {args.alpha:g} and {args.beta:g}")
         args.networks.append(Network("custom", args.alpha, args.beta))
     if args.calls < 1 or args.warmup < 0 or not args.networks:
         parser.error("--calls must be >= 1, --warmup >= 0, and at least one network given")
+    if args.select_threads < 1:
+        parser.error(f"--select-threads must be >= 1, got {args.select_threads}")
+    if args.select_rate is not None and not 0 < args.select_rate < math.inf:
+        parser.error(f"--select-rate must be a positive number of elements/s, got {args.select_rate:g}")
+    for flag in ("json", "plot"):
+        if getattr(args, flag):
+            bench.usage_checked(parser, bench.output_file, getattr(args, flag), f"--{flag}")
     return args
 
 
@@ -516,7 +551,7 @@ def main(argv=None) -> tuple:
     for workers, (label, name, options) in plan:
         rows += simulate_row(label, name, options, workers, args, args.networks, cost)
     for workers in args.sweep:
-        for teams in (d for d in (2 ** i for i in range(workers.bit_length())) if workers % d == 0):
+        for teams in (d for d in range(1, workers + 1) if workers % d == 0):
             sweep += simulate_row(f"spardl(d={teams})", "spardl", {"teams": teams}, workers, args,
                                   args.networks, cost)
     print(format_tables(rows, "predicted_ms", "predicted ms per call (network + selection)"))
@@ -527,7 +562,8 @@ def main(argv=None) -> tuple:
         print(format_tables(sweep, "predicted_ms", "spardl against the team count d, predicted ms per call"))
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump(rows + sweep, handle, indent=1)
+            json.dump([dict(r, table="methods") for r in rows] + [dict(r, table="sweep") for r in sweep],
+                      handle, indent=1)
     if args.plot:
         plot(rows, sweep, args.plot)
     return rows, sweep

@@ -126,6 +126,13 @@ def test_single_process_writes_csv_and_plot(tmp_path):
     (["--teams", "1,x"], "--teams takes comma-separated integers"),
     (["--teams", "0"], "--teams takes integers >= 1"),
     (["--replay", "0"], "--replay >= 1"),
+    (["--json", "/no/such/dir/rows.json"], "--json /no/such/dir/rows.json: no directory"),
+    (["--csv", "."], "--csv .: is a directory"),
+    (["--gradient", "foo"], "--gradient must be 'synthetic' or 'model:NAME'"),
+    (["--gradient", "model:nosuch"], "unknown model 'nosuch'"),
+    (["--gradient", "model:cnn", "--input-shape", "3,32"], "--input-shape takes three integers"),
+    (["--gradient", "model:cnn", "--input-shape", "3,2,2"], "model 'cnn' does not take inputs of shape 3,2,2"),
+    (["--gradient", "model:cnn", "--batch", "0"], "--batch >= 1 and --classes >= 2"),
 ])
 def test_bad_arguments_are_usage_errors_naming_the_valid_choices(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -134,8 +141,38 @@ def test_bad_arguments_are_usage_errors_naming_the_valid_choices(argv, message, 
     assert re.search(message, capsys.readouterr().err)
 
 
-def test_method_aliases_resolve_to_registry_names():
-    assert bench.parse_args(["--methods", "topkA"]).methods == ["topk"]
+def test_method_aliases_resolve_to_registry_names_and_repeats_are_dropped():
+    args = bench.parse_args(["--methods", "topkA,spardl,topk", "--teams", "2,1,2"])
+    assert (args.methods, args.teams) == (["topk", "spardl"], [2, 1])
+
+
+def test_replay_under_mpiexec_and_usage_messages_of_other_ranks(monkeypatch, capsys):
+    monkeypatch.setenv("PMI_RANK", "1")
+    monkeypatch.setenv("PMI_SIZE", "2")
+    with pytest.raises(SystemExit) as exit_:
+        bench.parse_args(["--replay", "2"])
+    assert exit_.value.code == 2 and capsys.readouterr().err == ""  # rank 1 exits without a copy
+    monkeypatch.setenv("PMI_RANK", "0")
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--replay", "2"])
+    assert "--replay times one process alone: start it without mpiexec" in capsys.readouterr().err
+
+
+def test_no_method_left_to_time_is_an_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--replay", "2", "--numel", "600", "--iters", "1", "--methods", "spardl", "--teams", "3"])
+    assert exit_.value.code == 2
+    assert "nothing to time at P = 2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("result,exact,expected", [
+    ([1.0, 2.0], [2.0, 4.0], 1.0), ([1.0, 0.0], [0.0, 1.0], 0.0), ([0.0, 0.0], [0.0, 0.0], 1.0),
+    ([0.0, 0.0], [1.0, 2.0], 0.0), ([float("nan"), 1.0], [1.0, 1.0], float("nan")),
+    ([float("inf"), 1.0], [1.0, 1.0], float("nan")),
+])
+def test_cosine_shows_a_zero_or_non_finite_result(result, exact, expected):
+    value = bench.cosine(torch.tensor(result), torch.tensor(exact))
+    assert value == pytest.approx(expected, nan_ok=True)
 
 
 def test_synthetic_gradients_are_seeded_and_heavy_tailed():

@@ -122,3 +122,35 @@ def test_a_reference_without_runs_is_reported_and_several_are_named(tmp_path, ca
     rows = [dict(row, density=0.05) for row in spardl_rows()]
     text = report.main([RUNS[0], write_rows(tmp_path / "dense_spardl", rows)])
     assert "speedup = this run's time / spardl (spardl (0.01))'s." in text
+
+
+def test_a_cut_off_last_line_is_skipped_and_a_broken_middle_line_named(tmp_path, capsys):
+    rows = spardl_rows()
+    text = "".join(json.dumps(row) + "\n" for row in rows)
+    (tmp_path / "metrics.jsonl").write_text(text + json.dumps(rows[-1])[:40])
+    report.main([str(tmp_path)])
+    err = capsys.readouterr().err
+    assert f"line {len(rows) + 1} is cut off" in err
+    lines = text.splitlines(keepends=True)
+    (tmp_path / "metrics.jsonl").write_text(lines[0] + "{oops\n" + "".join(lines[1:]))
+    with pytest.raises(SystemExit) as broken:
+        report.main([str(tmp_path)])
+    assert broken.value.code == 2 and "line 2 is not JSON" in capsys.readouterr().err
+
+
+def test_a_run_that_stopped_early_is_marked(tmp_path, capsys):
+    rows = [dict(row, max_epochs=400) for row in spardl_rows()]
+    text = report.main([write_rows(tmp_path / "spardl", rows)])
+    assert f"stopped after epoch {rows[-1]['epoch']} of 400" in capsys.readouterr().err
+    assert table_rows(text, "spardl")[1][1] == f"{rows[-1]['epoch']} of 400"
+
+
+def test_a_run_without_iterations_and_an_out_path_that_is_a_file_exit_2(tmp_path, capsys):
+    rows = [dict(row, epoch_iters=0) for row in spardl_rows()]
+    with pytest.raises(SystemExit) as empty:
+        report.main([write_rows(tmp_path / "spardl", rows)])
+    assert empty.value.code == 2 and "no training iterations logged" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SystemExit) as out:
+        report.main([RUNS[0], "--out", str(tmp_path / "file")])
+    assert out.value.code == 2 and "--out" in capsys.readouterr().err

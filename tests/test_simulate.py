@@ -205,6 +205,12 @@ def test_p64_runs_quickly_and_spardl_sends_least(tmp_path):
     (["--density", "2"], "density must lie in"),
     (["--alpha", "1e-6"], "--alpha and --beta go together"),
     (["--select-device", "gpu"], "invalid choice: 'gpu'"),
+    (["--select-rate", "0"], "--select-rate must be a positive number"),
+    (["--select-rate", "nan"], "--select-rate must be a positive number"),
+    (["--alpha", "-1", "--beta", "1e-9"], "--alpha and --beta must be finite, >= 0"),
+    (["--alpha", "0", "--beta", "0"], "not both 0"),
+    (["--select-threads", "0"], "--select-threads must be >= 1"),
+    (["--json", "/no/such/dir/sim.json"], "--json /no/such/dir/sim.json: no directory"),
 ])
 def test_bad_arguments_are_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -218,3 +224,24 @@ def test_team_counts_that_fit_no_p_are_reported_and_nothing_runs(capsys):
         simulate.main(["--numel", "4096", "--select-rate", "1e9", "--workers", "4", "--methods",
                        "spardl", "--teams", "3"])
     assert "--teams 3 skipped: a team count must divide P = 4" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("numel,workers,density", [(1 << 18, 256, 0.01), (8192, 64, 0.01), (4099, 3, 0.03),
+                                                   (1000, 7, 1.0), (50_000, 48, 0.001)])
+def test_simulated_n_gives_every_block_its_share_of_the_density(numel, workers, density):
+    simulated = simulate.simulated_numel(numel, workers, density)
+    assert numel <= simulated < numel + workers * (1 / density + 1)
+    for teams in (d for d in range(1, workers + 1) if workers % d == 0):
+        block = simulated // (workers // teams)
+        assert simulated % (workers // teams) == 0
+        assert int(block * density) > block * density * (1 - 1 / block) - 1e-9  # nothing lost to rounding
+
+
+def test_spardl_traffic_scales_to_that_of_the_model_size():
+    """At n = 8192 and P = 64 an unrounded block would keep 1 of 1.28 entries (21% too little)."""
+    workers, model = 64, simulate.VGG16_NUMEL
+    rows, _ = simulate.main(["--workers", str(workers), "--numel", "8192", "--methods", "spardl",
+                             "--select-rate", "1e9", "--network", "ethernet"])
+    block_budget = int(-(-model // workers) * 0.01)
+    expected = 2 * (workers - 1) * block_budget * 8  # SRS and Bruck each send P-1 lists of k_b (index, value)
+    assert rows[0]["model_bytes_per_rank"] == pytest.approx(expected, rel=0.01)

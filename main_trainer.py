@@ -11,9 +11,9 @@ training prints the failing rank's traceback and aborts the whole job.
 """
 import argparse
 import math
-import os
 import random
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -198,6 +198,8 @@ def _range_problems(args, settings, size):
         (0 <= settings["momentum"] < math.inf, "--momentum must be a number >= 0"),
         (0 <= settings["weight_decay"] < math.inf, "--weight-decay must be a number >= 0"),
         (settings["loader_workers"] >= 0, "--loader-workers must be at least 0"),
+        (0 <= args.seed < 2 ** 32, f"--seed must lie in [0, 2^32), got {args.seed}"),
+        (all(m >= 0 for m in settings["lr_milestones"]), "--lr-milestones must be epochs >= 0"),
     ]
     problems = [message for ok, message in checks if not ok]
     for flag, directory in (("--log-dir", args.log_dir), ("--checkpoint-dir", args.checkpoint_dir)):
@@ -213,8 +215,11 @@ def _directory_problem(flag, directory):
         Path(directory).mkdir(parents=True, exist_ok=True)
     except OSError as error:
         return f"{flag} {directory}: {error.strerror or error}"
-    if not os.access(directory, os.W_OK | os.X_OK):
-        return f"{flag} {directory}: not writable"
+    try:  # a file made and removed: os.access says yes to root, also on /sys and /proc
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as error:
+        return f"{flag} {directory}: not writable ({error.strerror or error})"
     return None
 
 
@@ -293,13 +298,22 @@ def resume(trainer, checkpoints, args, comm, log):
     if epoch is None:
         log.note(f"no checkpoint in {args.checkpoint_dir}; starting from scratch")
         return
-    state = checkpoints.load(epoch)
+    try:
+        state, problem = checkpoints.load(epoch), None
+    except Exception as error:  # noqa: BLE001 - whatever makes the file unreadable: one clear message
+        problem = (f"checkpoint {checkpoints.path(epoch)} is unreadable ({type(error).__name__}: "
+                   f"{str(error).splitlines()[0] if str(error) else 'no detail'}); remove "
+                   f"{checkpoints.path(epoch).parent} to resume from the epoch before it")
+    agree(comm, problem)
     saved = dict(state.get("run_info", {}), nworkers=state.get("nworkers"),
                  parameters=state.get("synchronizer", {}).get("numel"))
     current = dict(trainer.run_info, parameters=trainer.synchronizer.numel)
     differ = [f"{key} {saved.get(key)} (this run: {current[key]})"
               for key in ("model", "dataset", "parameters", "nworkers", "compressor")
               if saved.get(key) != current[key]]
+    mismatch = trainer.synchronizer.state_mismatch(state.get("synchronizer"))  # --density, --teams, --sag
+    if mismatch and not differ:
+        differ.append(mismatch)
     agree(comm, f"checkpoint of epoch {epoch} in {args.checkpoint_dir} does not fit this run: "
                 f"{'; '.join(differ)}" if differ else None)
     trainer.load_state_dict(state)

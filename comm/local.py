@@ -60,8 +60,12 @@ class LocalGroup:
         """Run ``fn(transport, *args, **kwargs)`` on every rank in its own thread.
 
         Returns the P results in rank order. If any rank raises, the group is aborted (so no
-        rank waits forever) and the first original exception is re-raised here.
+        rank waits forever) and the first original exception is re-raised here; an aborted group
+        runs nothing more (its mailboxes may hold the failed run's messages).
         """
+        if self.aborted:
+            raise GroupAborted("this group was aborted when a rank of an earlier run failed; "
+                               f"run on a new one, local_group({self.size})")
         results: list = [None] * self.size
         errors: list = [None] * self.size
 

@@ -46,10 +46,17 @@ class _PinnedPool:
 
 
 class MPITransport(Transport):
-    """One rank of an ``mpi4py`` communicator."""
+    """One rank of an ``mpi4py`` communicator.
+
+    Creating one makes an uncaught exception abort the job (:func:`abort_on_uncaught_exception`)
+    unless the program installed an exception hook of its own: a rank that dies in the middle of
+    a collective would otherwise leave the others waiting forever.
+    """
 
     def __init__(self, comm: MPI.Comm) -> None:
         super().__init__()
+        if comm.Get_size() > 1 and sys.excepthook is sys.__excepthook__:  # a program's own hook stays
+            abort_on_uncaught_exception(comm)
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()

@@ -8,7 +8,9 @@ averaged result and the new residual. Everything else (checking the gradient, ti
 from __future__ import annotations
 
 import abc
+import numbers
 import time
+from typing import Optional
 
 import torch
 
@@ -19,14 +21,24 @@ from .sparse_ops import zero_
 
 
 def check_density(density) -> float:
-    """Return ``density`` as a float, or raise ``ValueError`` unless it lies in (0, 1]."""
+    """Return ``density`` as a float, or raise ``ValueError`` unless it is a number in (0, 1]."""
     try:
+        if isinstance(density, (str, bytes, bool)):
+            raise TypeError
         value = float(density)
     except (TypeError, ValueError):
         raise ValueError(f"density must be a number in (0, 1], got {density!r}") from None
     if not 0.0 < value <= 1.0:
         raise ValueError(f"density must lie in (0, 1], got {density}")
     return value
+
+
+def check_int(name: str, value, minimum: int = 1) -> int:
+    """``value`` as an int if it is a whole number (Python's or NumPy's, not a bool) >=
+    ``minimum``, else ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
 
 
 class Synchronizer(abc.ABC):
@@ -49,18 +61,20 @@ class Synchronizer(abc.ABC):
     adds_residual = False
     #: Calls after which :meth:`call_kind` repeats.
     kind_period = 1
+    #: The longest gradient: sparse methods send indices as int32 (``None``: no limit).
+    max_numel = 2 ** 31 - 1
 
     def __init__(self, comm, numel: int, density: float, dense_warmup: int = 0) -> None:
-        if isinstance(numel, bool) or not isinstance(numel, int) or numel < 1:
-            raise ValueError(f"numel must be a positive integer, got {numel!r}")
-        if isinstance(dense_warmup, bool) or not isinstance(dense_warmup, int) or dense_warmup < 0:
-            raise ValueError(f"dense_warmup must be a non-negative integer, got {dense_warmup!r}")
+        numel = check_int("numel", numel)
+        if self.max_numel is not None and numel > self.max_numel:
+            raise ValueError(f"{self.name}: numel {numel} is above {self.max_numel}, the most its int32 "
+                             "indices address; split the gradient into several synchronizers")
         self.transport: Transport = as_transport(comm)
         self.rank = self.transport.rank
         self.size = self.transport.size
         self.numel = numel
         self.density = check_density(density)
-        self.dense_warmup = dense_warmup
+        self.dense_warmup = check_int("dense_warmup", dense_warmup, minimum=0)
         self.calls = 0
         self._residual = torch.zeros(numel)
         self._out = None
@@ -80,6 +94,7 @@ class Synchronizer(abc.ABC):
         reusing one across calls saves a large allocation per call (as training does).
         """
         self._check_gradient(grad)
+        grad = grad.detach()  # a tensor that requires grad is read as data: no graph, no history
         if out is not None:
             self._check_gradient(out, "out")
             if out.device != grad.device:
@@ -154,22 +169,49 @@ class Synchronizer(abc.ABC):
         if grad.dim() != 1 or grad.numel() != self.numel:
             raise ValueError(f"{self.name}: {what} must be 1-D of length {self.numel}, "
                              f"got shape {tuple(grad.shape)}")
+        if what == "out" and grad.requires_grad:
+            raise ValueError(f"{self.name}: out must not require grad (the result is written into it)")
 
     def state_dict(self) -> dict:
-        """Everything that carries across calls, on the CPU (for checkpoints)."""
-        return {"method": self.name, "numel": self.numel, "calls": self.calls,
+        """Everything that carries across calls, on the CPU (for checkpoints), with the settings
+        it depends on (``config``: method, numel, density, workers, rank, and the method's
+        structural options)."""
+        return {"method": self.name, "numel": self.numel, "config": self._config(), "calls": self.calls,
                 "residual": self._residual.detach().cpu().clone(), **self._extra_state()}
 
+    def state_mismatch(self, state) -> Optional[str]:
+        """Why ``state`` (a :meth:`state_dict`) cannot be loaded here, or ``None`` if it can:
+        another method or numel, or (states that record them) another density, worker count,
+        rank or structural option (SparDL's teams and sag), which its adaptive parts (SparDL's
+        h, Ok-Topk's regions) would not fit."""
+        if not isinstance(state, dict) or not isinstance(state.get("residual"), torch.Tensor) \
+                or "calls" not in state:
+            return "not a synchronizer state (a dict with 'residual' and 'calls')"
+        saved = dict(state.get("config", {}), method=state.get("method"), numel=state.get("numel"))
+        mine = dict(self._config(), method=self.name, numel=self.numel)
+        differ = [f"{key} {saved[key]!r} (here {value!r})" for key, value in mine.items()
+                  if key in saved and saved[key] != value]
+        if "method" not in saved or "numel" not in saved:
+            differ.insert(0, "no method or numel recorded")
+        if not differ and tuple(state["residual"].shape) != (self.numel,):
+            differ.append(f"residual of shape {tuple(state['residual'].shape)} (here ({self.numel},))")
+        return "the saved synchronizer state does not fit: " + "; ".join(differ) if differ else None
+
     def load_state_dict(self, state: dict) -> None:
-        """Restore what :meth:`state_dict` saved, so the next call continues bit-identically."""
-        if state.get("method") != self.name or state.get("numel") != self.numel:
-            raise ValueError(f"state of {state.get('method')!r} with numel {state.get('numel')} "
-                             f"does not fit {self.name!r} with numel {self.numel}")
+        """Restore what :meth:`state_dict` saved, so the next call continues bit-identically;
+        ``ValueError`` with :meth:`state_mismatch`'s reason for a state that does not fit."""
+        problem = self.state_mismatch(state)
+        if problem:
+            raise ValueError(problem)
         self.calls = int(state["calls"])
         # In place: a method may keep its residual as a view of a buffer of its own (spardl's
         # padded blocks), which a new tensor would cost a copy on the next call.
         self._residual.copy_(state["residual"])
         self._load_extra_state(state)
+
+    def _config(self) -> dict:
+        """The settings this rank's state depends on (subclasses add structural options)."""
+        return {"density": self.density, "workers": self.size, "rank": self.rank}
 
     def _extra_state(self) -> dict:
         return {}

@@ -10,6 +10,7 @@ class Dense(Synchronizer):
     """MPI Allreduce (sum) of the whole gradient, divided by P. No residual."""
 
     uses_residual = False
+    max_numel = None  # no indices travel
 
     def __init__(self, comm, numel: int, density: float = 1.0, dense_warmup: int = 0) -> None:
         super().__init__(comm, numel, density, dense_warmup)

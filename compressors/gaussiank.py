@@ -26,8 +26,8 @@ import torch
 from allreducers import allgather_lists, bruck_allgather_schedule
 
 from . import register
-from .base import Synchronizer
-from .oktopk import _TINY, check_positive_int, check_scale
+from .base import Synchronizer, check_int
+from .oktopk import _TINY, check_scale
 from .selection import Selector
 from .sparse_ops import budget, entries_at_least, scatter_sum_in_order
 
@@ -44,7 +44,7 @@ class GaussianK(Synchronizer):
                  dense_warmup: int = 0) -> None:
         super().__init__(comm, numel, density, dense_warmup)
         self.scale = check_scale("scale", scale)
-        self.max_loops = check_positive_int("max_loops", max_loops, minimum=0)
+        self.max_loops = check_int("max_loops", max_loops, minimum=0)
         self.k = budget(numel, self.density)
         self.everything = self.k >= numel
         self.z = statistics.NormalDist().inv_cdf(1.0 - self.density / 2) if not self.everything else 0.0

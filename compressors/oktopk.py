@@ -45,18 +45,11 @@ import torch
 from allreducers import allgather_lists, bruck_allgather_schedule, pack, rotation_schedule, run_schedule
 
 from . import register
-from .base import Synchronizer
+from .base import Synchronizer, check_int
 from .selection import Selector, flat_nonzero
 from .sparse_ops import budget, entries_at_least, equal_cuts, is_member, one_list, split_sorted
 
 _TINY = float(torch.finfo(torch.float32).tiny)
-
-
-def check_positive_int(name: str, value, minimum: int = 1) -> int:
-    """``value`` if it is an int >= ``minimum``, else ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
 
 
 def check_scale(name: str, value) -> float:
@@ -143,10 +136,10 @@ class OkTopK(Synchronizer):
                  raise_limit: int = 5, local_scale: float = 1.012, global_scale: float = 1.008,
                  dense_warmup: int = 0) -> None:
         super().__init__(comm, numel, density, dense_warmup)
-        self.local_interval = check_positive_int("local_interval", local_interval)
-        self.global_interval = check_positive_int("global_interval", global_interval)
-        self.region_interval = check_positive_int("region_interval", region_interval)
-        self.raise_limit = check_positive_int("raise_limit", raise_limit, minimum=0)
+        self.local_interval = check_int("local_interval", local_interval)
+        self.global_interval = check_int("global_interval", global_interval)
+        self.region_interval = check_int("region_interval", region_interval)
+        self.raise_limit = check_int("raise_limit", raise_limit, minimum=0)
         self.raise_scale = check_scale("raise_scale", raise_scale)
         self.local_scale = check_scale("local_scale", local_scale)
         self.global_scale = check_scale("global_scale", global_scale)

@@ -22,6 +22,7 @@ One synchronization of worker w = (team t, position r), teams of m = P/d contigu
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -93,18 +94,20 @@ def _runs(items) -> list:
     return [tuple(run) for run in runs]
 
 
-def check_teams(teams, sag: str, workers: int) -> None:
-    """Raise ``ValueError`` unless ``teams`` divides ``workers`` and ``sag`` suits ``teams``."""
+def check_teams(teams, sag: str, workers: int) -> int:
+    """``teams`` as an int; ``ValueError`` unless it divides ``workers`` and ``sag`` suits it."""
     divisors = [d for d in range(1, workers + 1) if workers % d == 0]
-    if isinstance(teams, bool) or not isinstance(teams, int) or teams not in divisors:
+    if isinstance(teams, bool) or not isinstance(teams, numbers.Integral) or teams not in divisors:
         raise ValueError(f"teams={teams!r} must divide the worker count {workers}; "
                          f"valid: {', '.join(map(str, divisors))}")
+    teams = int(teams)
     if sag not in SAG_VARIANTS:
         raise ValueError(f"sag={sag!r} is not a Spar-All-Gather variant; valid: {', '.join(SAG_VARIANTS)}")
     if sag == "recursive" and teams & (teams - 1):
         powers = [d for d in divisors if not d & (d - 1)]
         raise ValueError(f"sag='recursive' needs teams a power of two, got {teams}; use sag='bruck' "
                          f"or teams in {', '.join(map(str, powers))}")
+    return teams
 
 
 @register("spardl", description="SparDL: Spar-Reduce-Scatter + Spar-All-Gather, global residual collection")
@@ -120,8 +123,7 @@ class SparDL(Synchronizer):
     def __init__(self, comm, numel: int, density: float, teams: int = 1, sag: str = "bruck",
                  dense_warmup: int = 0) -> None:
         super().__init__(comm, numel, density, dense_warmup)
-        check_teams(teams, sag, self.size)
-        self.teams = teams
+        self.teams = check_teams(teams, sag, self.size)
         self.sag = sag
         self.team_size = self.size // teams
         self.team, self.position = divmod(self.rank, self.team_size)
@@ -274,6 +276,9 @@ class SparDL(Synchronizer):
 
     def _count_nonzero(self, result):
         return self._nnz
+
+    def _config(self) -> dict:
+        return dict(super()._config(), teams=self.teams, sag=self.sag)
 
     def _extra_state(self) -> dict:
         return {"height": self.height.state_dict()}

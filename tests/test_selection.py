@@ -335,6 +335,27 @@ def test_inf_among_the_chosen_is_a_clear_error_under_a_key():
         selector.topk(x, 100, key="grad")
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("keyed", [False, True])
+def test_one_non_finite_value_anywhere_is_a_clear_error(threads, bad, keyed):
+    """One NaN far below the threshold's reach of the sample, in a plain or keyed selection, in
+    the values or the addend, and in a threshold pass: an error, never a silently dropped entry."""
+    for place in (0, 77_777, 199_999):
+        selector = Selector()
+        x = heavy_rows(1, 200_000, 0)[0]
+        if keyed:
+            selector.topk(x.clone(), 500, key="grad")
+        bad_x, addend = x.clone(), torch.zeros_like(x)
+        bad_x[place] = bad
+        addend[place] = bad
+        with pytest.raises(ValueError, match="NaN or inf"):
+            selector.topk(bad_x, 500, key="grad" if keyed else None)
+        with pytest.raises(ValueError, match="NaN or inf"):
+            selector.select(x.clone(), 500, addend=addend, key="grad" if keyed else None)
+        with pytest.raises(ValueError, match="NaN or inf"):
+            selector.at_least(bad_x, 1.0)
+
+
 def test_the_memory_keeps_the_most_recently_used_keys():
     """A new key per call does not grow the memory without bound: the least recently used key
     goes, while one in use every call stays remembered (and so hinted)."""

@@ -1,10 +1,13 @@
 """The contract of the Synchronizer base class, kept by every registered method: the gradient is
 left alone, an ``out`` buffer receives the result, bad input raises ``ValueError``, the stats."""
+import re
+
+import numpy as np
 import pytest
 import torch
 
 import compressors
-from comm import local_group
+from comm import GroupAborted, local_group
 from tests.ranks import heavy_tailed, run_calls
 
 METHODS = compressors.available()
@@ -84,3 +87,68 @@ def test_load_state_dict_restores_the_residual_in_place(method):
         return sync.residual.data_ptr() == buffer and torch.equal(sync.residual, state["residual"])
 
     assert all(local_group(3).run(body))
+
+
+def spardl_state(workers=4, **options):
+    """Rank 0's state of spardl on ``workers`` in-process ranks after two calls."""
+    def body(transport):
+        sync = compressors.create("spardl", transport, numel=1000, **dict(dict(density=0.05), **options))
+        for call in range(2):
+            sync.allreduce(heavy_tailed(1000, 10 * call + transport.rank))
+        return sync.state_dict()
+
+    return local_group(workers).run(body)[0]
+
+
+@pytest.mark.parametrize("workers,options,message", [
+    (4, {"density": 0.1}, "density 0.05 (here 0.1)"),
+    (2, {"density": 0.05}, "workers 4 (here 2)"),
+    (4, {"density": 0.05, "teams": 2}, "teams 1 (here 2)"),
+])
+def test_a_state_saved_with_other_settings_is_refused(workers, options, message):
+    """SparDL's h and Ok-Topk's regions depend on the density, P and teams: loading them into
+    another configuration used to crash a later call (malformed message) or run silently at the
+    old density."""
+    state = spardl_state()
+    sync = compressors.create("spardl", local_group(workers).rank(0), numel=1000, **options)
+    assert message in sync.state_mismatch(state)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        sync.load_state_dict(state)
+
+
+@pytest.mark.parametrize("state", [None, {}, {"method": "spardl", "numel": 1000},
+                                   {"method": "spardl", "numel": 1000, "calls": 1, "residual": torch.ones(1)}])
+def test_a_malformed_state_is_a_value_error(state):
+    sync = compressors.create("spardl", local_group(1).rank(0), numel=1000, density=0.05)
+    with pytest.raises(ValueError, match="not a synchronizer state|residual of shape"):
+        sync.load_state_dict(state)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_gradient_that_requires_grad_is_read_as_data(method):
+    def body(transport):
+        sync = compressors.create(method, transport, numel=300, density=0.5)
+        grad = heavy_tailed(300, transport.rank).requires_grad_()
+        result = sync.allreduce(grad)
+        return result.requires_grad or sync.residual.requires_grad or result.grad_fn is not None
+
+    assert not any(local_group(2).run(body))
+
+
+def test_numpy_integers_are_accepted_and_strings_bools_and_huge_sizes_refused():
+    transport = local_group(2).rank(0)
+    sync = compressors.create("spardl", transport, numel=np.int64(100), density=0.5, teams=np.int64(2))
+    assert (sync.numel, sync.teams) == (100, 2) and type(sync.teams) is int
+    for density in ("0.5", True):
+        with pytest.raises(ValueError, match="density must be a number"):
+            compressors.create("topk", transport, numel=100, density=density)
+    with pytest.raises(ValueError, match="int32 indices"):
+        compressors.create("topk", transport, numel=2 ** 31, density=0.01)
+
+
+def test_a_group_aborted_by_a_failed_run_says_so():
+    group = local_group(2)
+    with pytest.raises(ZeroDivisionError):
+        group.run(lambda transport: 1 / 0)
+    with pytest.raises(GroupAborted, match="run on a new one"):
+        group.run(lambda transport: transport.rank)

@@ -5,6 +5,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.mpirun import ROOT, mpiexec
 
@@ -34,6 +35,8 @@ MESSAGE = "main_trainer.py: error:"
     (["--weight-decay", "-1"], "--weight-decay must be a number >= 0"),
     (["--log-dir", "/etc/passwd"], "--log-dir /etc/passwd: "),
     (["--checkpoint-dir", "/etc/passwd/ckpt"], "--checkpoint-dir /etc/passwd/ckpt: "),
+    (["--seed", "-1"], "--seed must lie in [0, 2^32), got -1"),
+    (["--lr-milestones", "-3"], "--lr-milestones must be epochs >= 0"),
 ])
 def test_bad_input_exits_2_with_one_message(tmp_path, flags, fragment):
     flags = [flag.replace("{tmp}", str(tmp_path)) for flag in flags]
@@ -52,8 +55,12 @@ def test_a_failure_on_one_rank_aborts_every_rank(tmp_path):
     saved = mpiexec(2, "main_trainer.py", "--max-epochs", "1", "--max-iters", "2",
                     "--checkpoint-dir", str(tmp_path), timeout=120)
     assert saved.returncode == 0, saved.stderr
-    # Rank 0 resumes fine and waits in its first collective; only rank 1 fails.
-    (tmp_path / "epoch-0001" / "rank-0001.pt").write_bytes(b"not a checkpoint")
+    # Rank 0 resumes fine and waits in its first collective; only rank 1 fails, loading a model
+    # state that lacks a tensor (a readable file: an unreadable one is a usage error, exit 2).
+    path = tmp_path / "epoch-0001" / "rank-0001.pt"
+    state = torch.load(path, weights_only=False)
+    state["model"].popitem()
+    torch.save(state, path)
     started = time.monotonic()
     result = mpiexec(2, "main_trainer.py", "--max-epochs", "2", "--max-iters", "2",
                      "--checkpoint-dir", str(tmp_path), "--resume", timeout=120)

@@ -94,3 +94,18 @@ def test_resume_refuses_another_model_and_a_fresh_run_refuses_old_checkpoints(tm
     assert more.returncode == 2 and "none of them complete for this run's 3 worker(s)" in more.stderr
     elsewhere, rows = quick(tmp_path, "log", "ckpt-new", 1, 2, "--seed", "3")
     assert elsewhere.returncode == 0 and [row["epoch"] for row in rows] == [1]  # a fresh log
+
+
+def test_resume_refuses_another_density_and_an_unreadable_checkpoint(tmp_path):
+    """SparDL's saved h fits only its density: resumed at another one, a later call used to
+    crash with a malformed message (and Ok-Topk ran silently at the old density)."""
+    spardl = ["--compression", "--compressor", "spardl"]
+    saved, _ = quick(tmp_path, "log", "ckpt", 1, 2, *spardl, "--density", "0.05")
+    assert saved.returncode == 0, saved.stderr
+    other, _ = quick(tmp_path, "log", "ckpt", 2, 2, *spardl, "--density", "0.5", "--resume")
+    assert other.returncode == 2 and "density 0.05 (here 0.5)" in other.stderr, other.stderr
+    assert "Traceback" not in other.stderr
+    (tmp_path / "ckpt" / "epoch-0001" / "rank-0001.pt").write_text("garbage\n")
+    broken, _ = quick(tmp_path, "log", "ckpt", 2, 2, *spardl, "--density", "0.05", "--resume")
+    assert broken.returncode == 2, broken.stderr
+    assert "epoch-0001/rank-0001.pt is unreadable" in broken.stderr and "Traceback" not in broken.stderr

@@ -266,3 +266,21 @@ def test_metrics_log_start_keeps_the_epochs_a_resume_continues_from(tmp_path):
     log.start(0)  # a fresh run
     assert (tmp_path / "metrics.jsonl").read_text() == ""
     log.close()
+
+
+def test_progress_lines_when_stdout_is_not_a_terminal(monkeypatch, capsys):
+    """Under mpiexec stdout is a pipe, so no progress bar: rank 0 prints a line now and then."""
+    import compressors
+    from trainer import loop
+
+    monkeypatch.setattr(loop, "PROGRESS_SECONDS", 0.0)
+    model = torch.nn.Linear(6, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    trainer = loop.Trainer(model=model, train_loader=[(torch.randn(4, 6), torch.randint(0, 3, (4,)))] * 2,
+                           test_loader=None, synchronizer=compressors.create("dense", MPI.COMM_SELF, numel=21),
+                           optimizer=optimizer, scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0),
+                           comm=MPI.COMM_SELF, device=torch.device("cpu"), log=None, max_epochs=1,
+                           iters_per_epoch=2, run_info={})
+    trainer._train_epoch(0)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(",")[0] for line in lines] == ["epoch 1: 1/2 iterations", "epoch 1: 2/2 iterations"]

@@ -15,6 +15,9 @@ from trainer.gradients import GradientBuffer
 from trainer.metrics import EpochMeter
 
 
+PROGRESS_SECONDS = 30.0  # between rank 0's progress lines when stdout is not a terminal
+
+
 class Trainer:
     """Trains ``model`` on every rank in lock-step; ranks differ only in the data they read.
 
@@ -54,6 +57,8 @@ class Trainer:
         self.epoch = 0
         self.global_step = 0
         self.show_progress = comm.Get_rank() == 0 and sys.stdout.isatty()
+        # Under mpiexec stdout is a pipe even from a terminal: rank 0 then prints a line now and then.
+        self.progress_lines = comm.Get_rank() == 0 and not self.show_progress
 
     def fit(self):
         """Train from ``self.epoch`` up to ``max_epochs``, evaluating and logging every epoch."""
@@ -80,6 +85,7 @@ class Trainer:
         # and the others spent waiting for it would count as the others' synchronization.
         self.comm.Barrier()
         meter = EpochMeter()
+        epoch_start = last_line = time.perf_counter()
         batches = itertools.islice(self.train_loader, self.iters_per_epoch)
         last_lr = self.optimizer.param_groups[0]["lr"]
         for images, labels in tqdm(batches, total=self.iters_per_epoch, leave=False,
@@ -104,6 +110,11 @@ class Trainer:
             self.global_step += 1
             meter.add_step(value, labels.numel(), computed - started,
                            synchronized - computed, self.synchronizer.stats)
+            if self.progress_lines and synchronized - last_line >= PROGRESS_SECONDS:
+                last_line = synchronized
+                print(f"epoch {epoch + 1}: {meter.iterations}/{self.iters_per_epoch} iterations, "
+                      f"{(synchronized - epoch_start) / meter.iterations * 1e3:.0f} ms each, "
+                      f"loss {value:.4f}", flush=True)
         return meter, last_lr
 
     def _now(self):

@@ -358,6 +358,8 @@ def build_trainer(argv, comm):
     log.note(f"{args.dnn} on {settings['dataset']}: {synchronizer.numel:,} parameters, "
              f"{size} worker(s) on {device}, {args.compressor} (density {args.density}), "
              f"batch {settings['batch_size']} per worker, {iters_per_epoch} iterations per epoch")
+    if trainer.epoch >= settings["max_epochs"]:
+        log.note(f"nothing to train: {trainer.epoch} of --max-epochs {settings['max_epochs']} epochs done")
     return trainer
 
 

@@ -90,3 +90,9 @@ def test_help_lists_and_the_docs_describe_every_flag():
     docs = (Path(ROOT) / "docs" / "TRAINING.md").read_text()
     undocumented = sorted(flag for flag in flags if f"`{flag}" not in docs)
     assert not undocumented
+
+
+def test_nothing_left_to_train_is_said():
+    result = mpiexec(1, "main_trainer.py", "--max-epochs", "0", timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "nothing to train: 0 of --max-epochs 0 epochs done" in result.stdout + result.stderr

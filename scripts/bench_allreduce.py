@@ -526,10 +526,10 @@ def gradient_source(args):
     kind, _, name = args.gradient.partition(":")
     if kind != "model" or not name:
         raise ValueError(f"--gradient must be 'synthetic' or 'model:NAME', got {args.gradient!r}")
-    shape = tuple(int(v) for v in args.input_shape.split(",") if v.strip().isdigit())
-    if len(shape) != 3 or len(args.input_shape.split(",")) != 3 or min(shape) < 1:
+    parts = args.input_shape.split(",")
+    if len(parts) != 3 or not all(part.strip().isdigit() and int(part) >= 1 for part in parts):
         raise ValueError(f"--input-shape takes three integers >= 1, C,H,W, got {args.input_shape!r}")
-    return ModelGradients(name, args.seed, args.batch, shape, args.classes)
+    return ModelGradients(name, args.seed, args.batch, tuple(map(int, parts)), args.classes)
 
 
 def set_threads(comm) -> None:

@@ -179,8 +179,6 @@ def _range_problems(args, settings, size):
         (0.0 < args.density <= 1.0, f"--density must lie in (0, 1], got {args.density}"),
         (args.nworkers in (None, size),
          f"--nworkers {args.nworkers} does not match the {size} MPI process(es) started"),
-        (args.teams >= 1 and size % args.teams == 0,
-         f"--teams {args.teams} must divide the number of workers {size}"),
         (args.data_dir is None or args.download or Path(args.data_dir).is_dir(),
          f"data directory {args.data_dir} does not exist"),
         (not args.resume or args.checkpoint_dir, "--resume needs --checkpoint-dir"),
@@ -201,7 +199,7 @@ def _range_problems(args, settings, size):
         (0 <= args.seed < 2 ** 32, f"--seed must lie in [0, 2^32), got {args.seed}"),
         (all(m >= 0 for m in settings["lr_milestones"]), "--lr-milestones must be epochs >= 0"),
     ]
-    problems = [message for ok, message in checks if not ok]
+    problems = [message for ok, message in checks if not ok] + _team_problems(args, size)
     for flag, directory in (("--log-dir", args.log_dir), ("--checkpoint-dir", args.checkpoint_dir)):
         problem = directory is not None and _directory_problem(flag, directory)
         if problem:
@@ -209,14 +207,33 @@ def _range_problems(args, settings, size):
     return problems
 
 
+def _team_problems(args, size):
+    """--teams and --sag problems, for a method that takes them (others only note them unused)."""
+    method = args.compressor if args.compression else "dense"
+    if method not in compressors.available() or "teams" not in compressors.options(method):
+        return []
+    if args.teams < 1 or size % args.teams:
+        return [f"--teams {args.teams} must divide the number of workers {size}"]
+    if args.sag == "recursive" and args.teams & (args.teams - 1):
+        return [f"--sag recursive needs --teams a power of two, got {args.teams}; use --sag bruck"]
+    return []
+
+
 def _directory_problem(flag, directory):
-    """Create ``directory`` if needed; a message if it is not a writable directory, else None."""
+    """A message if ``directory`` is not, and cannot be made, a writable directory; else None.
+
+    Nothing is created here (the log and checkpoint writers make their directories), so a
+    rejected run leaves no directory behind.
+    """
+    path = Path(directory).absolute()
     try:
-        Path(directory).mkdir(parents=True, exist_ok=True)
+        existing = next(part for part in (path, *path.parents) if part.exists())
     except OSError as error:
         return f"{flag} {directory}: {error.strerror or error}"
+    if not existing.is_dir():
+        return f"{flag} {directory}: {existing} is not a directory"
     try:  # a file made and removed: os.access says yes to root, also on /sys and /proc
-        with tempfile.TemporaryFile(dir=directory):
+        with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as error:
         return f"{flag} {directory}: not writable ({error.strerror or error})"
@@ -358,6 +375,10 @@ def build_trainer(argv, comm):
     log.note(f"{args.dnn} on {settings['dataset']}: {synchronizer.numel:,} parameters, "
              f"{size} worker(s) on {device}, {args.compressor} (density {args.density}), "
              f"batch {settings['batch_size']} per worker, {iters_per_epoch} iterations per epoch")
+    early = [m for m in settings["lr_milestones"] if m < settings["warmup_epochs"]]
+    if early:
+        log.note(f"--lr-milestones {','.join(map(str, early))} fall inside the "
+                 f"{settings['warmup_epochs']:g}-epoch warm-up: their decay starts when it ends")
     if trainer.epoch >= settings["max_epochs"]:
         log.note(f"nothing to train: {trainer.epoch} of --max-epochs {settings['max_epochs']} epochs done")
     return trainer

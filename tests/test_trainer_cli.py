@@ -96,3 +96,12 @@ def test_nothing_left_to_train_is_said():
     result = mpiexec(1, "main_trainer.py", "--max-epochs", "0", timeout=120)
     assert result.returncode == 0, result.stderr
     assert "nothing to train: 0 of --max-epochs 0 epochs done" in result.stdout + result.stderr
+
+
+def test_a_milestone_inside_the_warm_up_is_noted():
+    result = mpiexec(1, "main_trainer.py", "--max-epochs", "0", "--warmup-epochs", "2.5",
+                     "--lr-milestones", "1,2,3", timeout=120)
+    assert result.returncode == 0, result.stderr
+    output = result.stdout + result.stderr
+    assert "--lr-milestones 1,2 fall inside the 2.5-epoch warm-up: their decay starts when it ends" \
+        in output

@@ -1,11 +1,13 @@
 """Unit tests of the trainer's pieces: sharding, flat gradients, lr schedule, configs,
-collective helpers (on MPI.COMM_SELF), metrics rows and checkpoints."""
+collective helpers (on MPI.COMM_SELF), metrics rows, checkpoints, and the command line's checks
+(in process, as rank 0 of a pretended job)."""
 import json
 
 import pytest
 import torch
 from mpi4py import MPI
 
+import main_trainer
 import models
 
 from trainer.checkpoint import Checkpoints, restore_rng, rng_state
@@ -166,6 +168,50 @@ def test_collective_helpers_on_one_rank():
     tensor = torch.arange(4.0)
     broadcast_tensors([tensor], comm)
     assert tensor.tolist() == [0, 1, 2, 3]
+
+
+class _FirstOfSix:
+    """Rank 0 of six as the command-line checks see a communicator: every other rank agrees."""
+
+    def Get_rank(self):
+        return 0
+
+    def Get_size(self):
+        return 6
+
+    def allgather(self, value):
+        return [value] * 6
+
+
+@pytest.mark.parametrize("flags,fragment", [
+    (["--compression", "--teams", "4"], "--teams 4 must divide the number of workers 6"),
+    (["--compression", "--teams", "0"], "--teams 0 must divide the number of workers 6"),
+    (["--compression", "--teams", "3", "--sag", "recursive"],
+     "--sag recursive needs --teams a power of two, got 3; use --sag bruck"),
+])
+def test_spardl_team_flags_are_checked_in_the_trainers_terms(flags, fragment):
+    with pytest.raises(UsageError, match=fragment.replace("(", r"\(")):
+        main_trainer.parse_settings(flags, _FirstOfSix())
+
+
+@pytest.mark.parametrize("flags", [
+    ["--teams", "4"],
+    ["--compression", "--compressor", "topk", "--teams", "4", "--sag", "recursive"],
+])
+def test_team_flags_do_not_stop_methods_without_teams(flags):
+    args, _ = main_trainer.parse_settings(flags, _FirstOfSix())
+    assert args.teams == 4
+
+
+def test_a_rejected_run_leaves_no_directory_behind(tmp_path):
+    log_dir, checkpoint_dir = tmp_path / "runs" / "a", tmp_path / "ckpt"
+    with pytest.raises(UsageError, match="--density must lie in"):
+        main_trainer.parse_settings(["--density", "2", "--log-dir", str(log_dir),
+                                     "--checkpoint-dir", str(checkpoint_dir)], _FirstOfSix())
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match="file is not a directory"):
+        main_trainer.parse_settings(["--log-dir", str(tmp_path / "file" / "logs")], _FirstOfSix())
 
 
 def test_epoch_meter_summarises_means_per_sample_and_per_rank():

@@ -303,15 +303,23 @@ def test_training_steps_reuse_one_result_buffer():
     assert torch.equal(flat, results[-1])
 
 
-def test_metrics_log_start_keeps_the_epochs_a_resume_continues_from(tmp_path):
+def test_metrics_log_start_keeps_the_epochs_a_resume_continues_from(tmp_path, capsys):
     rows = [{"epoch": epoch, "train_loss": 1.0 / epoch} for epoch in (1, 2, 3)]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + "{broken\n")
+    original = (tmp_path / "metrics.jsonl").read_text()
     log = MetricsLog(tmp_path, rank=0)
     log.start(2)  # resumed from the checkpoint of epoch 2: epoch 3 will be logged again
     assert [json.loads(line)["epoch"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    log.start(2)  # nothing to drop: no copy
     log.start(0)  # a fresh run
     assert (tmp_path / "metrics.jsonl").read_text() == ""
+    log.start(0)
     log.close()
+    # Every file that lost rows was copied whole first; nothing else was.
+    assert (tmp_path / "metrics.jsonl.1").read_text() == original
+    assert [json.loads(line)["epoch"] for line in (tmp_path / "metrics.jsonl.2").read_text().splitlines()] == [1, 2]
+    assert sorted(path.name for path in tmp_path.glob("metrics.jsonl.*")) == ["metrics.jsonl.1", "metrics.jsonl.2"]
+    assert "kept the earlier rows" in capsys.readouterr().out
 
 
 def test_progress_lines_when_stdout_is_not_a_terminal(monkeypatch, capsys):

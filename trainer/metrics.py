@@ -69,12 +69,22 @@ class MetricsLog:
 
     def start(self, after_epoch):
         """Begin this run's rows: keep only those of epochs up to ``after_epoch`` (the checkpoint a
-        resumed run continues from; 0 for a fresh run, which starts an empty file)."""
+        resumed run continues from; 0 for a fresh run, which starts an empty file).
+
+        A file that loses rows is first copied whole to the first free ``metrics.jsonl.N``, so a
+        re-run (or a ``--resume`` from a mistyped checkpoint directory) never destroys a record.
+        """
         if self.path is None or not self.path.is_file():
             return
-        kept = [line for line in self.path.read_text().splitlines()
+        text = self.path.read_text()
+        kept = [line for line in text.splitlines()
                 if _epoch_of(line) is not None and _epoch_of(line) <= after_epoch]
+        if len(kept) == len(text.splitlines()):
+            return
+        backup = _first_free_copy(self.path)
+        backup.write_text(text)
         self.path.write_text("".join(line + "\n" for line in kept))
+        self.note(f"kept the earlier rows of {self.path} in {backup.name}")
 
     def note(self, message):
         """Print a message once (rank 0)."""
@@ -98,6 +108,14 @@ class MetricsLog:
         """Close the TensorBoard writer."""
         if self.writer is not None:
             self.writer.close()
+
+
+def _first_free_copy(path):
+    """``path.1``, or ``path.2`` if that exists, and so on."""
+    number = 1
+    while path.with_name(f"{path.name}.{number}").exists():
+        number += 1
+    return path.with_name(f"{path.name}.{number}")
 
 
 def _epoch_of(line):

@@ -208,13 +208,13 @@ def _range_problems(args, settings, size):
 
 
 def _team_problems(args, size):
-    """--teams and --sag problems, for a method that takes them (others only note them unused)."""
-    method = args.compressor if args.compression else "dense"
-    if method not in compressors.available() or "teams" not in compressors.options(method):
-        return []
+    """--teams must divide N (for every method: the contract's usage error); --sag recursive
+    needs it a power of two, for a method that takes --sag (others note it unused)."""
     if args.teams < 1 or size % args.teams:
         return [f"--teams {args.teams} must divide the number of workers {size}"]
-    if args.sag == "recursive" and args.teams & (args.teams - 1):
+    method = args.compressor if args.compression else "dense"
+    takes_sag = method in compressors.available() and "sag" in compressors.options(method)
+    if takes_sag and args.sag == "recursive" and args.teams & (args.teams - 1):
         return [f"--sag recursive needs --teams a power of two, got {args.teams}; use --sag bruck"]
     return []
 

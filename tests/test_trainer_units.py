@@ -196,11 +196,17 @@ def test_spardl_team_flags_are_checked_in_the_trainers_terms(flags, fragment):
 
 @pytest.mark.parametrize("flags", [
     ["--teams", "4"],
-    ["--compression", "--compressor", "topk", "--teams", "4", "--sag", "recursive"],
+    ["--compression", "--compressor", "topk", "--teams", "4"],
 ])
-def test_team_flags_do_not_stop_methods_without_teams(flags):
+def test_teams_must_divide_the_workers_for_every_method(flags):
+    with pytest.raises(UsageError, match="--teams 4 must divide the number of workers 6"):
+        main_trainer.parse_settings(flags, _FirstOfSix())
+
+
+def test_sag_recursive_does_not_stop_a_method_without_it():
+    flags = ["--compression", "--compressor", "topk", "--teams", "3", "--sag", "recursive"]
     args, _ = main_trainer.parse_settings(flags, _FirstOfSix())
-    assert args.teams == 4
+    assert (args.teams, args.sag) == (3, "recursive")
 
 
 def test_a_rejected_run_leaves_no_directory_behind(tmp_path):

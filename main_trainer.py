@@ -241,35 +241,51 @@ def _directory_problem(flag, directory):
 
 
 def load_data(args, settings, comm):
-    """Download (rank 0, with --download) and load the data set on every rank (collective)."""
+    """Load the data set on every rank; with --download, rank 0 first fetches it where it is
+    missing (on rank 0's host) and every rank loads again (collective)."""
     data_dir = args.data_dir or DEFAULT_DATA_DIR
-    problem = None
-    if args.download and comm.Get_rank() == 0:
-        try:
-            datasets.download(settings["dataset"], data_dir)
-        except datasets.DataError as error:
-            problem = str(error)
-    agree(comm, problem)
-    try:
-        split = datasets.load(settings["dataset"], data_dir)
-    except datasets.DataError as error:
-        split, problem = None, str(error)
+    split, problem = _load_split(settings["dataset"], data_dir)
+    if args.download and any(comm.allgather(problem is not None)):
+        failure = None
+        if comm.Get_rank() == 0 and problem is not None:
+            try:
+                datasets.download(settings["dataset"], data_dir)
+            except datasets.DataError as error:
+                failure = " ".join(str(error).split())  # torchvision's mirror list: one line
+        agree(comm, failure)
+        if problem is not None:
+            split, problem = _load_split(settings["dataset"], data_dir)
     agree(comm, problem)
     return split
 
 
-def build_model(args, split, comm, device):
-    """Create the model, check it accepts the data's images, and copy rank 0's weights."""
+def _load_split(name, data_dir):
+    """(the ``DataSplit``, None), or (None, why it cannot be loaded)."""
+    try:
+        return datasets.load(name, data_dir), None
+    except datasets.DataError as error:
+        return None, str(error)
+
+
+def build_model(args, split, batch_size, comm, device):
+    """Create the model, check it trains on batches of the data's images, and copy rank 0's
+    weights.
+
+    The check is one training-mode forward pass of the smallest batch training will use (two
+    images: a last batch of one is dropped, see ``trainer.data``), so batch norm over 1x1 maps
+    is caught too; the buffers it updates (batch-norm statistics) are put back.
+    """
     model = models.create(args.dnn, split.num_classes, split.input_shape)
     problem = None
-    model.eval()
+    buffers = [buffer.clone() for buffer in model.buffers()]
     try:
-        with torch.no_grad():
-            model(torch.zeros(1, *split.input_shape))
-    except RuntimeError as error:
-        problem = (f"model {args.dnn} cannot take the {'x'.join(map(str, split.input_shape))} "
-                   f"images of this data set: {error}")
-    model.train()
+        with torch.random.fork_rng(devices=[]), torch.no_grad():  # dropout draws nothing for real
+            model(torch.zeros(min(batch_size, 2), *split.input_shape))
+    except (RuntimeError, ValueError) as error:  # a size mismatch; batch norm over one value
+        problem = (f"model {args.dnn} cannot train on batches of "
+                   f"{'x'.join(map(str, split.input_shape))} images of this data set: {error}")
+    for buffer, saved in zip(model.buffers(), buffers):
+        buffer.copy_(saved)
     agree(comm, problem)
     broadcast_tensors(model.state_dict().values(), comm)
     return model.to(device)
@@ -349,7 +365,7 @@ def build_trainer(argv, comm):
     random.seed(args.seed)
     np.random.seed(args.seed)
     split = load_data(args, settings, comm)
-    model = build_model(args, split, comm, device)
+    model = build_model(args, split, settings["batch_size"], comm, device)
     synchronizer = build_synchronizer(args, sum(p.numel() for p in model.parameters()
                                                 if p.requires_grad), comm)
     train_loader, test_loader = make_loaders(

@@ -13,7 +13,7 @@ import torch
 import torchvision
 from torchvision.transforms import v2
 
-from datasets.split import ArrayDataset, DataError, DataSplit
+from datasets.split import ArrayDataset, DataError, DataSplit, check_labels
 
 _CIFAR10_FOLDER = "cifar-10-batches-py"
 _CIFAR10_TRAIN = [f"data_batch_{i}" for i in range(1, 6)]
@@ -53,9 +53,11 @@ def read_batches(folder, names, label_key):
         try:
             with open(folder / name, "rb") as stream:
                 batch = pickle.load(stream, encoding="bytes")
+            batch = {key.encode() if isinstance(key, str) else key: value  # re-saved with str keys
+                     for key, value in batch.items()}
             images.append(np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
             labels.extend(batch[label_key])
-        except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError) as error:
+        except Exception as error:  # noqa: BLE001 - whatever a damaged pickle raises: one message
             raise DataError(f"{folder / name} is not a CIFAR batch (truncated or damaged?): "
                             f"{type(error).__name__}: {error}") from None
         if len(labels) != sum(len(part) for part in images):
@@ -66,8 +68,12 @@ def read_batches(folder, names, label_key):
 def _split(folder, train_names, test_names, label_key, num_classes):
     augment = v2.Compose([v2.RandomCrop(32, padding=4), v2.RandomHorizontalFlip()])
     mean, std = _MEAN[num_classes], _STD[num_classes]
-    train = ArrayDataset(*read_batches(folder, train_names, label_key), mean, std, augment)
-    test = ArrayDataset(*read_batches(folder, test_names, label_key), mean, std)
+    parts = {}
+    for part, names in (("train", train_names), ("test", test_names)):
+        parts[part] = read_batches(folder, names, label_key)
+        check_labels(parts[part][1], num_classes, f"{folder} {', '.join(names)}")
+    train = ArrayDataset(*parts["train"], mean, std, augment)
+    test = ArrayDataset(*parts["test"], mean, std)
     return DataSplit(train, test, num_classes=num_classes, input_shape=(3, 32, 32))
 
 

@@ -1,13 +1,15 @@
 """ImageNet (ILSVRC-2012) as two ``torchvision.datasets.ImageFolder`` trees: train and val.
 
 Training images are randomly resized-cropped to 224 and flipped; validation images resized to
-256 and centre-cropped to 224.
+256 and centre-cropped to 224. Hidden files and folders are skipped. Images are decoded as they
+are read, so an unreadable one is found when training reaches it: a ``DataError`` naming it.
 """
 import os
 from pathlib import Path
 
 import torch
 import torchvision
+from torchvision.datasets.folder import IMG_EXTENSIONS, default_loader, has_file_allowed_extension
 from torchvision.transforms import v2
 
 from datasets.split import DataError, DataSplit
@@ -37,9 +39,28 @@ def load(data_dir):
     return DataSplit(train, test, num_classes=len(train.classes), input_shape=(3, 224, 224))
 
 
+def _visible_image(path):
+    """An image file by its extension that is not hidden (``._x.JPEG``: macOS AppleDouble)."""
+    return (not os.path.basename(path).startswith(".")
+            and has_file_allowed_extension(path, IMG_EXTENSIONS))
+
+
+def _open_image(path):
+    """The image at ``path`` as RGB; an unreadable file is a ``DataError`` naming it."""
+    try:
+        return default_loader(path)
+    except (OSError, SyntaxError, ValueError) as error:  # PIL: truncated, unidentified, damaged
+        raise DataError(f"{path}: unreadable image ({type(error).__name__}: {error}); remove or "
+                        "replace it") from None
+
+
 class _ClassFolders(torchvision.datasets.ImageFolder):
     """``ImageFolder`` whose classes are the visible folders: a hidden one (``.ipynb_checkpoints``,
-    ``.git``) is no class (torchvision's own counts it, shifting every later label)."""
+    ``.git``) is no class (torchvision's own counts it, shifting every later label). Hidden files
+    are no images, and an unreadable image raises ``DataError`` naming its file."""
+
+    def __init__(self, root, transform):
+        super().__init__(root, transform, loader=_open_image, is_valid_file=_visible_image)
 
     def find_classes(self, directory):
         classes = sorted(entry.name for entry in os.scandir(directory)

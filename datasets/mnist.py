@@ -1,5 +1,7 @@
 """MNIST and Fashion-MNIST (28x28 grey images, 10 classes) from IDX files.
 
+The image size is read from the files (train and test must agree), labels must lie in 0..9.
+
 Looked for, in order, in ``DATA_DIR/MNIST/raw`` (or ``DATA_DIR/FashionMNIST/raw``, torchvision's
 layout), for Fashion-MNIST then in the Debian package's location ``/usr/share/datasets/fashion-mnist``
 (``apt-get install dataset-fashion-mnist``), and last in ``DATA_DIR`` itself (both data sets use
@@ -13,7 +15,7 @@ import numpy as np
 import torch
 import torchvision
 
-from datasets.split import ArrayDataset, DataError, DataSplit
+from datasets.split import ArrayDataset, DataError, DataSplit, check_labels
 
 FILES = {
     "train_images": "train-images-idx3-ubyte",
@@ -23,6 +25,7 @@ FILES = {
 }
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 _IDX_UINT8 = 0x08
+_CLASSES = 10
 
 
 def load_mnist(data_dir):
@@ -74,10 +77,16 @@ def _load(folder, directories, mean, std):
         if images.dim() != 3 or labels.dim() != 1 or len(images) != len(labels):
             raise DataError(f"{files[f'{part}_images']} ({tuple(images.shape)}) and "
                             f"{files[f'{part}_labels']} ({tuple(labels.shape)}) do not match")
+        check_labels(labels, _CLASSES, files[f"{part}_labels"])
+    size = tuple(arrays["train_images"].shape[1:])
+    if tuple(arrays["test_images"].shape[1:]) != size:
+        raise DataError(f"{files['test_images']} holds images of "
+                        f"{'x'.join(map(str, arrays['test_images'].shape[1:]))} pixels, "
+                        f"{files['train_images']} of {'x'.join(map(str, size))}")
     return DataSplit(
         ArrayDataset(arrays["train_images"].unsqueeze(1), arrays["train_labels"], [mean], [std]),
         ArrayDataset(arrays["test_images"].unsqueeze(1), arrays["test_labels"], [mean], [std]),
-        num_classes=10, input_shape=(1, 28, 28))
+        num_classes=_CLASSES, input_shape=(1, *size))
 
 
 def _find_files(folder, directories):

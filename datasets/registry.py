@@ -27,10 +27,14 @@ def load(name, data_dir):
     """Load data set ``name`` from directory ``data_dir`` (ignored by ``digits``).
 
     Returns a ``DataSplit``. Raises ``ValueError`` for an unknown name and ``DataError`` when
-    files are missing.
+    files are missing or damaged, labels lie outside the classes, or a part holds no images.
     """
     module, loader, _ = _entry(name)
-    return getattr(module, loader)(data_dir)
+    split = getattr(module, loader)(data_dir)
+    empty = [part for part in ("train", "test") if len(getattr(split, part)) == 0]
+    if empty:
+        raise DataError(f"{name} in {data_dir}: the {' and '.join(empty)} part holds no images")
+    return split
 
 
 def download(name, data_dir):
@@ -41,7 +45,8 @@ def download(name, data_dir):
     """
     module, _, downloader = _entry(name)
     if name == "imagenet":
-        raise DataError("ImageNet cannot be downloaded automatically; " + module.LAYOUT)
+        raise DataError("ImageNet cannot be downloaded automatically; "
+                        + module.LAYOUT.replace("DATA_DIR", str(data_dir)))
     if downloader is not None:
         try:
             getattr(module, downloader)(data_dir)

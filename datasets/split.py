@@ -19,6 +19,13 @@ class DataSplit:
     input_shape: tuple  # (channels, height, width) of one image
 
 
+def check_labels(labels, num_classes, source):
+    """``DataError`` naming ``source`` unless every label lies in ``0 .. num_classes-1``."""
+    if len(labels) and not 0 <= int(labels.min()) <= int(labels.max()) < num_classes:
+        raise DataError(f"{source}: labels range over {int(labels.min())}..{int(labels.max())}, "
+                        f"outside the {num_classes} classes 0..{num_classes - 1} (damaged?)")
+
+
 class ArrayDataset(Dataset):
     """Images and labels held in memory as tensors.
 

@@ -164,13 +164,14 @@ def test_imagenet_flat_val_folder_says_how_to_sort_it(tmp_path):
         datasets.load("imagenet", tmp_path)
 
 
-def _mnist_files(folder, train_images=6, train_labels=6, truncate=0):
+def _mnist_files(folder, train_images=6, train_labels=6, truncate=0, test=2, test_size=28,
+                 top_label=9):
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
     for name, array in (("train-images-idx3-ubyte", rng.integers(0, 256, (train_images, 28, 28))),
-                        ("train-labels-idx1-ubyte", rng.integers(0, 10, train_labels)),
-                        ("t10k-images-idx3-ubyte", rng.integers(0, 256, (2, 28, 28))),
-                        ("t10k-labels-idx1-ubyte", rng.integers(0, 10, 2))):
+                        ("train-labels-idx1-ubyte", np.r_[top_label, rng.integers(0, 10, train_labels - 1)]),
+                        ("t10k-images-idx3-ubyte", rng.integers(0, 256, (test, test_size, test_size))),
+                        ("t10k-labels-idx1-ubyte", rng.integers(0, 10, test))):
         _write_idx(folder / name, array, compress=False)
     if truncate:
         path = folder / "train-images-idx3-ubyte"
@@ -180,6 +181,9 @@ def _mnist_files(folder, train_images=6, train_labels=6, truncate=0):
 @pytest.mark.parametrize("files,message", [
     (dict(truncate=100), "train-images-idx3-ubyte holds 4604 bytes of data, its header announces 4704"),
     (dict(train_labels=7), r"\(6, 28, 28\)\) and .*train-labels-idx1-ubyte \(\(7,\)\) do not match"),
+    (dict(top_label=200), r"train-labels-idx1-ubyte: labels range over 0..200, outside the 10 classes"),
+    (dict(test_size=14), "t10k-images-idx3-ubyte holds images of 14x14 pixels, .*train-images-idx3-ubyte of 28x28"),
+    (dict(test=0), "mnist in .*: the test part holds no images"),
 ])
 def test_damaged_idx_files_are_named(tmp_path, files, message):
     _mnist_files(tmp_path / "MNIST" / "raw", **files)
@@ -188,10 +192,7 @@ def test_damaged_idx_files_are_named(tmp_path, files, message):
 
 
 def test_a_truncated_cifar_batch_is_named(tmp_path):
-    folder = tmp_path / "cifar-10-batches-py"
-    folder.mkdir()
-    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-        _write_cifar_batch(folder / name, 4, b"labels", 10, 0)
+    folder = _cifar10_folder(tmp_path)
     (folder / "data_batch_3").write_bytes((folder / "data_batch_3").read_bytes()[:500])
     with pytest.raises(datasets.DataError, match="data_batch_3 is not a CIFAR batch"):
         datasets.load("cifar10", tmp_path)
@@ -213,3 +214,56 @@ def test_fashion_mnist_prefers_its_own_copy_to_unnamed_files_in_the_data_dir(tmp
     _mnist_files(tmp_path)  # MNIST-style files lying flat in DATA_DIR
     assert len(datasets.load("fashion-mnist", tmp_path).train) == 60000
     assert len(datasets.load("mnist", tmp_path).train) == 6
+
+
+def _cifar10_folder(root):
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir()
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        _write_cifar_batch(folder / name, 4, b"labels", 10, 0)
+    return folder
+
+
+@pytest.mark.parametrize("label,message", [(10, "labels range over .*10, outside the 10 classes 0..9"),
+                                           (-1, "labels range over -1..")])
+def test_cifar_labels_outside_the_classes_are_refused(tmp_path, label, message):
+    folder = _cifar10_folder(tmp_path)
+    batch = pickle.loads((folder / "test_batch").read_bytes())
+    batch[b"labels"][2] = label
+    (folder / "test_batch").write_bytes(pickle.dumps(batch))
+    with pytest.raises(datasets.DataError, match=f"test_batch: {message}"):
+        datasets.load("cifar10", tmp_path)
+
+
+def test_cifar_batches_resaved_with_str_keys_load_and_odd_pickles_are_named(tmp_path):
+    folder = _cifar10_folder(tmp_path)
+    batch = pickle.loads((folder / "data_batch_2").read_bytes())
+    (folder / "data_batch_2").write_bytes(pickle.dumps({key.decode(): value for key, value in batch.items()}))
+    assert len(datasets.load("cifar10", tmp_path).train) == 20
+    # A pickle naming a module that is not installed, and one of another type.
+    (folder / "data_batch_4").write_bytes(b"cno_such_module\nThing\n.")
+    with pytest.raises(datasets.DataError, match="data_batch_4 is not a CIFAR batch .*ModuleNotFoundError"):
+        datasets.load("cifar10", tmp_path)
+    (folder / "data_batch_4").write_bytes(pickle.dumps([1, 2, 3]))
+    with pytest.raises(datasets.DataError, match="data_batch_4 is not a CIFAR batch .*AttributeError"):
+        datasets.load("cifar10", tmp_path)
+
+
+def test_mnist_image_size_comes_from_the_files(tmp_path):
+    _mnist_files(tmp_path / "MNIST" / "raw")
+    assert datasets.load("mnist", tmp_path).input_shape == (1, 28, 28)
+
+
+def test_imagenet_skips_hidden_files_and_names_an_unreadable_image(tmp_path):
+    from PIL import Image
+    _image_folders(tmp_path, {"train": ["n01", "n02"], "val": ["n01", "n02"]})
+    (tmp_path / "train" / "n01" / "._a.JPEG").write_bytes(b"\x00\x05\x16\x07 AppleDouble")
+    split = datasets.load("imagenet", tmp_path)
+    assert len(split.train) == 2
+    broken = tmp_path / "train" / "n02" / "b.JPEG"
+    Image.new("RGB", (40, 30)).save(broken)
+    broken.write_bytes(broken.read_bytes()[:200])
+    split = datasets.load("imagenet", tmp_path)
+    assert split.train[1][0].shape == (3, 224, 224)
+    with pytest.raises(datasets.DataError, match=f"{broken}: unreadable image .*remove or replace it"):
+        split.train[2]

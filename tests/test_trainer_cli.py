@@ -25,7 +25,7 @@ MESSAGE = "main_trainer.py: error:"
     (["--data-dir", "/nonexistent/data"], "data directory /nonexistent/data does not exist"),
     (["--dataset", "cifar10", "--data-dir", "{tmp}"], "cifar-10-batches-py lacks data_batch_1"),
     (["--compression", "--teams", "3"], "--teams 3 must divide the number of workers 2"),
-    (["--dnn", "vgg16", "--dataset", "digits"], "vgg16 cannot take the 1x8x8 images"),
+    (["--dnn", "vgg16", "--dataset", "digits"], "vgg16 cannot train on batches of 1x8x8 images"),
     (["--resume"], "--resume needs --checkpoint-dir"),
     (["--config", "{tmp}/absent.json"], "absent.json does not exist"),
     (["--batch-size", "many"], "invalid int value: 'many'"),
@@ -105,3 +105,20 @@ def test_a_milestone_inside_the_warm_up_is_noted():
     output = result.stdout + result.stderr
     assert "--lr-milestones 1,2 fall inside the 2.5-epoch warm-up: their decay starts when it ends" \
         in output
+
+
+def test_an_unreadable_image_met_in_training_ends_the_job_with_one_line(tmp_path):
+    from PIL import Image
+    for part in ("train", "val"):
+        for label in ("n01", "n02"):
+            (tmp_path / part / label).mkdir(parents=True)
+            Image.new("RGB", (40, 30)).save(tmp_path / part / label / "a.JPEG")
+    (tmp_path / "train" / "n02" / "b.JPEG").write_bytes(b"not an image")
+    started = time.monotonic()
+    result = mpiexec(2, "main_trainer.py", "--dnn", "cnn", "--dataset", "imagenet", "--data-dir",
+                     str(tmp_path), "--batch-size", "1", "--max-epochs", "1", "--loader-workers", "1",
+                     timeout=120)
+    assert result.returncode not in (0, 2)
+    assert f"failed: {tmp_path}/train/n02/b.JPEG: unreadable image (UnidentifiedImageError" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert time.monotonic() - started < 60

@@ -220,6 +220,52 @@ def test_a_rejected_run_leaves_no_directory_behind(tmp_path):
         main_trainer.parse_settings(["--log-dir", str(tmp_path / "file" / "logs")], _FirstOfSix())
 
 
+def test_a_model_that_cannot_train_on_the_batches_is_refused_and_the_probe_leaves_no_trace():
+    from types import SimpleNamespace
+
+    import datasets
+    split = datasets.DataSplit(train=None, test=None, num_classes=10, input_shape=(3, 32, 32))
+    args = SimpleNamespace(dnn="resnet50")
+    # Batch norm over the 1x1 maps of ResNet-50 on 32x32 images cannot train on one image.
+    with pytest.raises(UsageError, match="resnet50 cannot train on batches of 3x32x32 images"):
+        main_trainer.build_model(args, split, 1, _FirstOfSix(), torch.device("cpu"))
+    args.dnn = "resnet20"
+    torch.manual_seed(5)
+    expected = models.create("resnet20", 10, (3, 32, 32)).state_dict()
+    after = torch.rand(1)
+    torch.manual_seed(5)
+    model = main_trainer.build_model(args, split, 32, MPI.COMM_SELF, torch.device("cpu"))
+    assert torch.equal(torch.rand(1), after)  # the probe drew no random numbers
+    for key, value in model.state_dict().items():  # nor changed the batch-norm statistics
+        assert torch.equal(value, expected[key]), key
+
+
+@pytest.mark.parametrize("samples,batch,batches", [(9, 4, 1), (12, 4, 2), (9, 1, 5), (8, 4, 1)])
+def test_a_last_training_batch_of_one_sample_is_dropped(samples, batch, batches):
+    import datasets
+    from trainer.data import make_loaders
+    data = datasets.split.ArrayDataset(torch.zeros(samples, 1, 2, 2), torch.zeros(samples), [0.0], [1.0])
+    split = datasets.DataSplit(data, data, num_classes=2, input_shape=(1, 2, 2))
+    train, test = make_loaders(split, batch, 3, 0, 2, 0, 0, torch.device("cpu"))
+    assert len(train) == batches == len(list(train))
+    assert all(len(labels) > 1 for _, labels in train) or batch == 1
+    assert sum(len(labels) for _, labels in test) == (samples + 1) // 2  # evaluation keeps them all
+
+
+def test_download_only_fetches_what_does_not_load(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    import datasets
+    fetched = []
+    monkeypatch.setattr(datasets, "download", lambda name, directory: fetched.append(name))
+    args = SimpleNamespace(data_dir=str(tmp_path), download=True)
+    split = main_trainer.load_data(args, {"dataset": "digits"}, MPI.COMM_SELF)
+    assert len(split.train) == 1437 and fetched == []
+    with pytest.raises(UsageError, match="MNIST not found"):  # the stand-in fetched nothing
+        main_trainer.load_data(args, {"dataset": "mnist"}, MPI.COMM_SELF)
+    assert fetched == ["mnist"]
+
+
 def test_epoch_meter_summarises_means_per_sample_and_per_rank():
     meter = EpochMeter()
     stats = {"bytes_sent": 100, "seconds": {"comm": 0.5, "select": 0.25}}

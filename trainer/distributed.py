@@ -12,8 +12,11 @@ from contextlib import contextmanager
 import torch
 from mpi4py import MPI
 
+from datasets.split import DataError
+
 
 _FORWARD_SECONDS = 1.0
+_DATA_ERROR = f"{DataError.__module__}.{DataError.__name__}"
 
 
 class UsageError(Exception):
@@ -35,14 +38,23 @@ def agree(comm, problem):
 def abort_on_error(comm):
     """Print this rank's traceback and abort the whole job if the body raises.
 
+    A ``DataError`` (bad data found during training) is printed as its one line instead.
+
     Without this, the other ranks would wait forever in their next collective. The launcher
     forwards a rank's output through a pipe that ``Abort`` may tear down before it is read, so
     the rank waits ``_FORWARD_SECONDS`` between writing its traceback and aborting.
     """
     try:
         yield
-    except Exception:  # noqa: BLE001 - any failure must end every rank
-        sys.stderr.write(f"rank {comm.Get_rank()} failed:\n{traceback.format_exc()}")
+    except Exception as error:  # noqa: BLE001 - any failure must end every rank
+        if isinstance(error, DataError):  # bad data met in training (an unreadable image)
+            # A loader worker's error arrives with its traceback in the message; the last line
+            # is the original one.
+            line = str(error).strip().splitlines()[-1].removeprefix(f"{_DATA_ERROR}: ")
+            report = f" {line}\n"
+        else:
+            report = f"\n{traceback.format_exc()}"
+        sys.stderr.write(f"rank {comm.Get_rank()} failed:{report}")
         sys.stderr.flush()
         time.sleep(_FORWARD_SECONDS)
         comm.Abort(1)

@@ -22,10 +22,17 @@ residuals through checkpoints, and every rank saves and loads its own (a state o
 or world size is refused). With ``find_unused_parameters=True``, the residual a bucket sends for
 a parameter that no rank used in a step is lost: DDP drops the hook's result for it.
 
+The state assumes the model's trainable parameters are the same, in the same order, in every
+run: a state loaded into a model whose set of trainable parameters changed (a layer frozen, a
+head added) is refused where a residual does not fit its parameter's size, but residuals of
+parameters of equal size cannot be told apart; start such a run from a fresh state.
+
 Buckets of another dtype (float16, bfloat16, float64) are synchronized in float32, the dtype
 of the residuals and messages, and the average is cast back to the bucket's dtype: float64
 gradients thus carry float32 precision (about 1e-7 relative).
 """
+import numbers
+
 import torch
 import torch.distributed as dist
 
@@ -38,23 +45,38 @@ class SparDLState:
 
     ``method``: any name of ``compressors.available()``; ``options`` go to ``compressors.create``
     (e.g. ``teams=2`` for spardl, ``dense_warmup=512``). Bad options raise ``ValueError`` here.
+    ``skip_nonfinite``: for mixed precision with ``torch.amp.GradScaler``, whose overflowing steps
+    are routine. If any rank's bucket holds NaN or inf (found with one extra one-element
+    all-reduce per bucket), every rank gets the bucket as NaN, so the scaler skips the step on
+    all of them, and the residuals are left as they were. Without it such a bucket is a
+    ``ValueError`` (a diverged run).
     """
 
-    def __init__(self, process_group=None, density: float = 0.01, method: str = "spardl", **options) -> None:
+    def __init__(self, process_group=None, density: float = 0.01, method: str = "spardl",
+                 skip_nonfinite: bool = False, **options) -> None:
         self.method = compressors.resolve(method).name
         self.density = compressors.base.check_density(density)
         unknown = sorted(set(options) - set(compressors.options(self.method)))
         if unknown:
             raise ValueError(f"unknown option(s) {unknown} for {method!r}; "
                              f"valid: {', '.join(compressors.options(self.method))}")
-        self.options = options
+        self.skip_nonfinite = bool(skip_nonfinite)
         self.transport = TorchDistributedTransport(process_group)
         compressors.create(self.method, self.transport, numel=1, density=density, **options)  # checks values
+        self.options = self._settled(self.method, options)
         self.synchronizers: dict = {}    # layout key -> synchronizer
         self._layouts: dict = {}         # layout key -> (parameter numbers, sizes, result buffer)
         self._numbers: dict = {}         # id(parameter) -> its number
         self._owners: dict = {}          # parameter number -> (layout key, offset, numel)
         self._pending: dict = {}         # layout key -> saved state not yet used
+
+    @staticmethod
+    def _settled(method: str, options: dict) -> dict:
+        """Every option of ``method``, defaults filled in, NumPy integers as ints: two states of
+        one configuration compare equal, and the state loads with ``torch.load``'s defaults."""
+        settled = dict(compressors.option_defaults(method), **options)
+        return {key: int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool)
+                else value for key, value in settled.items()}
 
     def synchronizer(self, bucket: dist.GradBucket):
         """The synchronizer of ``bucket``'s layout (created on first use, see the module
@@ -82,6 +104,10 @@ class SparDLState:
         offset = 0
         for number, size in zip(numbers, sizes):
             slot = self._slot(number)
+            if slot is not None and slot.numel() != size:
+                raise ValueError(f"the loaded hook state holds {slot.numel()} residual entries for "
+                                 f"parameter #{number}, which has {size}: it was saved for another "
+                                 "set of trainable parameters; start from a fresh state")
             if slot is not None:  # moved, so that it counts once
                 residual[offset:offset + size].copy_(slot)
                 slot.zero_()
@@ -126,6 +152,8 @@ class SparDLState:
         builds them. ``ValueError`` for another method, density, options, rank or world size."""
         mine = {"method": self.method, "density": self.density, "options": dict(self.options),
                 "rank": self.transport.rank, "size": self.transport.size}
+        if state.get("method") in compressors.available() and isinstance(state.get("options"), dict):
+            state = dict(state, options=self._settled(state["method"], state["options"]))
         differ = [f"{key} {state.get(key)!r} (this state: {value!r})" for key, value in mine.items()
                   if state.get(key) != value]
         if differ:
@@ -141,8 +169,16 @@ class SparDLState:
 def spardl_hook(state: SparDLState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: average ``bucket`` over the group with ``state``'s method."""
     flat = bucket.buffer()
+    if flat.is_sparse:
+        raise ValueError("spardl_hook: a bucket of sparse gradients (nn.Embedding(sparse=True)?) "
+                         "cannot be synchronized; use dense gradients or DDP's default all-reduce")
     sync, out = state.synchronizer(bucket)
-    averaged = sync.allreduce(flat if flat.dtype == torch.float32 else flat.float(), out=out)
     future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    if state.skip_nonfinite:
+        flag = torch.tensor([0.0 if bool(torch.isfinite(flat).all()) else 1.0], device=flat.device)
+        if state.transport.allreduce_sum_(flag).item() > 0:
+            future.set_result(torch.full_like(flat, float("nan")))
+            return future
+    averaged = sync.allreduce(flat if flat.dtype == torch.float32 else flat.float(), out=out)
     future.set_result(averaged.to(flat.dtype))
     return future

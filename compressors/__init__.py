@@ -54,6 +54,12 @@ def options(name: str) -> list:
     return [p for p in parameters if p not in ("self", "comm", "numel", "density")]
 
 
+def option_defaults(name: str) -> dict:
+    """The default value of each option of method ``name`` (see :func:`options`)."""
+    parameters = inspect.signature(resolve(name).__init__).parameters
+    return {option: parameters[option].default for option in options(name)}
+
+
 def create(name: str, comm, numel: int, density: float = 0.01, **method_options) -> Synchronizer:
     """Build the synchronizer ``name`` for a flat gradient of ``numel`` elements.
 

@@ -3,6 +3,7 @@ import gc
 import os
 import sys
 
+import numpy
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -133,11 +134,80 @@ try:
 except ValueError as error:
     assert "must divide" in str(error)
 
+
+
+def raises(action, fragment):
+    """Whether ``action()`` raises an error whose message holds ``fragment``."""
+    try:
+        action()
+    except (ValueError, RuntimeError) as error:
+        return fragment in str(error)
+    return False
+
+
+# A state saved with options spelled out (defaults, a NumPy integer) fits one that leaves them out.
+spelled = hooks.SparDLState(density=0.05, method="spardl", teams=numpy.int64(1), sag="bruck", dense_warmup=0)
+assert spelled.options == {"teams": 1, "sag": "bruck", "dense_warmup": 0}
+assert type(spelled.options["teams"]) is int
+hooks.SparDLState(density=0.05, method="spardl").load_state_dict(spelled.state_dict())
+hooks.SparDLState(density=0.05, method="spardl").load_state_dict(dict(spelled.state_dict(), options={}))
+
+
+class Biased(torch.nn.Module):
+    """Three parameters of different sizes in one bucket."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(2)
+        self.a, self.b = torch.nn.Linear(64, 64), torch.nn.Linear(64, 64, bias=False)
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+def backward(ddp):
+    ddp(torch.randn(4, 64)).square().sum().backward()
+
+
+# A state saved for other trainable parameters is refused where a residual does not fit.
+whole = DistributedDataParallel(Biased())
+state = hooks.SparDLState(density=0.05, method="topk")
+whole.register_comm_hook(state, hooks.spardl_hook)
+backward(whole)
+frozen_bias = Biased()
+frozen_bias.a.bias.requires_grad_(False)
+frozen_bias = DistributedDataParallel(frozen_bias)
+refitted = hooks.SparDLState(density=0.05, method="topk")
+refitted.load_state_dict(state.state_dict())
+frozen_bias.register_comm_hook(refitted, hooks.spardl_hook)
+assert raises(lambda: backward(frozen_bias), "saved for another set of trainable parameters")
+
+# Mixed precision: an overflow on one rank gives every rank a NaN bucket (GradScaler skips the
+# step everywhere) and leaves the residuals alone; finite steps synchronize as usual.
+amp = DistributedDataParallel(Biased())
+state = hooks.SparDLState(density=0.05, method="spardl", skip_nonfinite=True)
+amp.register_comm_hook(state, hooks.spardl_hook)
+backward(amp)
+assert all(torch.isfinite(p.grad).all() for p in amp.parameters())
+before = [state.residual(p).clone() for p in amp.parameters()]
+amp.zero_grad()
+amp(torch.randn(4, 64) * (float("inf") if rank == 0 else 1.0)).square().sum().backward()
+assert all(torch.isnan(p.grad).all() for p in amp.parameters()), "an overflow step was synchronized"
+assert all(torch.equal(state.residual(p), b) for p, b in zip(amp.parameters(), before))
+strict = DistributedDataParallel(Biased())
+strict.register_comm_hook(hooks.SparDLState(density=0.05, method="spardl"), hooks.spardl_hook)
+assert raises(lambda: strict(torch.full((4, 64), float("inf"))).square().sum().backward(), "NaN or inf")
+
+# Sparse gradients are named, not misread as a gradient of the wrong shape.
+embedding = DistributedDataParallel(torch.nn.Embedding(100, 8, sparse=True))
+embedding.register_comm_hook(hooks.SparDLState(density=0.05), hooks.spardl_hook)
+assert raises(lambda: embedding(torch.tensor([1, 5])).sum().backward(), "bucket of sparse gradients")
+
 dist.barrier()
 if rank == 0:
     print(f"ddp hook checks passed on {workers} ranks")
 # Release everything that uses the group (DDP reducers, the hooks' synchronizers) before the group
 # itself: one CI run saw a rank abort at exit ("terminate called without an active exception").
-del ddp, sparse, first, second, state, restored
+del ddp, sparse, first, second, state, restored, whole, frozen_bias, refitted, amp, strict, embedding
 gc.collect()
 dist.destroy_process_group()

@@ -22,10 +22,11 @@ residuals through checkpoints, and every rank saves and loads its own (a state o
 or world size is refused). With ``find_unused_parameters=True``, the residual a bucket sends for
 a parameter that no rank used in a step is lost: DDP drops the hook's result for it.
 
-The state assumes the model's trainable parameters are the same, in the same order, in every
-run: a state loaded into a model whose set of trainable parameters changed (a layer frozen, a
-head added) is refused where a residual does not fit its parameter's size, but residuals of
-parameters of equal size cannot be told apart; start such a run from a fresh state.
+Without ``model=`` the state numbers the parameters, which assumes the same trainable parameters
+in the same order in every run: a state loaded into a model whose set of trainable parameters
+changed (a layer frozen, a head added) is refused where a residual does not fit its parameter's
+size, but parameters of equal size cannot be told apart. With ``SparDLState(..., model=module)``
+parameters are known by name, and such a state loads correctly.
 
 Buckets of another dtype (float16, bfloat16, float64) are synchronized in float32, the dtype
 of the residuals and messages, and the average is cast back to the bucket's dtype: float64
@@ -45,7 +46,10 @@ class SparDLState:
 
     ``method``: any name of ``compressors.available()``; ``options`` go to ``compressors.create``
     (e.g. ``teams=2`` for spardl, ``dense_warmup=512``). Bad options raise ``ValueError`` here.
-    ``skip_nonfinite``: for mixed precision with ``torch.amp.GradScaler``, whose overflowing steps
+    ``model``: the module (or DDP model) the hook serves; with it a parameter is known by its name
+    instead of its order, so a saved state loads into a model with layers frozen or added: each
+    residual goes back to the parameter of its name (those of parameters no longer trained stay
+    unused). ``skip_nonfinite``: for mixed precision with ``torch.amp.GradScaler``, whose overflowing steps
     are routine. If any rank's bucket holds NaN or inf (found with one extra one-element
     all-reduce per bucket), every rank gets the bucket as NaN, so the scaler skips the step on
     all of them, and the residuals are left as they were. Without it such a bucket is a
@@ -53,7 +57,7 @@ class SparDLState:
     """
 
     def __init__(self, process_group=None, density: float = 0.01, method: str = "spardl",
-                 skip_nonfinite: bool = False, **options) -> None:
+                 skip_nonfinite: bool = False, model=None, **options) -> None:
         self.method = compressors.resolve(method).name
         self.density = compressors.base.check_density(density)
         unknown = sorted(set(options) - set(compressors.options(self.method)))
@@ -61,12 +65,15 @@ class SparDLState:
             raise ValueError(f"unknown option(s) {unknown} for {method!r}; "
                              f"valid: {', '.join(compressors.options(self.method))}")
         self.skip_nonfinite = bool(skip_nonfinite)
+        # With ``model``, a parameter is known by its name ("module." of a DDP wrapper dropped).
+        self._names = None if model is None else {
+            id(p): name.removeprefix("module.") for name, p in model.named_parameters()}
         self.transport = TorchDistributedTransport(process_group)
         compressors.create(self.method, self.transport, numel=1, density=density, **options)  # checks values
         self.options = self._settled(self.method, options)
         self.synchronizers: dict = {}    # layout key -> synchronizer
         self._layouts: dict = {}         # layout key -> (parameter numbers, sizes, result buffer)
-        self._numbers: dict = {}         # id(parameter) -> its number
+        self._numbers: dict = {}         # id(parameter) -> its number (or name, with model=)
         self._owners: dict = {}          # parameter number -> (layout key, offset, numel)
         self._pending: dict = {}         # layout key -> saved state not yet used
 
@@ -82,7 +89,7 @@ class SparDLState:
         """The synchronizer of ``bucket``'s layout (created on first use, see the module
         docstring) and its reused result buffer."""
         parameters = bucket.parameters()
-        numbers = [self._numbers.setdefault(id(p), len(self._numbers)) for p in parameters]
+        numbers = [self._number(p) for p in parameters]
         key = ",".join(map(str, numbers))
         if key not in self.synchronizers:
             sizes = [p.numel() for p in parameters]
@@ -91,6 +98,16 @@ class SparDLState:
                                    f"parameters of {sum(sizes)}")
             self._build(key, numbers, sizes, bucket.buffer().device)
         return self.synchronizers[key], self._layouts[key][2]
+
+    def _number(self, parameter) -> int | str:
+        """How this state knows ``parameter``: its name with ``model=``, else the order in which
+        the state first saw it."""
+        if self._names is None:
+            return self._numbers.setdefault(id(parameter), len(self._numbers))
+        if id(parameter) not in self._names:
+            raise ValueError("a DDP bucket holds a parameter that is not in the model given as "
+                             "SparDLState(model=...)")
+        return self._numbers.setdefault(id(parameter), self._names[id(parameter)])
 
     def _build(self, key: str, numbers: list, sizes: list, device) -> None:
         sync = compressors.create(self.method, self.transport, numel=sum(sizes), density=self.density,
@@ -145,13 +162,20 @@ class SparDLState:
             numbers, sizes, _ = self._layouts[key]
             buckets[key] = {"numbers": numbers, "sizes": sizes, "state": sync.state_dict()}
         return {"method": self.method, "density": self.density, "options": dict(self.options),
-                "rank": self.transport.rank, "size": self.transport.size, "buckets": buckets}
+                "rank": self.transport.rank, "size": self.transport.size,
+                "parameters_by": self._identity(), "buckets": buckets}
+
+    def _identity(self) -> str:
+        return "order" if self._names is None else "name"
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict` of this rank; the buckets pick their residuals up when DDP
-        builds them. ``ValueError`` for another method, density, options, rank or world size."""
+        builds them. ``ValueError`` for another method, density, options, rank or world size, or
+        a state saved with ``model=`` loaded without it (or the other way round)."""
         mine = {"method": self.method, "density": self.density, "options": dict(self.options),
-                "rank": self.transport.rank, "size": self.transport.size}
+                "rank": self.transport.rank, "size": self.transport.size,
+                "parameters_by": self._identity()}
+        state = dict(state, parameters_by=state.get("parameters_by", "order"))  # older states
         if state.get("method") in compressors.available() and isinstance(state.get("options"), dict):
             state = dict(state, options=self._settled(state["method"], state["options"]))
         differ = [f"{key} {state.get(key)!r} (this state: {value!r})" for key, value in mine.items()

@@ -181,6 +181,33 @@ refitted.load_state_dict(state.state_dict())
 frozen_bias.register_comm_hook(refitted, hooks.spardl_hook)
 assert raises(lambda: backward(frozen_bias), "saved for another set of trainable parameters")
 
+# With model=, residuals are known by parameter name: freezing a.weight (the size of b.weight,
+# which numbering could not tell apart) leaves b.weight and a.bias their own residuals.
+whole = DistributedDataParallel(Biased())
+state = hooks.SparDLState(density=0.05, method="topk", model=whole)
+whole.register_comm_hook(state, hooks.spardl_hook)
+backward(whole)
+backward(whole)
+saved = {name: state.residual(p).clone() for name, p in whole.module.named_parameters()}
+frozen_weight = Biased()
+frozen_weight.a.weight.requires_grad_(False)
+refitted = hooks.SparDLState(density=0.05, method="topk", model=frozen_weight)  # the bare module
+refitted.load_state_dict(state.state_dict())
+assert raises(lambda: hooks.SparDLState(density=0.05, method="topk").load_state_dict(state.state_dict()),
+              "parameters_by 'name' (this state: 'order')")
+frozen_weight = DistributedDataParallel(frozen_weight)
+frozen_weight.register_comm_hook(refitted, hooks.spardl_hook)
+with torch.no_grad():
+    frozen_weight(torch.zeros(1, 64))  # no backward yet: residuals still pending
+backward_zero = lambda: frozen_weight(torch.zeros(4, 64)).sum().mul(0).backward()  # noqa: E731
+backward_zero()  # zero gradients: each residual is what was saved, less what the call sent
+for name in ("a.bias", "b.weight"):
+    p = dict(frozen_weight.module.named_parameters())[name]
+    residual, before = refitted.residual(p), saved[name]
+    kept = residual != 0
+    assert torch.equal(residual[kept], before[kept]), f"{name} got another parameter's residual"
+    assert kept.sum() >= before.numel() - 2 * max(1, int(0.05 * before.numel())) - 8, name
+
 # Mixed precision: an overflow on one rank gives every rank a NaN bucket (GradScaler skips the
 # step everywhere) and leaves the residuals alone; finite steps synchronize as usual.
 amp = DistributedDataParallel(Biased())

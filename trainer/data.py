@@ -15,9 +15,9 @@ def make_loaders(split, batch_size, eval_batch_size, rank, world_size, seed, wor
     # Workers start anew every epoch (not persistent): each epoch's augmentation seeds then come
     # from the main process's generator, which checkpoints restore, so a resumed run draws what
     # an uninterrupted one would.
-    # A last batch of one sample is dropped (batch norm cannot train on one value per channel);
-    # the shards are reshuffled every epoch, so it is another sample each time.
-    single_last = batch_size > 1 and len(sampler) % batch_size == 1
+    # A last batch of one sample after full ones is dropped (batch norm cannot train on one value
+    # per channel); the shards are reshuffled every epoch, so it is another sample each time.
+    single_last = 1 < batch_size < len(sampler) and len(sampler) % batch_size == 1
     train = DataLoader(split.train, batch_size=batch_size, sampler=sampler,
                        num_workers=workers, pin_memory=pin, drop_last=single_last)
     test_part = Subset(split.test, evaluation_shard(len(split.test), rank, world_size))

@@ -68,6 +68,7 @@ class SparDLState:
         # With ``model``, a parameter is known by its name ("module." of a DDP wrapper dropped).
         self._names = None if model is None else {
             id(p): name.removeprefix("module.") for name, p in model.named_parameters()}
+        self.parameters_by = "order" if model is None else "name"
         self.transport = TorchDistributedTransport(process_group)
         compressors.create(self.method, self.transport, numel=1, density=density, **options)  # checks values
         self.options = self._settled(self.method, options)
@@ -163,10 +164,7 @@ class SparDLState:
             buckets[key] = {"numbers": numbers, "sizes": sizes, "state": sync.state_dict()}
         return {"method": self.method, "density": self.density, "options": dict(self.options),
                 "rank": self.transport.rank, "size": self.transport.size,
-                "parameters_by": self._identity(), "buckets": buckets}
-
-    def _identity(self) -> str:
-        return "order" if self._names is None else "name"
+                "parameters_by": self.parameters_by, "buckets": buckets}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict` of this rank; the buckets pick their residuals up when DDP
@@ -174,7 +172,7 @@ class SparDLState:
         a state saved with ``model=`` loaded without it (or the other way round)."""
         mine = {"method": self.method, "density": self.density, "options": dict(self.options),
                 "rank": self.transport.rank, "size": self.transport.size,
-                "parameters_by": self._identity()}
+                "parameters_by": self.parameters_by}
         state = dict(state, parameters_by=state.get("parameters_by", "order"))  # older states
         if state.get("method") in compressors.available() and isinstance(state.get("options"), dict):
             state = dict(state, options=self._settled(state["method"], state["options"]))
@@ -199,7 +197,9 @@ def spardl_hook(state: SparDLState, bucket: dist.GradBucket) -> torch.futures.Fu
     sync, out = state.synchronizer(bucket)
     future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     if state.skip_nonfinite:
-        flag = torch.tensor([0.0 if bool(torch.isfinite(flat).all()) else 1.0], device=flat.device)
+        # One pass, no n-sized mask: the sum is NaN or inf when an entry is, and otherwise only
+        # for values near float32's limit, which the float32 synchronization would overflow too.
+        flag = (~torch.isfinite(flat.sum(dtype=torch.float32))).float().reshape(1)
         if state.transport.allreduce_sum_(flag).item() > 0:
             future.set_result(torch.full_like(flat, float("nan")))
             return future

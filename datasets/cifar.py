@@ -46,8 +46,9 @@ def download_cifar100(data_dir):
     torchvision.datasets.CIFAR100(data_dir, download=True)
 
 
-def read_batches(folder, names, label_key):
-    """Read pickled batches into (uint8 images of shape (N, 3, 32, 32), int64 labels)."""
+def read_batches(folder, names, label_key, num_classes):
+    """Read pickled batches into (uint8 images of shape (N, 3, 32, 32), int64 labels), the labels
+    checked to lie in ``0 .. num_classes-1``."""
     images, labels = [], []
     for name in names:
         try:
@@ -62,18 +63,16 @@ def read_batches(folder, names, label_key):
                             f"{type(error).__name__}: {error}") from None
         if len(labels) != sum(len(part) for part in images):
             raise DataError(f"{folder / name}: {len(images[-1])} images but a different number of labels")
-    return torch.from_numpy(np.concatenate(images)), torch.tensor(labels, dtype=torch.int64)
+    labels = torch.tensor(labels, dtype=torch.int64)
+    check_labels(labels, num_classes, f"{folder} {', '.join(names)}")
+    return torch.from_numpy(np.concatenate(images)), labels
 
 
 def _split(folder, train_names, test_names, label_key, num_classes):
     augment = v2.Compose([v2.RandomCrop(32, padding=4), v2.RandomHorizontalFlip()])
     mean, std = _MEAN[num_classes], _STD[num_classes]
-    parts = {}
-    for part, names in (("train", train_names), ("test", test_names)):
-        parts[part] = read_batches(folder, names, label_key)
-        check_labels(parts[part][1], num_classes, f"{folder} {', '.join(names)}")
-    train = ArrayDataset(*parts["train"], mean, std, augment)
-    test = ArrayDataset(*parts["test"], mean, std)
+    train = ArrayDataset(*read_batches(folder, train_names, label_key, num_classes), mean, std, augment)
+    test = ArrayDataset(*read_batches(folder, test_names, label_key, num_classes), mean, std)
     return DataSplit(train, test, num_classes=num_classes, input_shape=(3, 32, 32))
 
 

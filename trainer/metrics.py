@@ -77,9 +77,9 @@ class MetricsLog:
         if self.path is None or not self.path.is_file():
             return
         text = self.path.read_text()
-        kept = [line for line in text.splitlines()
-                if _epoch_of(line) is not None and _epoch_of(line) <= after_epoch]
-        if len(kept) == len(text.splitlines()):
+        lines = text.splitlines()
+        kept = [line for line in lines if _epoch_of(line) is not None and _epoch_of(line) <= after_epoch]
+        if len(kept) == len(lines):
             return
         backup = _first_free_copy(self.path)
         backup.write_text(text)

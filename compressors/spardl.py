@@ -7,17 +7,18 @@ One synchronization of worker w = (team t, position r), teams of m = P/d contigu
    timed as "select"; about half the blocks are first touched by a cut), a receive adds it first.
 2. Spar-Reduce-Scatter inside the team (``allreducers.srs``): ceil(log2 m) rounds, one message
    per round; each block is cut to its top-k_b (k_b = max(1, int(B*density))) right before it is
-   sent, and whatever the cut drops stays in this worker's dense copy of the block.
+   sent. The cut only reads the block: a sent block is never touched again, so its dense copy
+   keeps what the cut dropped, and the cut's columns are kept to tell what it sent on.
 3. The own block r, now summed over the team, is cut to its top-h (h = k_b when d = 1). With
-   d = 1 that list is final and step 6 sets the residual at all its columns to 0, so the block
-   is only read: no zeroing, nothing to save and restore, no gather of what it dropped.
+   d = 1 that list is final and step 6 sets the residual at all its columns to 0.
 4. d > 1 only, Spar-All-Gather: the d workers holding block r all-gather their h-entry lists
    (Bruck, or recursive doubling for d a power of two), sum duplicates in team order, and keep
    the top-k_b of the union; h adapts so that the union tracks k_b (:class:`HeightAdapter`).
 5. Bruck all-gather of the m block lists inside the team; result = values / P, unpadded.
 6. Global residual collection: at every coordinate present in the result the new residual is what
-   this worker's cuts dropped there; elsewhere it is this worker's own accumulated value. Summed
-   over the workers this keeps every discarded value: sum_w a_w = P*result + sum_w residual_w.
+   this worker's cuts dropped there (0 where its cut sent the entry on, else the block's value
+   when it was cut); elsewhere it is this worker's own accumulated value. Summed over the
+   workers this keeps every discarded value: sum_w a_w = P*result + sum_w residual_w.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from allreducers import (allgather_lists, bruck_allgather_schedule, pack, recurs
 from . import register
 from .base import Synchronizer
 from .selection import Selector
+from .sparse_ops import is_member
 
 SAG_VARIANTS = ("bruck", "recursive")
 
@@ -148,13 +150,14 @@ class SparDL(Synchronizer):
             work = self._padded_work(self._residual)
         blocks = work.view(self.team_size, self.block_size)
         pending = set(range(self.team_size))  # blocks still without the gradient (step 1)
-        # The blocks are reduced in place, so a_o survives only where nothing touched it: every
-        # cut and every receive first saves, per block, the values it overwrites (O(k) per call).
+        # Receives reduce blocks in place, so a_o survives only where nothing was added: each
+        # receive first saves, per block, the values it overwrites (O(k) per call).
         saves = [[] for _ in range(self.team_size)]
+        sent = [None] * self.team_size  # per block, the columns its cut sent on (ascending)
 
-        def cut(first, count, keep, take_out=True):
+        def cut(first, count, keep):
             addend = self._first_touch(blocks, grad, pending, first, count, fuse=True)
-            return self._cut(blocks, first, count, keep, saves, addend, take_out)
+            return self._cut(blocks, first, count, keep, sent, addend)
 
         def produce(step):
             with timer("select"):
@@ -172,41 +175,54 @@ class SparDL(Synchronizer):
 
         run_schedule(self.transport, self.srs_steps, produce, consume, work.device, timer)
         with timer("select"):
-            own = cut(self.position, 1, self.height.value, take_out=not self._own_list_final)[0]
+            own = cut(self.position, 1, self.height.value)[0]
         if self.teams > 1:
             own = self._spar_all_gather(own, timer)
         gathered = allgather_lists(self.transport, self.gather_steps, self.position, own,
                                    budget if self.teams == 1 else None, timer)
         with timer("accumulate"):
             result = self._new_result(work.device)
-            self._nnz = int(sum(self._collect(block, columns, values, blocks[block], saves[block], result)
+            self._nnz = int(sum(self._collect(block, columns, values, blocks[block], saves[block], sent[block],
+                                              result)
                                 for block, (columns, values) in gathered.items()))  # one device sync
         return result, work[:self.numel]
 
-    def _collect(self, block: int, columns, values, row, saves: list, result) -> torch.Tensor:
+    def _collect(self, block: int, columns, values, row, saves: list, sent, result) -> torch.Tensor:
         """Write block ``block``'s gathered list (``columns`` ascending) / P into the zeroed
-        ``result`` and leave its global residual in ``row`` (module docstring, step 6): what the
-        cuts dropped at the listed columns, a_o everywhere else. Returns the list's non-zeros
-        inside the vector (a 0-d tensor).
+        ``result`` and leave its global residual in ``row`` (module docstring, step 6): at the
+        listed columns 0 where this worker's cut sent the entry on (``sent``: the cut's columns,
+        ascending) and the block's value when it was cut elsewhere; a_o at all other columns.
+        Returns the list's non-zeros inside the vector (a 0-d tensor).
 
         One block at a time, so the second and later touches of its coordinates hit the cache.
         """
-        columns = columns.long()  # once: the scatters below would each convert int32 again
+        columns = columns.long()  # once: the calls below would each convert int32 again
         start = block * self.block_size
         part = result[min(start, self.numel):start + self.block_size]
         inside, kept = columns, values
         if part.numel() < self.block_size:  # the last block: its padding is a suffix of the list
             end = int(torch.searchsorted(columns, part.numel()))
             inside, kept = columns[:end], values[:end]
-        part.scatter_(0, inside, kept / self.size)
+        part.scatter_add_(0, inside, kept / self.size)  # into zeros: 2x faster than scatter_ on CPU
         if block == self.position and self._own_list_final:  # all of it passed on
-            dropped = torch.zeros_like(values)
-        else:
-            dropped = row.index_select(0, columns)
-        for touched, before in reversed(saves):  # newest first: each coordinate ends at its a_o
-            row.scatter_(0, touched, before)
-        row.scatter_(0, columns, dropped)
+            self._restore(row, saves)
+            row.index_fill_(0, columns, 0.0)
+            return torch.count_nonzero(kept)
+        passed_on = is_member(sent, columns)
+        if saves:  # received into: the cut saw a_o plus the sums, and a_o must come back
+            dropped = row.index_select(0, columns).masked_fill_(passed_on, 0.0)
+            self._restore(row, saves)
+            row.scatter_(0, columns, dropped)
+        else:  # only cut: the row still holds a_o, the value the cut saw
+            row.index_fill_(0, columns[passed_on], 0.0)
         return torch.count_nonzero(kept)
+
+    @staticmethod
+    def _restore(row: torch.Tensor, saves: list) -> None:
+        """Put back the values the receives into ``row`` overwrote, newest first, so that each
+        coordinate ends at its a_o."""
+        for touched, before in reversed(saves):
+            row.scatter_(0, touched, before)
 
     def _padded_work(self, residual: torch.Tensor) -> torch.Tensor:
         """The zero-padded buffer of m*B entries whose first n hold ``residual``.
@@ -239,20 +255,15 @@ class SparDL(Synchronizer):
         """The entries of ``grad`` in blocks ``first .. first+count-1`` (none in the padding)."""
         return grad[min(self.numel, first * self.block_size):(first + count) * self.block_size]
 
-    def _cut(self, blocks: torch.Tensor, first: int, count: int, keep: int, saves: list, addend,
-             take_out: bool) -> list:
+    def _cut(self, blocks: torch.Tensor, first: int, count: int, keep: int, sent: list, addend) -> list:
         """Top-``keep`` of each of the blocks ``first .. first+count-1`` as one sparse list per
-        block (int32 columns, values); if ``take_out``, zero them in the dense copy, saving what
-        they held. ``addend``: the gradient still to be added into these blocks, in the
-        selection pass. The selector remembers the cut's thresholds under ``(first, count)``."""
-        choose = self.selector.cut if take_out else self.selector.select
-        cuts = []
-        for block, columns, values in zip(range(first, first + count),
-                                          *choose(blocks[first:first + count], keep, addend, (first, count))):
-            if take_out:
-                saves[block].append((columns, values))
-            cuts.append((columns.to(torch.int32), values))
-        return cuts
+        block (int32 columns, values); the blocks stay as they are, and each block's columns
+        (int64, ascending) go to ``sent[block]``. ``addend``: the gradient still to be added into
+        these blocks, in the selection pass. The selector remembers the cut's thresholds under
+        ``(first, count)``."""
+        columns, values = self.selector.select(blocks[first:first + count], keep, addend, (first, count))
+        sent[first:first + count] = list(columns)
+        return [(row_columns.to(torch.int32), row_values) for row_columns, row_values in zip(columns, values)]
 
     def _spar_all_gather(self, own: tuple, timer) -> tuple:
         """Union of the d teams' top-h lists of this position's block, cut to its top-k_b."""

@@ -32,7 +32,7 @@ from allreducers import (allgather_lists, bruck_allgather_schedule, pack, recurs
 
 from . import register
 from .base import Synchronizer
-from .selection import Selector
+from .selection import Selector, flat_nonzero
 from .sparse_ops import is_member
 
 SAG_VARIANTS = ("bruck", "recursive")
@@ -94,6 +94,19 @@ def _runs(items) -> list:
         else:
             runs.append([item, 1])
     return [tuple(run) for run in runs]
+
+
+def _passed_on(seen: torch.Tensor, columns: torch.Tensor, cut_columns: torch.Tensor,
+               level: torch.Tensor) -> torch.Tensor:
+    """Mask: which ``columns`` of a block a cut took, given the values there when it cut
+    (``seen``), its columns and its k-th largest ``|x|`` (``level``). A cut takes every entry
+    above its level and none below, so only entries equal to the level (the last one taken,
+    and ties, broken by position) are looked up among its columns."""
+    magnitude = seen.abs()
+    passed_on = magnitude > level
+    tied = flat_nonzero(magnitude == level)
+    passed_on[tied] = is_member(cut_columns, columns[tied])
+    return passed_on
 
 
 def check_teams(teams, sag: str, workers: int) -> int:
@@ -191,7 +204,8 @@ class SparDL(Synchronizer):
         """Write block ``block``'s gathered list (``columns`` ascending) / P into the zeroed
         ``result`` and leave its global residual in ``row`` (module docstring, step 6): at the
         listed columns 0 where this worker's cut sent the entry on (``sent``: the cut's columns,
-        ascending) and the block's value when it was cut elsewhere; a_o at all other columns.
+        ascending, and its k-th largest ``|x|``) and the block's value when it was cut elsewhere;
+        a_o at all other columns.
         Returns the list's non-zeros inside the vector (a 0-d tensor).
 
         One block at a time, so the second and later touches of its coordinates hit the cache.
@@ -208,12 +222,12 @@ class SparDL(Synchronizer):
             self._restore(row, saves)
             row.index_fill_(0, columns, 0.0)
             return torch.count_nonzero(kept)
-        passed_on = is_member(sent, columns)
-        if saves:  # received into: the cut saw a_o plus the sums, and a_o must come back
-            dropped = row.index_select(0, columns).masked_fill_(passed_on, 0.0)
+        seen = row.index_select(0, columns)  # what the cut saw: nothing touched the block since
+        passed_on = _passed_on(seen, columns, *sent)
+        if saves:  # received into: a_o must come back, then what the cut dropped
             self._restore(row, saves)
-            row.scatter_(0, columns, dropped)
-        else:  # only cut: the row still holds a_o, the value the cut saw
+            row.scatter_(0, columns, seen.masked_fill_(passed_on, 0.0))
+        else:  # only cut: the row still holds a_o
             row.index_fill_(0, columns[passed_on], 0.0)
         return torch.count_nonzero(kept)
 
@@ -257,12 +271,12 @@ class SparDL(Synchronizer):
 
     def _cut(self, blocks: torch.Tensor, first: int, count: int, keep: int, sent: list, addend) -> list:
         """Top-``keep`` of each of the blocks ``first .. first+count-1`` as one sparse list per
-        block (int32 columns, values); the blocks stay as they are, and each block's columns
-        (int64, ascending) go to ``sent[block]``. ``addend``: the gradient still to be added into
+        block (int32 columns, values); the blocks stay as they are, and ``sent[block]`` gets the
+        block's columns (int64, ascending) and its k-th largest ``|x|``. ``addend``: the gradient still to be added into
         these blocks, in the selection pass. The selector remembers the cut's thresholds under
         ``(first, count)``."""
         columns, values = self.selector.select(blocks[first:first + count], keep, addend, (first, count))
-        sent[first:first + count] = list(columns)
+        sent[first:first + count] = zip(columns, values.abs().amin(dim=1))
         return [(row_columns.to(torch.int32), row_values) for row_columns, row_values in zip(columns, values)]
 
     def _spar_all_gather(self, own: tuple, timer) -> tuple:

@@ -11,13 +11,15 @@ def heavy_tailed(shape, seed):
     return torch.from_numpy(np.random.default_rng(seed).standard_t(3, shape).astype(np.float32))
 
 
-def run_calls(method, workers, numel, density, calls=1, seed=0, **options):
-    """Create ``method`` on ``workers`` in-process ranks and run ``calls`` synchronizations.
+def run_calls(method, workers, numel, density, calls=1, seed=0, grads=None, **options):
+    """Create ``method`` on ``workers`` in-process ranks and run ``calls`` synchronizations of
+    ``grads`` (calls, workers, numel); heavy-tailed ones from ``seed`` by default.
 
     Returns per call: the gradients (workers, numel), residuals before and after, the results and
     the stats of every rank, and the synchronizers' final state dicts.
     """
-    grads = heavy_tailed((calls, workers, numel), seed)
+    if grads is None:
+        grads = heavy_tailed((calls, workers, numel), seed)
 
     def body(transport):
         sync = compressors.create(method, transport, numel=numel, density=density, **options)

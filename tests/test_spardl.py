@@ -65,9 +65,18 @@ def test_matches_reference_with_blocks_long_enough_to_be_sampled(workers):
     check_against_reference(workers, 40_000 * workers + 3, 0.01)
 
 
-def check_against_reference(workers, numel, density):
+@pytest.mark.parametrize("workers", [2, 3, 4, 7])
+def test_matches_reference_when_many_values_tie(workers):
+    """Gradients of small integers: many entries tie with a cut's k-th largest |x|, so the cuts
+    break ties by position and global residual collection looks those up among a cut's columns."""
+    numel = 3001
+    grads = torch.from_numpy(np.random.default_rng(workers).integers(-3, 4, (3, workers, numel)).astype(np.float32))
+    check_against_reference(workers, numel, 0.05, grads)
+
+
+def check_against_reference(workers, numel, density, grads=None):
     """Three consecutive calls (residuals carried) equal the numpy reference on every rank."""
-    calls, _ = run_calls("spardl", workers, numel, density, calls=3, seed=workers)
+    calls, _ = run_calls("spardl", workers, numel, density, calls=3, seed=workers, grads=grads)
     for call in calls:
         accumulated = (call["grads"] + call["before"]).numpy()
         expected, residuals = reference_spardl(accumulated, density)

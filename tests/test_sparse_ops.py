@@ -27,6 +27,7 @@ def test_is_member_matches_python_sets_for_mixed_index_types():
     for set_type, query_type in [(torch.int64, torch.int64), (torch.int32, torch.int64), (torch.int64, torch.int32)]:
         mask = is_member(sorted_set.to(set_type), query.to(query_type))
         assert mask.dtype == torch.bool and mask.tolist() == expected
+        assert is_member(sorted_set.to(set_type), query[:5].to(query_type)).tolist() == expected[:5]  # searches
     assert is_member(sorted_set[:0], query).tolist() == [False] * 900
     assert is_member(sorted_set, query[:0]).numel() == 0
 

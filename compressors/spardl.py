@@ -284,20 +284,20 @@ class SparDL(Synchronizer):
         lists = allgather_lists(self.transport, self.sag_steps, self.team, own,
                                 self.height.value, timer)
         with timer("accumulate"):
-            total = torch.zeros(self.block_size, device=own[1].device)
-            present = torch.zeros(self.block_size, dtype=torch.bool, device=own[1].device)
-            for team in range(self.teams):  # team order: the same sums on every holder
-                indices, values = lists[team]
-                total.index_add_(0, indices, values)
-                present[indices.long()] = True
-            union = torch.nonzero(present).squeeze(1)
-            union_values = total[union]
+            teams = [lists[team] for team in range(self.teams)]
+            union, place = torch.unique(torch.cat([indices for indices, _ in teams]), return_inverse=True)
+            union_values = torch.zeros(union.numel(), device=own[1].device)
+            start = 0
+            for _, values in teams:  # team order: the same sums on every holder (each list is
+                # free of duplicates, so no two additions of one call meet even on a GPU)
+                union_values.index_add_(0, place[start:start + values.numel()], values)
+                start += values.numel()
         self.height.update(union.numel())
         if union.numel() > self.block_budget:
             with timer("select"):
                 keep = self.selector.topk(union_values, self.block_budget)
                 union, union_values = union[keep], union_values[keep]
-        return union.to(torch.int32), union_values
+        return union, union_values
 
     def _count_nonzero(self, result):
         return self._nnz

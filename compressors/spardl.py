@@ -166,7 +166,7 @@ class SparDL(Synchronizer):
         # Receives reduce blocks in place, so a_o survives only where nothing was added: each
         # receive first saves, per block, the values it overwrites (O(k) per call).
         saves = [[] for _ in range(self.team_size)]
-        sent = [None] * self.team_size  # per block, the columns its cut sent on (ascending)
+        sent = [None] * self.team_size  # per block, its cut's columns and k-th largest |x|
 
         def cut(first, count, keep):
             addend = self._first_touch(blocks, grad, pending, first, count, fuse=True)
@@ -195,8 +195,8 @@ class SparDL(Synchronizer):
                                    budget if self.teams == 1 else None, timer)
         with timer("accumulate"):
             result = self._new_result(work.device)
-            self._nnz = int(sum(self._collect(block, columns, values, blocks[block], saves[block], sent[block],
-                                              result)
+            self._nnz = int(sum(self._collect(block, columns, values, blocks[block], saves[block],
+                                              sent[block], result)
                                 for block, (columns, values) in gathered.items()))  # one device sync
         return result, work[:self.numel]
 
@@ -205,8 +205,7 @@ class SparDL(Synchronizer):
         ``result`` and leave its global residual in ``row`` (module docstring, step 6): at the
         listed columns 0 where this worker's cut sent the entry on (``sent``: the cut's columns,
         ascending, and its k-th largest ``|x|``) and the block's value when it was cut elsewhere;
-        a_o at all other columns.
-        Returns the list's non-zeros inside the vector (a 0-d tensor).
+        a_o at all other columns. Returns the list's non-zeros inside the vector (a 0-d tensor).
 
         One block at a time, so the second and later touches of its coordinates hit the cache.
         """
@@ -272,9 +271,9 @@ class SparDL(Synchronizer):
     def _cut(self, blocks: torch.Tensor, first: int, count: int, keep: int, sent: list, addend) -> list:
         """Top-``keep`` of each of the blocks ``first .. first+count-1`` as one sparse list per
         block (int32 columns, values); the blocks stay as they are, and ``sent[block]`` gets the
-        block's columns (int64, ascending) and its k-th largest ``|x|``. ``addend``: the gradient still to be added into
-        these blocks, in the selection pass. The selector remembers the cut's thresholds under
-        ``(first, count)``."""
+        block's columns (int64, ascending) and its k-th largest ``|x|``. ``addend``: the gradient
+        still to be added into these blocks, in the selection pass. The selector remembers the
+        cut's thresholds under ``(first, count)``."""
         columns, values = self.selector.select(blocks[first:first + count], keep, addend, (first, count))
         sent[first:first + count] = zip(columns, values.abs().amin(dim=1))
         return [(row_columns.to(torch.int32), row_values) for row_columns, row_values in zip(columns, values)]

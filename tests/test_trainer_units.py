@@ -2,6 +2,7 @@
 collective helpers (on MPI.COMM_SELF), metrics rows, checkpoints, and the command line's checks
 (in process, as rank 0 of a pretended job)."""
 import json
+import struct
 
 import pytest
 import torch
@@ -295,6 +296,42 @@ def test_metrics_log_appends_rows_and_writes_tensorboard(tmp_path, capsys):
     assert list(tmp_path.glob("events.out.tfevents.*"))
     assert not (tmp_path / "other").exists()
     assert "test acc 50.00%" in capsys.readouterr().out
+
+
+def tensorboard_events(path):
+    """The events of one TensorBoard event file (TFRecords: length, its CRC, data, data's CRC)."""
+    from tensorboardX.proto.event_pb2 import Event
+    data, events, position = path.read_bytes(), [], 0
+    while position < len(data):
+        length = struct.unpack("<Q", data[position:position + 8])[0]
+        events.append(Event.FromString(data[position + 12:position + 12 + length]))
+        position += 16 + length
+    return events
+
+
+def test_metrics_log_start_hides_the_later_epochs_of_earlier_tensorboard_files(tmp_path):
+    """A resumed run (from epoch 2) and a fresh run in a used --log-dir: each new event file starts
+    with TensorBoard's purge marker at the first epoch it writes, so the older files' events from
+    that epoch on are hidden instead of mixed with the new curves."""
+    row = {"epoch": 1, "max_epochs": 3, "train_loss": 1.0, "test_loss": 1.0, "test_acc": 0.5,
+           "lr": 0.1, "epoch_seconds": 1.0, "compute_seconds": 0.5, "sync_seconds": 0.4,
+           "select_seconds": 0.1, "comm_seconds": 0.2, "bytes_sent_per_rank": 1.0}
+    runs = []
+    for after_epoch, epochs in [(0, (1, 2, 3)), (2, (3,)), (0, (1,))]:
+        log = MetricsLog(tmp_path, rank=0)
+        log.start(after_epoch)
+        for epoch in epochs:
+            log.log({**row, "epoch": epoch})
+        log.close()
+        # Event files are named by the second they are opened in: set this one aside, so that
+        # the next run, within the same second, does not write over it.
+        (written,) = tmp_path.glob("events.out.tfevents.*")
+        runs.append(tensorboard_events(written.rename(tmp_path / f"run-{len(runs)}")))
+    for events, purged_from, epochs in zip(runs, (1, 3, 1), [(1, 2, 3), (3,), (1,)]):
+        starts = [event.step for event in events if event.HasField("session_log")
+                  and event.session_log.status == event.session_log.START]
+        assert starts == [purged_from]
+        assert sorted({event.step for event in events if event.HasField("summary")}) == list(epochs)
 
 
 def test_checkpoints_are_atomic_pruned_and_found(tmp_path):

@@ -61,11 +61,8 @@ class MetricsLog:
         self.writer = None
         self.path = None
         if self.active and log_dir is not None:
-            # Imported here: only rank 0 pays tensorboardX's import time.
-            from tensorboardX import SummaryWriter
             Path(log_dir).mkdir(parents=True, exist_ok=True)
             self.path = Path(log_dir) / "metrics.jsonl"
-            self.writer = SummaryWriter(str(log_dir))
 
     def start(self, after_epoch):
         """Begin this run's rows: keep only those of epochs up to ``after_epoch`` (the checkpoint a
@@ -73,8 +70,13 @@ class MetricsLog:
 
         A file that loses rows is first copied whole to the first free ``metrics.jsonl.N``, so a
         re-run (or a ``--resume`` from a mistyped checkpoint directory) never destroys a record.
+        TensorBoard likewise hides the later epochs that earlier event files in the directory hold
+        (the new event file starts by purging them), so their curves do not mix with this run's.
         """
-        if self.path is None or not self.path.is_file():
+        if self.path is None:
+            return
+        self._open_writer(purge_step=after_epoch + 1)
+        if not self.path.is_file():
             return
         text = self.path.read_text()
         lines = text.splitlines()
@@ -97,6 +99,8 @@ class MetricsLog:
             return
         print(format_row(row), flush=True)
         if self.path is not None:
+            if self.writer is None:
+                self._open_writer()
             with open(self.path, "a") as stream:
                 stream.write(json.dumps(row) + "\n")
             for key, value in row.items():
@@ -108,6 +112,15 @@ class MetricsLog:
         """Close the TensorBoard writer."""
         if self.writer is not None:
             self.writer.close()
+            self.writer = None
+
+    def _open_writer(self, purge_step=None):
+        """A new TensorBoard event file in the log directory; ``purge_step``: TensorBoard hides
+        the events of that epoch and later from the directory's earlier files."""
+        self.close()
+        # Imported here: only rank 0 pays tensorboardX's import time.
+        from tensorboardX import SummaryWriter
+        self.writer = SummaryWriter(str(self.path.parent), purge_step=purge_step)
 
 
 def _first_free_copy(path):

@@ -11,6 +11,7 @@ training prints the failing rank's traceback and aborts the whole job.
 """
 import argparse
 import math
+import os
 import random
 import sys
 import tempfile
@@ -98,7 +99,7 @@ def build_parser(rank=0):
     training.add_argument("--eval-batch-size", type=int, metavar="B",
                           help="samples per worker per test batch")
     training.add_argument("--loader-workers", type=int, metavar="K",
-                          help="data-loading worker processes per rank")
+                          help="data-loading worker processes per rank (at most the CPUs it may use)")
     training.add_argument("--seed", type=int, default=0, metavar="S",
                           help="seed of weights, shuffling and augmentation (default: 0)")
 
@@ -166,7 +167,17 @@ def parse_settings(argv, comm):
         args.compressor = "dense"
     if args.compressor == "dense":
         args.density = 1.0  # what a dense run keeps, and what its metrics report
+    cpus = _usable_cpus()
+    if settings["loader_workers"] > cpus:
+        _note(comm, f"{settings['loader_workers']} loader workers (--loader-workers or the config) are "
+                    f"more than the {cpus} CPU(s) this process may use; using {cpus}")
+        settings["loader_workers"] = cpus
     return args, settings
+
+
+def _usable_cpus():
+    """How many CPUs this process may run on (its affinity where the system has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _note(comm, message):

@@ -210,6 +210,18 @@ def test_sag_recursive_does_not_stop_a_method_without_it():
     assert (args.teams, args.sag) == (3, "recursive")
 
 
+def test_more_loader_workers_than_cpus_are_capped_with_a_note(monkeypatch, capsys):
+    """torch warns (and a loader may stall) when a rank starts more workers than it has CPUs,
+    as the ImageNet configs' 4 would on 2 cores."""
+    monkeypatch.setattr(main_trainer, "_usable_cpus", lambda: 2)
+    _, settings = main_trainer.parse_settings(["--loader-workers", "4"], _FirstOfSix())
+    assert settings["loader_workers"] == 2
+    assert "4 loader workers (--loader-workers or the config) are more than the 2 CPU(s) this process " \
+           "may use; using 2" in capsys.readouterr().err
+    _, settings = main_trainer.parse_settings(["--loader-workers", "2"], _FirstOfSix())
+    assert settings["loader_workers"] == 2 and "loader-workers" not in capsys.readouterr().err
+
+
 def test_a_rejected_run_leaves_no_directory_behind(tmp_path):
     log_dir, checkpoint_dir = tmp_path / "runs" / "a", tmp_path / "ckpt"
     with pytest.raises(UsageError, match="--density must lie in"):

@@ -65,16 +65,16 @@ class SparDLState:
             raise ValueError(f"unknown option(s) {unknown} for {method!r}; "
                              f"valid: {', '.join(compressors.options(self.method))}")
         self.skip_nonfinite = bool(skip_nonfinite)
-        # With ``model``, a parameter is known by its name ("module." of a DDP wrapper dropped).
-        self._names = None if model is None else {
-            id(p): name.removeprefix("module.") for name, p in model.named_parameters()}
         self.parameters_by = "order" if model is None else "name"
         self.transport = TorchDistributedTransport(process_group)
         compressors.create(self.method, self.transport, numel=1, density=density, **options)  # checks values
         self.options = self._settled(self.method, options)
         self.synchronizers: dict = {}    # layout key -> synchronizer
         self._layouts: dict = {}         # layout key -> (parameter numbers, sizes, result buffer)
-        self._numbers: dict = {}         # id(parameter) -> its number (or name, with model=)
+        # id(parameter) -> its number, in the order the state first sees them; with ``model``, its
+        # name ("module." of a DDP wrapper dropped), known from the start.
+        self._numbers: dict = {} if model is None else {
+            id(p): name.removeprefix("module.") for name, p in model.named_parameters()}
         self._owners: dict = {}          # parameter number -> (layout key, offset, numel)
         self._pending: dict = {}         # layout key -> saved state not yet used
 
@@ -103,12 +103,12 @@ class SparDLState:
     def _number(self, parameter) -> int | str:
         """How this state knows ``parameter``: its name with ``model=``, else the order in which
         the state first saw it."""
-        if self._names is None:
+        if self.parameters_by == "order":
             return self._numbers.setdefault(id(parameter), len(self._numbers))
-        if id(parameter) not in self._names:
+        if id(parameter) not in self._numbers:
             raise ValueError("a DDP bucket holds a parameter that is not in the model given as "
                              "SparDLState(model=...)")
-        return self._numbers.setdefault(id(parameter), self._names[id(parameter)])
+        return self._numbers[id(parameter)]
 
     def _build(self, key: str, numbers: list, sizes: list, device) -> None:
         sync = compressors.create(self.method, self.transport, numel=sum(sizes), density=self.density,
@@ -151,8 +151,9 @@ class SparDLState:
         return None
 
     def residual(self, parameter: torch.Tensor) -> torch.Tensor:
-        """This rank's residual of ``parameter``, shaped like it (zeros before the parameter's
-        first backward pass under this state, which is when the state learns its buckets)."""
+        """This rank's residual of ``parameter``, shaped like it: zeros while the state holds none
+        for it (before its first backward pass under this state, which is when the state learns
+        its buckets, unless a loaded state of a state with ``model=`` holds it)."""
         slot = self._slot(self._numbers[id(parameter)]) if id(parameter) in self._numbers else None
         return torch.zeros_like(parameter) if slot is None else slot.view_as(parameter)
 

@@ -167,17 +167,12 @@ def parse_settings(argv, comm):
         args.compressor = "dense"
     if args.compressor == "dense":
         args.density = 1.0  # what a dense run keeps, and what its metrics report
-    cpus = _usable_cpus()
+    cpus = len(os.sched_getaffinity(0))
     if settings["loader_workers"] > cpus:
         _note(comm, f"{settings['loader_workers']} loader workers (--loader-workers or the config) are "
                     f"more than the {cpus} CPU(s) this process may use; using {cpus}")
         settings["loader_workers"] = cpus
     return args, settings
-
-
-def _usable_cpus():
-    """How many CPUs this process may run on (its affinity where the system has one)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _note(comm, message):

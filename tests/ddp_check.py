@@ -193,6 +193,7 @@ frozen_weight = Biased()
 frozen_weight.a.weight.requires_grad_(False)
 refitted = hooks.SparDLState(density=0.05, method="topk", model=frozen_weight)  # the bare module
 refitted.load_state_dict(state.state_dict())
+assert torch.equal(refitted.residual(frozen_weight.b.weight), saved["b.weight"])  # known by name already
 assert raises(lambda: hooks.SparDLState(density=0.05, method="topk").load_state_dict(state.state_dict()),
               "parameters_by 'name' (this state: 'order')")
 frozen_weight = DistributedDataParallel(frozen_weight)

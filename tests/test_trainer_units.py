@@ -213,7 +213,7 @@ def test_sag_recursive_does_not_stop_a_method_without_it():
 def test_more_loader_workers_than_cpus_are_capped_with_a_note(monkeypatch, capsys):
     """torch warns (and a loader may stall) when a rank starts more workers than it has CPUs,
     as the ImageNet configs' 4 would on 2 cores."""
-    monkeypatch.setattr(main_trainer, "_usable_cpus", lambda: 2)
+    monkeypatch.setattr(main_trainer.os, "sched_getaffinity", lambda pid: {0, 1})
     _, settings = main_trainer.parse_settings(["--loader-workers", "4"], _FirstOfSix())
     assert settings["loader_workers"] == 2
     assert "4 loader workers (--loader-workers or the config) are more than the 2 CPU(s) this process " \

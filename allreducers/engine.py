@@ -37,11 +37,14 @@ class _Phase:
 
 
 def run_schedule(transport: Transport, steps: Sequence[Step], produce: Callable,
-                 consume: Callable, device: torch.device, timer: Optional[PhaseTimer] = None) -> None:
+                 consume: Callable, device: torch.device, timer: Optional[PhaseTimer] = None,
+                 meanwhile: Optional[Callable] = None) -> None:
     """Run ``steps``: per step, send ``produce(step)`` and hand the received message to
     ``consume(step, message)``. Every step counts as one round, also when this rank idles.
 
     The send is posted before the receive, so symmetric exchanges cannot deadlock.
+    ``meanwhile(step)``, if given, runs between the two: work that needs neither message then
+    fills the time the received one takes to arrive.
     """
     timer = timer if timer is not None else PhaseTimer()
     for number, step in enumerate(steps):
@@ -50,6 +53,8 @@ def run_schedule(transport: Transport, steps: Sequence[Step], produce: Callable,
             message = produce(step)
             with timer("comm"):
                 handles.append(transport.isend(message, step.send_to, number))
+        if meanwhile is not None:
+            meanwhile(step)
         if step.recv_from is not None:
             with timer("comm"):
                 received = transport.recv(step.recv_from, number, torch.int32, device)
@@ -98,11 +103,14 @@ def unpack(message: torch.Tensor, items: int, sizes: Optional[Sequence[int]] = N
 
 
 def allgather_lists(transport: Transport, steps: Sequence[Step], own_item: int, own: SparseList,
-                    fixed_size: Optional[int], timer: Optional[PhaseTimer] = None) -> dict:
+                    fixed_size: Optional[int], timer: Optional[PhaseTimer] = None,
+                    meanwhile: Optional[Callable] = None) -> dict:
     """All-gather sparse lists along an all-gather schedule (Bruck or recursive doubling).
 
     Returns ``{item: (indices, values)}`` for every item of the group. ``fixed_size``: every
     list's length when all ranks know it (no counts on the wire), else ``None``.
+    ``meanwhile(held)``, if given, runs in every step while its message travels (see
+    :func:`run_schedule`), with the ``{item: list}`` held so far, to use those early.
     """
     held = {own_item: own}
 
@@ -114,5 +122,6 @@ def allgather_lists(transport: Transport, steps: Sequence[Step], own_item: int, 
         for item, entry in zip(step.recv_items, unpack(message, len(step.recv_items), sizes)):
             held[item] = entry
 
-    run_schedule(transport, steps, produce, consume, own[0].device, timer)
+    run_schedule(transport, steps, produce, consume, own[0].device, timer,
+                 None if meanwhile is None else lambda step: meanwhile(held))
     return held

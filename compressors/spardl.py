@@ -19,6 +19,7 @@ One synchronization of worker w = (team t, position r), teams of m = P/d contigu
    this worker's cuts dropped there (0 where its cut sent the entry on, else the block's value
    when it was cut); elsewhere it is this worker's own accumulated value. Summed over the
    workers this keeps every discarded value: sum_w a_w = P*result + sum_w residual_w.
+   Steps 5 and 6 overlap: each block's list is collected while the next lists travel.
 """
 from __future__ import annotations
 
@@ -191,13 +192,21 @@ class SparDL(Synchronizer):
             own = cut(self.position, 1, self.height.value)[0]
         if self.teams > 1:
             own = self._spar_all_gather(own, timer)
-        gathered = allgather_lists(self.transport, self.gather_steps, self.position, own,
-                                   budget if self.teams == 1 else None, timer)
         with timer("accumulate"):
             result = self._new_result(work.device)
-            self._nnz = int(sum(self._collect(block, columns, values, blocks[block], saves[block],
-                                              sent[block], result)
-                                for block, (columns, values) in gathered.items()))  # one device sync
+        nonzeros = {}  # per collected block, its list's non-zeros inside the vector (0-d tensors)
+
+        def collect(held):  # step 6 for the lists held and not yet collected
+            with timer("accumulate"):
+                for block in [block for block in held if block not in nonzeros]:
+                    columns, values = held[block]
+                    nonzeros[block] = self._collect(block, columns, values, blocks[block], saves[block],
+                                                    sent[block], result)
+
+        # The lists already held are collected while the next ones travel.
+        collect(allgather_lists(self.transport, self.gather_steps, self.position, own,
+                                budget if self.teams == 1 else None, timer, meanwhile=collect))
+        self._nnz = int(sum(nonzeros.values()))  # one device sync
         return result, work[:self.numel]
 
     def _collect(self, block: int, columns, values, row, saves: list, sent, result) -> torch.Tensor:

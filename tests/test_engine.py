@@ -1,0 +1,50 @@
+"""The one schedule engine on an in-process group: when it calls back, and what it gathers."""
+import pytest
+import torch
+
+from allreducers import allgather_lists, bruck_allgather_schedule, recursive_doubling_schedule
+from comm import local_group
+
+
+def own_list(rank: int) -> tuple:
+    """Rank ``rank``'s sparse list: a few int32 indices and float values unique to the rank."""
+    indices = torch.arange(rank, rank + 3 * (rank + 1), rank + 1, dtype=torch.int32)
+    return indices, indices.float() * 0.5 + rank
+
+
+def logged(transport, log: list):
+    """``transport`` with its sends and receives appended to ``log`` as they happen."""
+    isend, recv = transport.isend, transport.recv
+    transport.isend = lambda *args: (log.append("send"), isend(*args))[1]
+    transport.recv = lambda *args: (log.append("recv"), recv(*args))[1]
+    return transport
+
+
+@pytest.mark.parametrize("schedule, sizes", [(bruck_allgather_schedule, [1, 2, 3, 5, 6, 8]),
+                                             (recursive_doubling_schedule, [1, 2, 4, 8])])
+def test_meanwhile_runs_between_each_send_and_its_receive_with_the_lists_held_so_far(schedule, sizes):
+    for size in sizes:
+        def body(transport):
+            log, seen = [], []
+            steps = schedule(transport.rank, list(range(size)))
+
+            def meanwhile(held):
+                log.append("meanwhile")
+                seen.append(sorted(held))
+
+            plain = allgather_lists(transport, steps, transport.rank, own_list(transport.rank), None)
+            gathered = allgather_lists(logged(transport, log), steps, transport.rank,
+                                       own_list(transport.rank), None, meanwhile=meanwhile)
+            return steps, log, seen, gathered, plain
+
+        for rank, (steps, log, seen, gathered, plain) in enumerate(local_group(size).run(body)):
+            assert log == ["send", "meanwhile", "recv"] * len(steps)
+            held = {rank}
+            for step, items in zip(steps, seen):
+                assert items == sorted(held), "meanwhile sees the lists of earlier steps only"
+                held |= set(step.recv_items)
+            assert sorted(gathered) == sorted(plain) == list(range(size))
+            for item, (indices, values) in gathered.items():
+                expected_indices, expected_values = own_list(item)
+                assert torch.equal(indices, expected_indices) and torch.equal(values, expected_values)
+                assert torch.equal(plain[item][0], indices) and torch.equal(plain[item][1], values)

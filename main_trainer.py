@@ -26,7 +26,7 @@ import datasets
 import models
 from trainer.checkpoint import Checkpoints
 from trainer.config import DEFAULTS, ConfigError, config_path, load_config, merge
-from trainer.data import make_loaders
+from trainer.data import make_loaders, smallest_training_batch
 from trainer.distributed import UsageError, abort_on_error, agree, broadcast_tensors, place_rank
 from trainer.loop import Trainer
 from trainer.metrics import MetricsLog
@@ -277,19 +277,24 @@ def build_model(args, split, batch_size, comm, device):
     """Create the model, check it trains on batches of the data's images, and copy rank 0's
     weights.
 
-    The check is one training-mode forward pass of the smallest batch training will use (two
-    images: a last batch of one is dropped, see ``trainer.data``), so batch norm over 1x1 maps
-    is caught too; the buffers it updates (batch-norm statistics) are put back.
+    The check is one training-mode forward pass of the smallest batch training will use, at
+    most two images (``trainer.data``: a last batch of one is dropped, but a shard of one sample
+    is one batch of one), so batch norm over 1x1 maps is caught too; the buffers it updates
+    (batch-norm statistics) are put back.
     """
     model = models.create(args.dnn, split.num_classes, split.input_shape)
     problem = None
     buffers = [buffer.clone() for buffer in model.buffers()]
+    images = min(2, smallest_training_batch(len(split.train), comm.Get_size(), batch_size))
     try:
         with torch.random.fork_rng(devices=[]), torch.no_grad():  # dropout draws nothing for real
-            model(torch.zeros(min(batch_size, 2), *split.input_shape))
+            model(torch.zeros(images, *split.input_shape))
     except (RuntimeError, ValueError) as error:  # a size mismatch; batch norm over one value
         problem = (f"model {args.dnn} cannot train on batches of "
                    f"{'x'.join(map(str, split.input_shape))} images of this data set: {error}")
+        if images == 1 < batch_size:  # a shard of one sample
+            problem += (f" (the {len(split.train)} training samples give each of the {comm.Get_size()} "
+                        "workers a shard of one sample: use fewer workers or more data)")
     for buffer, saved in zip(model.buffers(), buffers):
         buffer.copy_(saved)
     agree(comm, problem)

@@ -237,11 +237,18 @@ def test_a_model_that_cannot_train_on_the_batches_is_refused_and_the_probe_leave
     from types import SimpleNamespace
 
     import datasets
-    split = datasets.DataSplit(train=None, test=None, num_classes=10, input_shape=(3, 32, 32))
+    split = datasets.DataSplit(train=range(60), test=None, num_classes=10, input_shape=(3, 32, 32))
     args = SimpleNamespace(dnn="resnet50")
     # Batch norm over the 1x1 maps of ResNet-50 on 32x32 images cannot train on one image.
-    with pytest.raises(UsageError, match="resnet50 cannot train on batches of 3x32x32 images"):
+    with pytest.raises(UsageError, match="resnet50 cannot train on batches of 3x32x32 images") as refused:
         main_trainer.build_model(args, split, 1, _FirstOfSix(), torch.device("cpu"))
+    assert "shard" not in str(refused.value)
+    main_trainer.build_model(args, split, 32, MPI.COMM_SELF, torch.device("cpu"))  # batches of 32 and 28
+    # Nor can it on 6 ranks' shards of one sample each, whatever the batch size.
+    one_each = datasets.DataSplit(train=range(6), test=None, num_classes=10, input_shape=(3, 32, 32))
+    with pytest.raises(UsageError, match="the 6 training samples give each of the 6 workers a shard of one "
+                                         "sample: use fewer workers or more data"):
+        main_trainer.build_model(args, one_each, 32, _FirstOfSix(), torch.device("cpu"))
     args.dnn = "resnet20"
     torch.manual_seed(5)
     expected = models.create("resnet20", 10, (3, 32, 32)).state_dict()
@@ -258,11 +265,12 @@ def test_a_model_that_cannot_train_on_the_batches_is_refused_and_the_probe_leave
 def test_a_last_training_batch_of_one_sample_is_dropped(samples, batch, sizes):
     """Only after full batches: a shard of one sample (2 samples on 2 ranks) keeps its batch."""
     import datasets
-    from trainer.data import make_loaders
+    from trainer.data import make_loaders, smallest_training_batch
     data = datasets.split.ArrayDataset(torch.zeros(samples, 1, 2, 2), torch.zeros(samples), [0.0], [1.0])
     split = datasets.DataSplit(data, data, num_classes=2, input_shape=(1, 2, 2))
     train, test = make_loaders(split, batch, 3, 0, 2, 0, 0, torch.device("cpu"))
     assert len(train) == len(sizes) and [len(labels) for _, labels in train] == sizes
+    assert smallest_training_batch(samples, 2, batch) == min(sizes)
     assert sum(len(labels) for _, labels in test) == (samples + 1) // 2  # evaluation keeps them all
 
 

@@ -203,7 +203,8 @@ class SparDL(Synchronizer):
                     nonzeros[block] = self._collect(block, columns, values, blocks[block], saves[block],
                                                     sent[block], result)
 
-        # The lists already held are collected while the next ones travel.
+        # The lists already held are collected while the next ones travel (blocks are disjoint,
+        # so the order in which they arrive changes no bit of the result).
         collect(allgather_lists(self.transport, self.gather_steps, self.position, own,
                                 budget if self.teams == 1 else None, timer, meanwhile=collect))
         self._nnz = int(sum(nonzeros.values()))  # one device sync

@@ -28,7 +28,7 @@ from allreducers import allgather_lists, bruck_allgather_schedule
 from . import register
 from .base import Synchronizer, check_int
 from .oktopk import _TINY, check_scale
-from .selection import Selector
+from .selection import Selector, put_
 from .sparse_ops import budget, entries_at_least, scatter_sum_in_order
 
 
@@ -55,7 +55,7 @@ class GaussianK(Synchronizer):
         with timer("select"):
             chosen, values = self._select(accumulated)
             own = (chosen.to(torch.int32), values)
-            accumulated.index_fill_(0, chosen, 0.0)
+            put_(accumulated, chosen, 0.0)
         lists = allgather_lists(self.transport, self.gather_steps, self.rank, own, None, timer)
         with timer("accumulate"):
             result = self._new_result(accumulated.device)

@@ -37,7 +37,7 @@ from allreducers import binomial_broadcast_schedule, binomial_reduce_schedule, p
 
 from . import register
 from .base import Synchronizer
-from .selection import Selector
+from .selection import Selector, put_
 from .sparse_ops import budget, is_member, one_list
 
 
@@ -83,8 +83,8 @@ class GTopK(Synchronizer):
         final_indices, final_values = held
         with timer("accumulate"):
             result = self._new_result(accumulated.device)
-            result.index_copy_(0, final_indices.long(), final_values / self.size)
-            accumulated.index_fill_(0, chosen[is_member(final_indices.long(), chosen)], 0.0)
+            put_(result, final_indices.long(), final_values / self.size)
+            put_(accumulated, chosen[is_member(final_indices.long(), chosen)], 0.0)
             self._nnz = int(torch.count_nonzero(final_values))
         if self.measure_loss:
             self._loss = self._measure_loss(final_indices.long(), dropped, values, timer)

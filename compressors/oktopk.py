@@ -46,7 +46,7 @@ from allreducers import allgather_lists, bruck_allgather_schedule, pack, rotatio
 
 from . import register
 from .base import Synchronizer, check_int
-from .selection import Selector, flat_nonzero
+from .selection import Selector, flat_nonzero, put_
 from .sparse_ops import budget, entries_at_least, equal_cuts, is_member, one_list, split_sorted
 
 _TINY = float(torch.finfo(torch.float32).tiny)
@@ -183,8 +183,8 @@ class OkTopK(Synchronizer):
         kept_indices, kept_values = self._select_global(candidates, sums, exact_global, timer)
         with timer("accumulate"):
             result = self._new_result(accumulated.device)
-            result.index_copy_(0, kept_indices.long(), kept_values / self.size)
-            accumulated.index_fill_(0, chosen[is_member(kept_indices.long(), chosen)], 0.0)
+            put_(result, kept_indices.long(), kept_values / self.size)
+            put_(accumulated, chosen[is_member(kept_indices.long(), chosen)], 0.0)
             self._nnz = int(torch.count_nonzero(kept_values))
         self._counts = {"selected": count, "kept": kept_values.numel()}
         self.step += 1

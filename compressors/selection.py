@@ -118,7 +118,7 @@ class Selector:
     def cut(self, x: torch.Tensor, k: int, addend: Optional[torch.Tensor] = None, key=None) -> tuple:
         """:meth:`select`, then zero the selected entries in ``x``: the top-``k`` taken out."""
         columns, values = self.select(x, k, addend, key)
-        x.scatter_(-1, columns, torch.zeros_like(values))  # a scalar source runs 1.5-3x slower on CPU
+        put_(x, columns, 0.0)
         return columns, values
 
     def at_least(self, x: torch.Tensor, threshold: float, addend: Optional[torch.Tensor] = None) -> tuple:
@@ -396,6 +396,22 @@ def flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
     if mask.device.type != "cpu":
         return torch.nonzero(mask).squeeze(1)
     return torch.from_numpy(np.flatnonzero(mask.numpy()))
+
+
+def put_(tensor: torch.Tensor, indices: torch.Tensor, values) -> torch.Tensor:
+    """Set the entries of ``tensor`` at ``indices`` (int64, distinct within a row) along its
+    last dimension to ``values`` (a tensor shaped like ``indices``, or a number), in place, as
+    ``tensor.scatter_(-1, indices, values)`` does; return ``tensor``.
+
+    On the CPU NumPy's ``put_along_axis``: 37k sorted positions in a 3.7M-entry vector out of
+    the cache take 0.74 ms, against 1.24-1.40 ms for torch's ``scatter_``, ``index_copy_`` or
+    ``index_fill_`` (0.20 against 0.28-0.32 ms in the cache).
+    """
+    if tensor.device.type != "cpu":
+        return tensor.scatter_(-1, indices, values)
+    np.put_along_axis(tensor.detach().numpy(), indices.numpy(),
+                      values.detach().numpy() if isinstance(values, torch.Tensor) else values, axis=-1)
+    return tensor
 
 
 def _row_sizes(positions: np.ndarray, count: int, n: int) -> np.ndarray:

@@ -33,7 +33,7 @@ from allreducers import (allgather_lists, bruck_allgather_schedule, pack, recurs
 
 from . import register
 from .base import Synchronizer
-from .selection import Selector, flat_nonzero
+from .selection import Selector, flat_nonzero, put_
 from .sparse_ops import is_member
 
 SAG_VARIANTS = ("bruck", "recursive")
@@ -229,15 +229,15 @@ class SparDL(Synchronizer):
         part.scatter_add_(0, inside, kept / self.size)  # into zeros: 2x faster than scatter_ on CPU
         if block == self.position and self._own_list_final:  # all of it passed on
             self._restore(row, saves)
-            row.index_fill_(0, columns, 0.0)
+            put_(row, columns, 0.0)
             return torch.count_nonzero(kept)
         seen = row.index_select(0, columns)  # what the cut saw: nothing touched the block since
         passed_on = _passed_on(seen, columns, *sent)
         if saves:  # received into: a_o must come back, then what the cut dropped
             self._restore(row, saves)
-            row.scatter_(0, columns, seen.masked_fill_(passed_on, 0.0))
+            put_(row, columns, seen.masked_fill_(passed_on, 0.0))
         else:  # only cut: the row still holds a_o
-            row.index_fill_(0, columns[passed_on], 0.0)
+            put_(row, columns[passed_on], 0.0)
         return torch.count_nonzero(kept)
 
     @staticmethod
@@ -245,7 +245,7 @@ class SparDL(Synchronizer):
         """Put back the values the receives into ``row`` overwrote, newest first, so that each
         coordinate ends at its a_o."""
         for touched, before in reversed(saves):
-            row.scatter_(0, touched, before)
+            put_(row, touched, before)
 
     def _padded_work(self, residual: torch.Tensor) -> torch.Tensor:
         """The zero-padded buffer of m*B entries whose first n hold ``residual``.

@@ -25,7 +25,7 @@ from allreducers import allgather_lists, bruck_allgather_schedule, run_schedule
 from . import register
 from .base import Synchronizer
 from .oktopk import RegionReducer
-from .selection import Selector
+from .selection import Selector, put_
 from .sparse_ops import budget, equal_cuts
 
 
@@ -71,7 +71,7 @@ class TopkDSA(Synchronizer):
             with timer("accumulate"):
                 indices = torch.cat([lists[rank][0] for rank in range(self.size)])
                 kept = torch.cat([lists[rank][1] for rank in range(self.size)])
-                result.index_copy_(0, indices.long(), kept / self.size)
+                put_(result, indices.long(), kept / self.size)
                 self._nnz = int(torch.count_nonzero(kept))
         return result, accumulated
 

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import compressors
+from compressors.selection import put_
 from comm import local_group
 from tests.ranks import heavy_tailed
 
@@ -46,3 +47,13 @@ def test_dense_on_cuda():
     grads = heavy_tailed((3, 1000), 1)
     results = synchronize("dense", grads, "cuda", density=1.0)
     np.testing.assert_allclose(results[0][0][1].cpu().numpy(), grads.double().mean(0).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_put_on_cuda_matches_cpu():
+    """``put_``'s CUDA path (``scatter_``) writes what its CPU path (NumPy) writes."""
+    generator = torch.Generator().manual_seed(2)
+    indices = torch.randperm(1000, generator=generator)[:64].view(4, 16)
+    for values in (torch.randn(4, 16, generator=generator), 0.0):
+        on_cpu = torch.randn(4, 1000, generator=generator)
+        on_gpu = put_(on_cpu.cuda(), indices.cuda(), values.cuda() if isinstance(values, torch.Tensor) else values)
+        assert torch.equal(on_gpu.cpu(), put_(on_cpu, indices, values))

@@ -1,6 +1,7 @@
 """The shared helpers of compressors.sparse_ops."""
 import torch
 
+from compressors.selection import put_
 from compressors.sparse_ops import entries_at_least, is_member, zero_
 
 
@@ -14,6 +15,27 @@ def test_zero_clears_exactly_the_tensor_it_is_given():
     assert zero_(torch.randn(40, 30).t()).eq(0).all()  # not contiguous: torch's fill
     assert zero_(torch.randn(7, dtype=torch.float64)).eq(0).all()
     assert zero_(torch.empty(0)).numel() == 0
+
+
+def test_put_sets_the_listed_entries_along_the_last_dimension_as_scatter_does():
+    """``put_`` (every method's result writes and residual clears): the same as torch's
+    ``scatter_(-1, ...)`` for a vector, a matrix and strided views, with a tensor, a number or
+    a bool; written in place into the tensor's storage (nothing else changes) and returned."""
+    generator = torch.Generator().manual_seed(5)
+    cases = [(lambda m: m[2], torch.randperm(300, generator=generator)[:40].sort().values),
+             (lambda m: m, torch.randperm(300, generator=generator)[:24].view(6, 4)),
+             (lambda m: m.t()[:, 1:5], torch.randint(0, 4, (300, 1), generator=generator)),
+             (lambda m: m.t()[:, 1:5], torch.tensor([[0, 3]]).expand(300, 2))]
+    for view, indices in cases:
+        for values in (torch.randn(indices.shape, generator=generator), 0.0, -2.5):
+            whole = torch.randn(6, 300, generator=generator)
+            expected = whole.clone()
+            view(expected).scatter_(-1, indices, values)
+            tensor = view(whole)
+            assert put_(tensor, indices, values) is tensor
+            assert torch.equal(whole, expected)
+    mask = torch.zeros(50, dtype=torch.bool)
+    assert put_(mask, torch.tensor([3, 7, 49]), True).nonzero().view(-1).tolist() == [3, 7, 49]
 
 
 def test_is_member_matches_python_sets_for_mixed_index_types():

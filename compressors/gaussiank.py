@@ -28,8 +28,8 @@ from allreducers import allgather_lists, bruck_allgather_schedule
 from . import register
 from .base import Synchronizer, check_int
 from .oktopk import _TINY, check_scale
-from .selection import Selector, put_
-from .sparse_ops import budget, entries_at_least, scatter_sum_in_order
+from .selection import Selector
+from .sparse_ops import budget, entries_at_least, put_, scatter_sum_in_order
 
 
 @register("gaussiank", description="Gaussiank: threshold from a Gaussian fit, adjusted to about k, all-gatherv")

@@ -37,8 +37,8 @@ from allreducers import binomial_broadcast_schedule, binomial_reduce_schedule, p
 
 from . import register
 from .base import Synchronizer
-from .selection import Selector, put_
-from .sparse_ops import budget, is_member, one_list
+from .selection import Selector
+from .sparse_ops import budget, is_member, one_list, put_
 
 
 @register("gtopk", description="gTop-k: binomial-tree merge keeping the top-k at every level, broadcast")

@@ -46,8 +46,9 @@ from allreducers import allgather_lists, bruck_allgather_schedule, pack, rotatio
 
 from . import register
 from .base import Synchronizer, check_int
-from .selection import Selector, flat_nonzero, put_
-from .sparse_ops import budget, entries_at_least, equal_cuts, is_member, one_list, split_sorted
+from .selection import Selector
+from .sparse_ops import (budget, entries_at_least, equal_cuts, flat_nonzero, is_member, one_list, put_,
+                         split_sorted)
 
 _TINY = float(torch.finfo(torch.float32).tiny)
 

@@ -1,4 +1,5 @@
-"""Small vectorized helpers the baselines share: budgets, splits, membership, rank-order sums.
+"""Small vectorized helpers the methods share: positions of a mask, sparse writes, budgets,
+splits, membership, rank-order sums.
 
 Index tensors are sorted ascending wherever a helper says so; nothing here loops over elements.
 """
@@ -10,7 +11,32 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .selection import flat_nonzero
+
+def flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
+    """Positions (int64, ascending) of the true entries of the 1-D boolean ``mask``.
+
+    On the CPU NumPy's ``flatnonzero`` is several times faster than ``torch.nonzero`` (8.7 ms
+    against 53 ms for 14.7M entries on one thread), and shares its memory with the result.
+    """
+    if mask.device.type != "cpu":
+        return torch.nonzero(mask).squeeze(1)
+    return torch.from_numpy(np.flatnonzero(mask.numpy()))
+
+
+def put_(tensor: torch.Tensor, indices: torch.Tensor, values) -> torch.Tensor:
+    """Set the entries of ``tensor`` at ``indices`` (int64, distinct within a row) along its
+    last dimension to ``values`` (a tensor shaped like ``indices``, or a number), in place, as
+    ``tensor.scatter_(-1, indices, values)`` does; return ``tensor``.
+
+    On the CPU NumPy's ``put_along_axis``: 37k sorted positions in a 3.7M-entry vector out of
+    the cache take 0.74 ms, against 1.24-1.40 ms for torch's ``scatter_``, ``index_copy_`` or
+    ``index_fill_`` (0.20 against 0.28-0.32 ms in the cache).
+    """
+    if tensor.device.type != "cpu":
+        return tensor.scatter_(-1, indices, values)
+    np.put_along_axis(tensor.detach().numpy(), indices.numpy(),
+                      values.detach().numpy() if isinstance(values, torch.Tensor) else values, axis=-1)
+    return tensor
 
 
 def budget(numel: int, density: float) -> int:

@@ -25,8 +25,8 @@ from allreducers import allgather_lists, bruck_allgather_schedule, run_schedule
 from . import register
 from .base import Synchronizer
 from .oktopk import RegionReducer
-from .selection import Selector, put_
-from .sparse_ops import budget, equal_cuts
+from .selection import Selector
+from .sparse_ops import budget, equal_cuts, put_
 
 
 @register("topkdsa", description="TopkDSA (SparCML): local top-k, reduce-scatter, sparse or dense all-gatherv")

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import compressors
-from compressors.selection import put_
+from compressors.sparse_ops import put_
 from comm import local_group
 from tests.ranks import heavy_tailed
 

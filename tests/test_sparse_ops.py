@@ -1,8 +1,7 @@
 """The shared helpers of compressors.sparse_ops."""
 import torch
 
-from compressors.selection import put_
-from compressors.sparse_ops import entries_at_least, is_member, zero_
+from compressors.sparse_ops import entries_at_least, is_member, put_, zero_
 
 
 def test_zero_clears_exactly_the_tensor_it_is_given():

@@ -22,6 +22,10 @@ memory at a time).
 The **floor** row replays SparDL's messages (same sizes, partners and rounds, with d = 1) through
 the transport with no selection, packing or accumulation, plus one ``Selector.topk`` pass over the
 n gradient entries of this rank; ``x floor`` is each method's median over the floor's median.
+The **floor+ef** row adds to it the error-feedback work that every method with a residual and a
+dense result does, whatever it exchanges: its selection pass also adds the gradient into a
+residual kept across calls (as SparDL's cuts do), and the call zeroes the result, writes the k
+chosen values / P into it and zeroes them in the residual; ``x ef`` is the ratio to its median.
 
 ``--replay P`` (no mpiexec) measures one rank's work alone, free of the network and of other ranks
 competing for the cores and memory: every row's call number ``--warmup`` is recorded on P
@@ -50,9 +54,12 @@ if ROOT not in sys.path:
 
 import compressors  # noqa: E402
 from comm import local_group  # noqa: E402
+from compressors.sparse_ops import put_, zero_  # noqa: E402
 from comm.recording import RecordingTransport, ReplayTransport  # noqa: E402
 
 FLOOR = "floor"
+EF_FLOOR = "floor+ef"
+FLOOR_RUNS = [(FLOOR, FLOOR, {}), (EF_FLOOR, EF_FLOOR, {})]  # the last rows, after the methods'
 PHASES = ("select", "comm", "accumulate")
 
 
@@ -132,6 +139,10 @@ class MethodRun:
     def __init__(self, transport, name: str, options: dict, numel: int, density: float) -> None:
         self.sync = compressors.create(name, transport, numel=numel, density=density, **options)
 
+    def restore(self, state: dict) -> None:
+        """Go back to the synchronizer's ``state_dict`` ``state``."""
+        self.sync.load_state_dict(state)
+
     def time(self, grad: torch.Tensor, exact: torch.Tensor, out: torch.Tensor) -> dict:
         """One synchronization of ``grad``: the wall time and phase times in seconds, traffic,
         nnz, the cosine to ``exact`` and, when the method reports it, ``lost_mass``."""
@@ -152,23 +163,51 @@ class FloorRun:
     """The floor: SparDL's messages (``events``, as a :class:`RecordingTransport` logs them)
     replayed through ``transport`` with no method work, after one exact top-k selection over
     this rank's n entries (under a key, as the methods' selections are: from the thresholds
-    remembered from the last call)."""
+    remembered from the last call).
 
-    def __init__(self, transport, events: list, numel: int, density: float) -> None:
+    ``error_feedback``: the ``floor+ef`` row (module docstring): the selection is from a
+    residual kept across calls plus the gradient, added in the same pass, and the call writes
+    the dense result into ``out``.
+    """
+
+    def __init__(self, transport, events: list, numel: int, density: float,
+                 error_feedback: bool = False) -> None:
         self.transport = transport
         self.events = events
         self.selector = compressors.Selector()
         self.k = max(1, int(numel * density))
+        self.residual = torch.zeros(numel) if error_feedback else None
         self.sends = [(e, torch.zeros(e.nbytes // torch.empty((), dtype=e.dtype).element_size(), dtype=e.dtype))
                       for e in self.events if e.kind == "send"]
         self.rounds = max([e.round + e.rounds for e in self.events], default=0)
 
+    def local_work(self, grad: torch.Tensor, out: torch.Tensor) -> tuple:
+        """This rank's work besides the messages; its seconds of selection and of accumulation."""
+        start = time.perf_counter()
+        if self.residual is None:
+            self.selector.topk(grad, self.k, key="gradient")
+            return time.perf_counter() - start, 0.0
+        columns, values = self.selector.select(self.residual, self.k, grad, key="residual")
+        selected = time.perf_counter()
+        put_(zero_(out), columns, values / self.transport.size)
+        put_(self.residual, columns, 0.0)
+        return selected - start, time.perf_counter() - selected
+
+    def state(self):
+        """What carries across calls and :meth:`restore` takes (the residual, or ``None``)."""
+        return None if self.residual is None else self.residual.clone()
+
+    def restore(self, state) -> None:
+        """Go back to a :meth:`state`."""
+        if state is not None:
+            self.residual.copy_(state)
+
     def time(self, grad: torch.Tensor, exact: torch.Tensor, out: torch.Tensor) -> dict:
-        """One replay after selecting from ``grad``; a record like :meth:`MethodRun.time`."""
+        """One replay after the local work on ``grad``; a record like :meth:`MethodRun.time`."""
         self.transport.barrier()
         start = time.perf_counter()
-        self.selector.topk(grad, self.k, key="gradient")
-        selected = time.perf_counter()
+        select, accumulate = self.local_work(grad, out)
+        sent = time.perf_counter()
         for number in range(self.rounds):
             handles = [self.transport.isend(buffer, e.peer, number)
                        for e, buffer in self.sends if e.round == number]
@@ -177,9 +216,9 @@ class FloorRun:
                     self.transport.recv(e.peer, number, e.dtype, grad.device)
             self.transport.waitall(handles)
         end = time.perf_counter()
-        return {"seconds": end - start, "select": selected - start, "comm": end - selected,
-                "accumulate": 0.0, "bytes": sum(e.nbytes for e, _ in self.sends),
-                "messages": len(self.sends), "rounds": self.rounds, "nnz": self.k, "cosine": None}
+        return {"seconds": end - start, "select": select, "comm": end - sent, "accumulate": accumulate,
+                "bytes": sum(e.nbytes for e, _ in self.sends), "messages": len(self.sends),
+                "rounds": self.rounds, "nnz": self.k, "cosine": None}
 
 
 def spardl_events(transport, source, density: float) -> list:
@@ -192,17 +231,17 @@ def spardl_events(transport, source, density: float) -> list:
 
 class Replayed:
     """A :class:`MethodRun` or :class:`FloorRun` on a :class:`ReplayTransport`, started over
-    before every call: the transport rewound and, for a method, the synchronizer's state as
-    before the recorded call (``state``); its result must equal the recorded one (``result``)."""
+    before every call: the transport rewound and the run's state as before the recorded call
+    (``state``: a synchronizer's ``state_dict``, a floor's :meth:`FloorRun.state`); a method's
+    result must equal the recorded one (``result``)."""
 
-    def __init__(self, run, transport: ReplayTransport, state: dict = None, result: torch.Tensor = None) -> None:
+    def __init__(self, run, transport: ReplayTransport, state=None, result: torch.Tensor = None) -> None:
         self.run, self.transport, self.state, self.result = run, transport, state, result
 
     def time(self, grad: torch.Tensor, exact: torch.Tensor, out: torch.Tensor) -> dict:
         """One replayed call; raises ``RuntimeError`` if it does not repeat the recorded one."""
         self.transport.rewind()
-        if self.state is not None:
-            self.run.sync.load_state_dict(self.state)
+        self.run.restore(self.state)
         record = self.run.time(grad, exact, out)
         if self.result is not None and not torch.equal(out, self.result):
             raise RuntimeError(f"the replay of {self.run.sync.name} differs from the recorded call")
@@ -229,8 +268,9 @@ def record_call(name: str, options: dict, grads: list, density: float) -> tuple:
 
 def replay_runs(runs: list, source, args) -> tuple:
     """``(factories, gradient)`` for :func:`time_runs` with ``--replay P``: each row's call
-    number ``--warmup`` recorded on P in-process ranks, then replayed as rank 0 alone; the floor
-    replays SparDL's (d = 1) messages of that call."""
+    number ``--warmup`` recorded on P in-process ranks, then replayed as rank 0 alone; the floors
+    replay SparDL's (d = 1) messages of that call, floor+ef from the residual its local work left
+    after the calls before."""
     workers = args.replay
     grads = [[source.get(rank, call) for rank in range(workers)] for call in range(args.warmup + 1)]
     exact = torch.stack(grads[-1]).mean(0)
@@ -240,14 +280,18 @@ def replay_runs(runs: list, source, args) -> tuple:
         transport = ReplayTransport(events, 0, workers)
         return Replayed(MethodRun(transport, name, options, source.numel, args.density), transport, state, result)
 
-    def floor() -> Replayed:
+    def floor(error_feedback: bool) -> Replayed:
         events = record_call("spardl", {}, grads, args.density)[1]
         transport = ReplayTransport(events, 0, workers)
-        return Replayed(FloorRun(transport, events, source.numel, args.density), transport)
+        run = FloorRun(transport, events, source.numel, args.density, error_feedback)
+        scratch = torch.empty(source.numel)
+        for call in grads[:-1]:
+            run.local_work(call[0], scratch)
+        return Replayed(run, transport, run.state())
 
     # Each row is recorded when it is built: with --sequential one row's recording at a time.
     factories = [lambda name=name, options=options: method(name, options) for _, name, options in runs]
-    factories.append(floor)
+    factories += [lambda: floor(False), lambda: floor(True)]
     return factories, lambda call: (grads[-1][0], exact)
 
 
@@ -344,19 +388,21 @@ def summarize(label: str, name: str, options: dict, per_rank: list, args, worker
 
 
 def format_table(rows: list) -> str:
-    """The rows as an aligned text table, with each method's ratio to the floor row."""
-    floor = next((r["median_ms"] for r in rows if r["method"] == FLOOR), None)
+    """The rows as an aligned text table, with each method's ratios to the two floor rows."""
+    medians = {r["method"]: r["median_ms"] for r in rows}
     header = (f"{'method':<14}{'P':>4}{'median ms':>11}{'min-max ms':>17}{'select':>9}{'comm':>9}"
-              f"{'accum':>9}{'MB/rank':>9}{'msgs':>7}{'rounds':>7}{'nnz':>10}{'cosine':>9}{'x floor':>8}")
+              f"{'accum':>9}{'MB/rank':>9}{'msgs':>7}{'rounds':>7}{'nnz':>10}{'cosine':>9}{'x floor':>8}"
+              f"{'x ef':>7}")
     lines = [header, "-" * len(header)]
     for r in rows:
         spread = f"{r['min_ms']:.1f}-{r['max_ms']:.1f}"
         cos = "-" if r["cosine"] is None else f"{r['cosine']:.4f}"
-        ratio = f"{r['median_ms'] / floor:.2f}" if floor else "-"
+        ratios = [f"{r['median_ms'] / medians[floor]:.2f}" if floor in medians else "-"
+                  for floor in (FLOOR, EF_FLOOR)]
         lines.append(f"{r['label']:<14}{r['workers']:>4}{r['median_ms']:>11.1f}{spread:>17}"
                      f"{r['select_ms']:>9.1f}{r['comm_ms']:>9.1f}{r['accumulate_ms']:>9.1f}"
                      f"{r['bytes_per_rank'] / 1e6:>9.3f}{r['messages']:>7.1f}{r['rounds']:>7}"
-                     f"{r['nnz']:>10}{cos:>9}{ratio:>8}")
+                     f"{r['nnz']:>10}{cos:>9}{ratios[0]:>8}{ratios[1]:>7}")
     return "\n".join(lines)
 
 
@@ -555,14 +601,15 @@ def mpi_rows(args) -> list:
                                                               source.numel, args.density)
                  for _, name, options in runs]
 
-    def floor():
+    def floor(error_feedback: bool) -> FloorRun:
         transport = MPITransport(comm)
-        return FloorRun(transport, spardl_events(transport, source, args.density), source.numel, args.density)
+        return FloorRun(transport, spardl_events(transport, source, args.density), source.numel,
+                        args.density, error_feedback)
 
-    factories.append(floor)
+    factories += [lambda: floor(False), lambda: floor(True)]
     records = time_runs(factories, mpi_gradients(comm, source), args.warmup + args.iters, args.sequential)
     rows = []
-    for (label, name, options), run_records in zip(runs + [(FLOOR, FLOOR, {})], records):
+    for (label, name, options), run_records in zip(runs + FLOOR_RUNS, records):
         per_rank = comm.gather(run_records[args.warmup:], root=0)
         if comm.Get_rank() == 0:
             rows.append(summarize(label, name, options, per_rank, args, workers, source.numel))
@@ -576,7 +623,7 @@ def replay_rows(args) -> list:
     factories, gradient = replay_runs(runs, source, args)
     records = time_runs(factories, gradient, args.warmup + args.iters, args.sequential)
     return [summarize(label, name, options, [run_records[args.warmup:]], args, args.replay, source.numel)
-            for (label, name, options), run_records in zip(runs + [(FLOOR, FLOOR, {})], records)]
+            for (label, name, options), run_records in zip(runs + FLOOR_RUNS, records)]
 
 
 def main(argv=None) -> list:
@@ -586,9 +633,10 @@ def main(argv=None) -> list:
     rows = replay_rows(args) if args.replay else mpi_rows(args)
     if not rows:
         return []
-    floor_ms = rows[-1]["median_ms"]
+    medians = {row["method"]: row["median_ms"] for row in rows}
     for row in rows:
-        row["floor_ratio"] = row["median_ms"] / floor_ms
+        row["floor_ratio"] = row["median_ms"] / medians[FLOOR]
+        row["ef_floor_ratio"] = row["median_ms"] / medians[EF_FLOOR]
     if args.replay:
         print(f"rank 0 of a {args.replay}-rank call, replayed alone in one process "
               f"({torch.get_num_threads()} torch thread(s), no network, no other rank):")

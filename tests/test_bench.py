@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -34,7 +35,7 @@ def dense_density_rows(tmp_path_factory):
 def test_json_rows_have_the_contract_keys(dense_density_rows):
     rows, stdout = dense_density_rows
     expected = [label for label, _, _ in bench.method_runs(compressors.available(), [1, 3], 3)]
-    assert [row["label"] for row in rows] == expected + ["floor"]
+    assert [row["label"] for row in rows] == expected + ["floor", "floor+ef"]
     for row in rows:
         assert CONTRACT_KEYS <= set(row), row
         assert row["workers"] == 3 and row["numel"] == 3001 and row["density"] == 1.0
@@ -47,8 +48,9 @@ def test_json_rows_have_the_contract_keys(dense_density_rows):
 def test_density_one_gives_the_exact_average(dense_density_rows):
     rows, _ = dense_density_rows
     for row in rows:
-        if row["method"] == "floor":
-            assert row["cosine"] is None and row["floor_ratio"] == 1.0
+        if row["method"].startswith("floor"):
+            assert row["cosine"] is None
+            assert row["floor_ratio" if row["method"] == "floor" else "ef_floor_ratio"] == 1.0
         else:
             assert row["cosine"] == pytest.approx(1.0, abs=1e-6), row["label"]
             assert row["nnz"] == 3001, row["label"]
@@ -91,9 +93,10 @@ def test_replay_counts_what_the_mpi_run_counts(dense_density_rows):
 def test_replay_times_rank_zero_alone_and_checks_its_result(monkeypatch):
     rows = bench.main(["--replay", "4", "--numel", "4001", "--density", "0.02", "--iters", "3",
                        "--methods", "spardl,oktopk,dense", "--sequential"])
-    assert [row["label"] for row in rows] == ["spardl", "oktopk", "dense", "floor"]
+    assert [row["label"] for row in rows] == ["spardl", "oktopk", "dense", "floor", "floor+ef"]
     assert all(row["workers"] == 4 and row["min_ms"] > 0 for row in rows)
-    assert rows[0]["nnz"] == 4 * int(1001 * 0.02) and rows[-1]["floor_ratio"] == 1.0
+    assert rows[0]["nnz"] == 4 * int(1001 * 0.02) and rows[-2]["floor_ratio"] == 1.0
+    assert rows[-1]["ef_floor_ratio"] == 1.0 and rows[-1]["accumulate_ms"] > 0 == rows[-2]["accumulate_ms"]
     monkeypatch.setattr(torch, "equal", lambda a, b: False)  # as if a replay went astray
     with pytest.raises(RuntimeError, match="replay of spardl differs from the recorded call"):
         bench.main(["--replay", "2", "--numel", "500", "--iters", "1", "--methods", "spardl"])
@@ -102,7 +105,7 @@ def test_replay_times_rank_zero_alone_and_checks_its_result(monkeypatch):
 def test_team_counts_that_do_not_divide_p_are_reported(capsys):
     rows = bench.main(["--replay", "3", "--numel", "600", "--iters", "1", "--methods", "spardl",
                        "--teams", "1,2,3"])
-    assert [row["label"] for row in rows] == ["spardl", "spardl(d=3)", "floor"]
+    assert [row["label"] for row in rows] == ["spardl", "spardl(d=3)", "floor", "floor+ef"]
     assert "--teams 2 skipped: a team count must divide P = 3" in capsys.readouterr().err
 
 
@@ -115,9 +118,34 @@ def test_single_process_writes_csv_and_plot(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     with open(csv_path) as handle:
         rows = list(csv.DictReader(handle))
-    assert [row["label"] for row in rows] == ["spardl", "topk", "dense", "floor"]
+    assert [row["label"] for row in rows] == ["spardl", "topk", "dense", "floor", "floor+ef"]
     assert png_path.stat().st_size > 10_000
-    assert "x floor" in result.stdout
+    assert "x floor" in result.stdout and "x ef" in result.stdout
+
+
+def test_floor_with_error_feedback_does_what_every_residual_method_does():
+    """floor+ef's work: the top-k of residual + gradient goes / P into the zeroed result and out
+    of the residual, which keeps all the rest; the plain floor only selects."""
+    generator = torch.Generator().manual_seed(0)
+    run = bench.FloorRun(SimpleNamespace(size=4), [], 1000, 0.05, error_feedback=True)
+    out = torch.full((1000,), 7.0)
+    for _ in range(3):
+        grad = torch.randn(1000, generator=generator)
+        total = run.state() + grad
+        run.local_work(grad, out)
+        chosen = total.abs().topk(50).indices
+        expected = torch.zeros(1000)
+        expected[chosen] = total[chosen] / 4
+        assert torch.equal(out, expected)
+        assert torch.equal(run.residual + 4 * out, total)
+    saved = run.state()
+    run.local_work(grad, out)
+    run.restore(saved)
+    assert torch.equal(run.residual, saved)
+    before = out.clone()
+    plain = bench.FloorRun(SimpleNamespace(size=4), [], 1000, 0.05)
+    plain.local_work(grad, out)
+    assert plain.state() is None and torch.equal(out, before)
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import os
 import statistics
@@ -54,8 +55,8 @@ if ROOT not in sys.path:
 
 import compressors  # noqa: E402
 from comm import local_group  # noqa: E402
-from compressors.sparse_ops import put_, zero_  # noqa: E402
 from comm.recording import RecordingTransport, ReplayTransport  # noqa: E402
+from compressors.sparse_ops import put_, zero_  # noqa: E402
 
 FLOOR = "floor"
 EF_FLOOR = "floor+ef"
@@ -280,8 +281,10 @@ def replay_runs(runs: list, source, args) -> tuple:
         transport = ReplayTransport(events, 0, workers)
         return Replayed(MethodRun(transport, name, options, source.numel, args.density), transport, state, result)
 
+    spardl_call = functools.cache(lambda: record_call("spardl", {}, grads, args.density)[1])
+
     def floor(error_feedback: bool) -> Replayed:
-        events = record_call("spardl", {}, grads, args.density)[1]
+        events = spardl_call()
         transport = ReplayTransport(events, 0, workers)
         run = FloorRun(transport, events, source.numel, args.density, error_feedback)
         scratch = torch.empty(source.numel)
@@ -601,10 +604,10 @@ def mpi_rows(args) -> list:
                                                               source.numel, args.density)
                  for _, name, options in runs]
 
+    spardl_call = functools.cache(lambda: spardl_events(MPITransport(comm), source, args.density))
+
     def floor(error_feedback: bool) -> FloorRun:
-        transport = MPITransport(comm)
-        return FloorRun(transport, spardl_events(transport, source, args.density), source.numel,
-                        args.density, error_feedback)
+        return FloorRun(MPITransport(comm), spardl_call(), source.numel, args.density, error_feedback)
 
     factories += [lambda: floor(False), lambda: floor(True)]
     records = time_runs(factories, mpi_gradients(comm, source), args.warmup + args.iters, args.sequential)

@@ -11,7 +11,9 @@ section 2). Runs are grouped by (model, dataset, workers) where the rows say so;
   rest of synchronization (packing, accumulation), megabytes sent per rank per iteration, and the
   speedup of the reference method (``--reference``, default spardl) over every run, in total
   time and in synchronization time;
-- **accuracy**: final and best test accuracy, final train and test loss, epochs, wall time.
+- **accuracy**: final and best test accuracy, final train and test loss, epochs, wall time;
+  with ``--target-accuracy A`` also the epoch and wall time at which each run first reached test
+  accuracy A (the paper's time-to-accuracy), and the reference method's speedup in that time.
 
 Iterations per epoch are ``epoch_iters`` when present, else the difference of the cumulative
 ``iters``. A ``metrics.jsonl`` written before the trainer started a fresh file per run can hold
@@ -71,6 +73,14 @@ class Run:
             elapsed += row["epoch_seconds"] + row.get("eval_seconds", 0.0)
             times.append(elapsed)
         return times
+
+    def time_to(self, target: float):
+        """``(epoch, wall seconds)`` at the end of the first epoch whose test accuracy is at
+        least ``target``; ``None`` if no epoch reached it."""
+        for row, seconds in zip(self.rows, self.wall_times()):
+            if row.get("test_acc") is not None and row["test_acc"] >= target:
+                return row["epoch"], seconds
+        return None
 
 
 REQUIRED = ("epoch", "epoch_seconds", "sync_seconds", "select_seconds", "comm_seconds", "bytes_sent_per_rank")
@@ -163,13 +173,13 @@ def groups(runs: list) -> dict:
     return grouped
 
 
-def markdown(runs: list, reference: str) -> str:
-    """The two tables per group as Markdown."""
+def markdown(runs: list, reference: str, target: float = None) -> str:
+    """The two tables per group as Markdown (``target``: see :func:`accuracy_table`)."""
     out = []
     for key, members in groups(runs).items():
         out.append(f"## {group_title(key)}\n")
         out.append(time_table(members, reference))
-        out.append(accuracy_table(members))
+        out.append(accuracy_table(members, reference, target))
     return "\n".join(out)
 
 
@@ -192,18 +202,31 @@ def time_table(runs: list, reference: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def accuracy_table(runs: list) -> str:
+def accuracy_table(runs: list, reference: str = "spardl", target: float = None) -> str:
     """Final and best test accuracy, final losses, epochs ("63 of 400" for a run that stopped
-    early) and wall time per run."""
-    lines = ["| method | epochs | final test acc | best test acc | final train loss | final test loss | wall s |",
-             "|---|" + "---:|" * 6]
+    early) and wall time per run; with a ``target`` accuracy also the epoch and wall time at
+    which each run first reached it and the ``reference`` method's speedup in that time (this
+    run's time / the group's first reference run's)."""
+    header = "| method | epochs | final test acc | best test acc | final train loss | final test loss | wall s |"
+    if target is not None:
+        header += f" epoch to {target:g} | wall s to {target:g} | {reference} speedup to {target:g} |"
+    lines = [header, "|---|" + "---:|" * (header.count("|") - 2)]
+    references = [run.time_to(target) for run in runs if target is not None and run.method == reference]
     for run in runs:
         last = run.rows[-1]
         accuracies = [r["test_acc"] for r in run.rows if r.get("test_acc") is not None]
         epochs = f"{last['epoch']}" + (f" of {last['max_epochs']}" if last.get("max_epochs", 0) > last["epoch"] else "")
-        lines.append(f"| {run.label} | {epochs} | {_number(last.get('test_acc'), 4)} | "
-                     f"{_number(max(accuracies) if accuracies else None, 4)} | {_number(last.get('train_loss'), 4)} | "
-                     f"{_number(last.get('test_loss'), 4)} | {run.wall_times()[-1]:.1f} |")
+        line = (f"| {run.label} | {epochs} | {_number(last.get('test_acc'), 4)} | "
+                f"{_number(max(accuracies) if accuracies else None, 4)} | {_number(last.get('train_loss'), 4)} | "
+                f"{_number(last.get('test_loss'), 4)} | {run.wall_times()[-1]:.1f} |")
+        if target is not None:
+            reached = run.time_to(target)
+            if reached is None:
+                line += " not reached | - | - |"
+            else:
+                speedup = _ratio(reached[1], references[0][1]) if references and references[0] else "-"
+                line += f" {reached[0]} | {reached[1]:.1f} | {speedup} |"
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 
@@ -215,8 +238,9 @@ def _number(value, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def plot(runs: list, out_dir: str) -> list:
-    """Write the three figures (one column per group) into ``out_dir``; return their paths."""
+def plot(runs: list, out_dir: str, target: float = None) -> list:
+    """Write the three figures (one column per group) into ``out_dir``, with a dashed line at
+    the ``target`` accuracy if one is given; return their paths."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -230,6 +254,8 @@ def plot(runs: list, out_dir: str) -> list:
                 points = [(x, row["test_acc"]) for x, row in zip(x_of(run), run.rows) if row.get("test_acc") is not None]
                 if points:
                     axis.plot(*zip(*points), marker=".", label=run.label)
+            if target is not None:
+                axis.axhline(target, color="gray", linestyle="--", linewidth=1)
             axis.set(xlabel="epoch" if name.endswith("epoch") else "wall time (s)", ylabel="test accuracy",
                      title=group_title(key))
             if axis.lines:
@@ -267,7 +293,13 @@ def main(argv=None) -> str:
     parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="directories holding metrics.jsonl")
     parser.add_argument("--out", help="directory for report.md and the plots")
     parser.add_argument("--reference", default="spardl", help="method whose speedup is reported")
+    parser.add_argument("--target-accuracy", type=float, metavar="A",
+                        help="also report when each run first reached test accuracy A (a fraction "
+                             "in (0, 1], e.g. 0.9) and the reference's speedup in that time")
     args = parser.parse_args(argv)
+    if args.target_accuracy is not None and not 0.0 < args.target_accuracy <= 1.0:
+        parser.error(f"--target-accuracy takes a fraction in (0, 1] (test accuracy as logged, "
+                     f"e.g. 0.9 for 90%), got {args.target_accuracy}")
     if args.out:  # made now, so that a path that cannot be one fails before any work
         try:
             os.makedirs(args.out, exist_ok=True)
@@ -277,7 +309,7 @@ def main(argv=None) -> str:
             parser.error(f"--out {args.out}: not writable")
     try:
         runs = label_runs([load_run(path) for path in args.runs])
-        text = markdown(runs, args.reference)
+        text = markdown(runs, args.reference, args.target_accuracy)
     except ValueError as error:
         parser.exit(2, f"report.py: {error}\n")
     if all(run.method != args.reference for run in runs):
@@ -287,7 +319,7 @@ def main(argv=None) -> str:
     if args.out:
         with open(os.path.join(args.out, "report.md"), "w") as handle:
             handle.write(text)
-        plot(runs, args.out)
+        plot(runs, args.out, args.target_accuracy)
     return text
 
 

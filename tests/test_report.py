@@ -40,7 +40,8 @@ def test_time_table_split_and_speedups():
 
 def test_out_dir_gets_markdown_and_plots(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT)
-    result = subprocess.run([sys.executable, os.path.join("scripts", "report.py"), *RUNS, "--out", str(tmp_path)],
+    result = subprocess.run([sys.executable, os.path.join("scripts", "report.py"), *RUNS, "--out", str(tmp_path),
+                             "--target-accuracy", "0.9"],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "report.md").read_text().strip() == result.stdout.strip()
@@ -154,3 +155,22 @@ def test_a_run_without_iterations_and_an_out_path_that_is_a_file_exit_2(tmp_path
     with pytest.raises(SystemExit) as out:
         report.main([RUNS[0], "--out", str(tmp_path / "file")])
     assert out.value.code == 2 and "--out" in capsys.readouterr().err
+
+
+def test_time_to_target_accuracy_and_the_reference_speedup_in_it(capsys):
+    """Per epoch: spardl 2.5 s (acc 0.80, 0.90, 0.92), topk 3.5 s (0.78, 0.88, 0.91), dense 4 s
+    with no evaluation time (0.82, 0.91, 0.93)."""
+    text = report.main(RUNS + ["--target-accuracy", "0.9"])
+    assert "| epoch to 0.9 | wall s to 0.9 | spardl speedup to 0.9 |" in text
+    (_, spardl), (_, topk), (_, dense) = (table_rows(text, name) for name in ("spardl", "topk", "dense"))
+    assert spardl[-3:] == ["2", "5.0", "1.00x"]
+    assert topk[-3:] == ["3", "10.5", "2.10x"]
+    assert dense[-3:] == ["2", "8.0", "1.60x"]
+    text = report.main(RUNS + ["--target-accuracy", "0.93"])  # only dense gets there
+    (_, spardl), (_, dense) = (table_rows(text, name) for name in ("spardl", "dense"))
+    assert spardl[-3:] == ["not reached", "-", "-"] and dense[-3:] == ["3", "12.0", "-"]
+    assert "epoch to" not in report.main(RUNS)
+    for bad in ("0", "90", "-0.5"):
+        with pytest.raises(SystemExit) as exit_:
+            report.main(RUNS + ["--target-accuracy", bad])
+        assert exit_.value.code == 2 and "--target-accuracy takes a fraction in (0, 1]" in capsys.readouterr().err

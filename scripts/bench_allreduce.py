@@ -529,18 +529,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     """The command line (see the module docstring and the README's "Benchmarks, simulator,
     reports")."""
     parser = RankZeroParser(description=__doc__.split("\n\n")[0],
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--numel", type=int, default=1 << 20, help="gradient length n (synthetic)")
-    parser.add_argument("--density", type=float, default=0.01)
-    parser.add_argument("--methods", default="all", help="comma-separated names, or 'all'")
-    parser.add_argument("--iters", type=int, default=10, help="timed calls per method")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed calls per method first")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--teams", default="1", help="spardl team counts d, comma-separated")
-    parser.add_argument("--gradient", default="synthetic", help="'synthetic' or 'model:NAME'")
-    parser.add_argument("--batch", type=int, default=8, help="batch size for model gradients")
-    parser.add_argument("--input-shape", default="3,32,32", help="C,H,W for model gradients")
-    parser.add_argument("--classes", type=int, default=10, help="classes for model gradients")
+                                                        epilog="Two reference rows follow the methods: 'floor' (SparDL's messages "
+                                   "with no method work, plus one top-k pass over n) and 'floor+ef' "
+                                   "(the floor plus the error-feedback work of a method with a residual "
+                                   "and a dense result); 'x floor' and 'x ef' are each row's median "
+                                   "over theirs. Under mpiexec, use scripts/run_bench.sh -n P, which "
+                                   "sets one thread per rank and MPICH's yield variables.")
+    parser.add_argument("--numel", type=int, default=1 << 20, help="gradient length n (synthetic; default: %(default)s)")
+    parser.add_argument("--density", type=float, default=0.01, help="fraction of entries kept, in (0, 1] (default: %(default)s)")
+    parser.add_argument("--methods", default="all", help="comma-separated names, or 'all' (the default)")
+    parser.add_argument("--iters", type=int, default=10, help="timed calls per method (default: %(default)s)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed calls per method first (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the gradients and model weights (default: %(default)s)")
+    parser.add_argument("--teams", default="1", help="spardl team counts d, comma-separated (default: %(default)s)")
+    parser.add_argument("--gradient", default="synthetic", help="'synthetic' (the default) or 'model:NAME'")
+    parser.add_argument("--batch", type=int, default=8, help="batch size for model gradients (default: %(default)s)")
+    parser.add_argument("--input-shape", default="3,32,32", help="C,H,W for model gradients (default: %(default)s)")
+    parser.add_argument("--classes", type=int, default=10, help="classes for model gradients (default: %(default)s)")
     parser.add_argument("--sequential", action="store_true",
                         help="time all calls of one method before the next (less memory: one "
                              "method's buffers at a time) instead of interleaving the methods call "
@@ -549,9 +554,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="no mpiexec: record each method's call on P in-process ranks and time "
                              "rank 0's share of it alone in this process, its messages played back "
                              "(the compute cost per rank, free of network and oversubscription)")
-    parser.add_argument("--json", help="write the rows as a JSON list")
-    parser.add_argument("--csv", help="write the rows as CSV")
-    parser.add_argument("--plot", help="write a PNG of times and bytes")
+    parser.add_argument("--json", metavar="FILE", help="write the rows as a JSON list")
+    parser.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
+    parser.add_argument("--plot", metavar="FILE", help="write a PNG of times and bytes")
     args = parser.parse_args(argv)
     args.methods = usage_checked(parser, method_names, args.methods)
     args.teams = usage_checked(parser, positive_ints, args.teams, "--teams")

@@ -211,7 +211,8 @@ def accuracy_table(runs: list, reference: str = "spardl", target: float = None) 
     if target is not None:
         header += f" epoch to {target:g} | wall s to {target:g} | {reference} speedup to {target:g} |"
     lines = [header, "|---|" + "---:|" * (header.count("|") - 2)]
-    references = [run.time_to(target) for run in runs if target is not None and run.method == reference]
+    first_reference = next((run for run in runs if run.method == reference), None)
+    reference_time = first_reference.time_to(target) if target is not None and first_reference else None
     for run in runs:
         last = run.rows[-1]
         accuracies = [r["test_acc"] for r in run.rows if r.get("test_acc") is not None]
@@ -224,7 +225,7 @@ def accuracy_table(runs: list, reference: str = "spardl", target: float = None) 
             if reached is None:
                 line += " not reached | - | - |"
             else:
-                speedup = _ratio(reached[1], references[0][1]) if references and references[0] else "-"
+                speedup = _ratio(reached[1], reference_time[1]) if reference_time else "-"
                 line += f" {reached[0]} | {reached[1]:.1f} | {speedup} |"
         lines.append(line)
     return "\n".join(lines) + "\n"
@@ -254,11 +255,11 @@ def plot(runs: list, out_dir: str, target: float = None) -> list:
                 points = [(x, row["test_acc"]) for x, row in zip(x_of(run), run.rows) if row.get("test_acc") is not None]
                 if points:
                     axis.plot(*zip(*points), marker=".", label=run.label)
-            if target is not None:
-                axis.axhline(target, color="gray", linestyle="--", linewidth=1)
             axis.set(xlabel="epoch" if name.endswith("epoch") else "wall time (s)", ylabel="test accuracy",
                      title=group_title(key))
             if axis.lines:
+                if target is not None:
+                    axis.axhline(target, color="gray", linestyle="--", linewidth=1, label=f"target {target:g}")
                 axis.legend(fontsize=8)
             else:
                 axis.text(0.5, 0.5, "no test accuracy logged", ha="center", transform=axis.transAxes)

@@ -586,22 +586,14 @@ def gradient_source(args):
     return ModelGradients(name, args.seed, args.batch, tuple(map(int, parts)), args.classes)
 
 
-def set_threads(comm) -> None:
-    """One torch thread per rank when the ranks on this node outnumber its cores."""
-    from mpi4py import MPI
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    cores = len(os.sched_getaffinity(0))
-    torch.set_num_threads(max(1, cores // local.Get_size()))
-    local.Free()
-
-
 def mpi_rows(args) -> list:
     """Time every row under MPI on ``MPI.COMM_WORLD``; the rows on rank 0, [] elsewhere."""
     from mpi4py import MPI
     from comm.mpi import MPITransport, abort_on_uncaught_exception
+    from trainer.distributed import place_rank
     abort_on_uncaught_exception()
     comm = MPI.COMM_WORLD
-    set_threads(comm)
+    place_rank(comm, "cpu")  # torch threads: this host's cores shared by its ranks, as in training
     source = args.source
     workers = comm.Get_size()
     runs = runs_to_time(args, workers, speaks=comm.Get_rank() == 0)

@@ -80,14 +80,14 @@ class GTopK(Synchronizer):
         run_schedule(self.transport, self.reduce_steps, produce, consume, accumulated.device, timer)
         run_schedule(self.transport, self.broadcast_steps, produce, _replace_with(held),
                      accumulated.device, timer)
-        final_indices, final_values = held
+        final_indices, final_values = held[0].long(), held[1]  # int64 once, for every use below
         with timer("accumulate"):
             result = self._new_result(accumulated.device)
-            put_(result, final_indices.long(), final_values / self.size)
-            put_(accumulated, chosen[is_member(final_indices.long(), chosen)], 0.0)
+            put_(result, final_indices, final_values / self.size)
+            put_(accumulated, chosen[is_member(final_indices, chosen)], 0.0)
             self._nnz = int(torch.count_nonzero(final_values))
         if self.measure_loss:
-            self._loss = self._measure_loss(final_indices.long(), dropped, values, timer)
+            self._loss = self._measure_loss(final_indices, dropped, values, timer)
         return result, accumulated
 
     def _merge(self, indices, values, other_indices, other_values, dropped, timer):

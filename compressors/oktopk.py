@@ -184,8 +184,9 @@ class OkTopK(Synchronizer):
         kept_indices, kept_values = self._select_global(candidates, sums, exact_global, timer)
         with timer("accumulate"):
             result = self._new_result(accumulated.device)
-            put_(result, kept_indices.long(), kept_values / self.size)
-            put_(accumulated, chosen[is_member(kept_indices.long(), chosen)], 0.0)
+            kept_indices = kept_indices.long()  # once for both writes
+            put_(result, kept_indices, kept_values / self.size)
+            put_(accumulated, chosen[is_member(kept_indices, chosen)], 0.0)
             self._nnz = int(torch.count_nonzero(kept_values))
         self._counts = {"selected": count, "kept": kept_values.numel()}
         self.step += 1

@@ -56,11 +56,12 @@ if ROOT not in sys.path:
 import compressors  # noqa: E402
 from comm import local_group  # noqa: E402
 from comm.recording import RecordingTransport, ReplayTransport  # noqa: E402
-from compressors.sparse_ops import put_, zero_  # noqa: E402
+from compressors.sparse_ops import budget, put_, zero_  # noqa: E402
 
 FLOOR = "floor"
 EF_FLOOR = "floor+ef"
-FLOOR_RUNS = [(FLOOR, FLOOR, {}), (EF_FLOOR, EF_FLOOR, {})]  # the last rows, after the methods'
+FLOORS = {FLOOR: False, EF_FLOOR: True}  # the last rows, after the methods': error feedback?
+FLOOR_RUNS = [(label, label, {}) for label in FLOORS]
 PHASES = ("select", "comm", "accumulate")
 
 
@@ -176,7 +177,7 @@ class FloorRun:
         self.transport = transport
         self.events = events
         self.selector = compressors.Selector()
-        self.k = max(1, int(numel * density))
+        self.k = budget(numel, density)
         self.residual = torch.zeros(numel) if error_feedback else None
         self.sends = [(e, torch.zeros(e.nbytes // torch.empty((), dtype=e.dtype).element_size(), dtype=e.dtype))
                       for e in self.events if e.kind == "send"]
@@ -294,7 +295,7 @@ def replay_runs(runs: list, source, args) -> tuple:
 
     # Each row is recorded when it is built: with --sequential one row's recording at a time.
     factories = [lambda name=name, options=options: method(name, options) for _, name, options in runs]
-    factories += [lambda: floor(False), lambda: floor(True)]
+    factories += [lambda feedback=feedback: floor(feedback) for feedback in FLOORS.values()]
     return factories, lambda call: (grads[-1][0], exact)
 
 
@@ -528,24 +529,25 @@ def runs_to_time(args, workers: int, speaks: bool) -> list:
 def parse_args(argv=None) -> argparse.Namespace:
     """The command line (see the module docstring and the README's "Benchmarks, simulator,
     reports")."""
-    parser = RankZeroParser(description=__doc__.split("\n\n")[0],
-                                                        epilog="Two reference rows follow the methods: 'floor' (SparDL's messages "
-                                   "with no method work, plus one top-k pass over n) and 'floor+ef' "
-                                   "(the floor plus the error-feedback work of a method with a residual "
-                                   "and a dense result); 'x floor' and 'x ef' are each row's median "
-                                   "over theirs. Under mpiexec, use scripts/run_bench.sh -n P, which "
-                                   "sets one thread per rank and MPICH's yield variables.")
-    parser.add_argument("--numel", type=int, default=1 << 20, help="gradient length n (synthetic; default: %(default)s)")
-    parser.add_argument("--density", type=float, default=0.01, help="fraction of entries kept, in (0, 1] (default: %(default)s)")
+    parser = RankZeroParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Two reference rows follow the methods: 'floor' (SparDL's messages with no method work,\n"
+               "plus one top-k pass over n) and 'floor+ef' (the floor plus the error-feedback work of a\n"
+               "method with a residual and a dense result); 'x floor' and 'x ef' are each row's median\n"
+               "over theirs. Under mpiexec, use scripts/run_bench.sh -n P, which sets one thread per\n"
+               "rank and MPICH's yield variables.")
+    default = " (default: %(default)s)"
+    parser.add_argument("--numel", type=int, default=1 << 20, help="gradient length n, synthetic" + default)
+    parser.add_argument("--density", type=float, default=0.01, help="fraction of entries kept, in (0, 1]" + default)
     parser.add_argument("--methods", default="all", help="comma-separated names, or 'all' (the default)")
-    parser.add_argument("--iters", type=int, default=10, help="timed calls per method (default: %(default)s)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed calls per method first (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the gradients and model weights (default: %(default)s)")
-    parser.add_argument("--teams", default="1", help="spardl team counts d, comma-separated (default: %(default)s)")
+    parser.add_argument("--iters", type=int, default=10, help="timed calls per method" + default)
+    parser.add_argument("--warmup", type=int, default=2, help="untimed calls per method first" + default)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the gradients and model weights" + default)
+    parser.add_argument("--teams", default="1", help="spardl team counts d, comma-separated" + default)
     parser.add_argument("--gradient", default="synthetic", help="'synthetic' (the default) or 'model:NAME'")
-    parser.add_argument("--batch", type=int, default=8, help="batch size for model gradients (default: %(default)s)")
-    parser.add_argument("--input-shape", default="3,32,32", help="C,H,W for model gradients (default: %(default)s)")
-    parser.add_argument("--classes", type=int, default=10, help="classes for model gradients (default: %(default)s)")
+    parser.add_argument("--batch", type=int, default=8, help="batch size for model gradients" + default)
+    parser.add_argument("--input-shape", default="3,32,32", help="C,H,W for model gradients" + default)
+    parser.add_argument("--classes", type=int, default=10, help="classes for model gradients" + default)
     parser.add_argument("--sequential", action="store_true",
                         help="time all calls of one method before the next (less memory: one "
                              "method's buffers at a time) instead of interleaving the methods call "
@@ -606,7 +608,7 @@ def mpi_rows(args) -> list:
     def floor(error_feedback: bool) -> FloorRun:
         return FloorRun(MPITransport(comm), spardl_call(), source.numel, args.density, error_feedback)
 
-    factories += [lambda: floor(False), lambda: floor(True)]
+    factories += [lambda feedback=feedback: floor(feedback) for feedback in FLOORS.values()]
     records = time_runs(factories, mpi_gradients(comm, source), args.warmup + args.iters, args.sequential)
     rows = []
     for (label, name, options), run_records in zip(runs + FLOOR_RUNS, records):

@@ -293,7 +293,8 @@ def main(argv=None) -> str:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="directories holding metrics.jsonl")
     parser.add_argument("--out", metavar="DIR", help="also write report.md and the plots into DIR")
-    parser.add_argument("--reference", default="spardl", help="method whose speedup is reported (default: %(default)s)")
+    parser.add_argument("--reference", default="spardl",
+                        help="method whose speedup is reported (default: %(default)s)")
     parser.add_argument("--target-accuracy", type=float, metavar="A",
                         help="also report when each run first reached test accuracy A (a fraction "
                              "in (0, 1], e.g. 0.9) and the reference's speedup in that time")

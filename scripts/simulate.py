@@ -483,25 +483,33 @@ def parse_args(argv=None) -> argparse.Namespace:
     reports")."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workers", default="16,32,64,128,256", help="P values, comma-separated (default: %(default)s)")
-    parser.add_argument("--numel", type=int, default=1 << 18, help="simulated gradient length, rounded up per P so that every SparDL block keeps its share of the density (default: %(default)s)")
-    parser.add_argument("--model-numel", type=int, default=VGG16_NUMEL, help="n the predictions scale to (default: %(default)s, VGG-16)")
-    parser.add_argument("--density", type=float, default=0.01, help="fraction of entries kept, in (0, 1] (default: %(default)s)")
+    default = " (default: %(default)s)"
+    presets = ", ".join(f"{n.name} ({8e-9 / n.beta:g} Gb/s, {n.alpha * 1e6:g} us)" for n in PRESETS.values())
+    parser.add_argument("--workers", default="16,32,64,128,256", help="P values, comma-separated" + default)
+    parser.add_argument("--numel", type=int, default=1 << 18,
+                        help="simulated gradient length, rounded up per P so that every SparDL block "
+                             "keeps its share of the density" + default)
+    parser.add_argument("--model-numel", type=int, default=VGG16_NUMEL,
+                        help="n the predictions scale to (default: %(default)s, VGG-16)")
+    parser.add_argument("--density", type=float, default=0.01, help="fraction of entries kept, in (0, 1]" + default)
     parser.add_argument("--methods", default="all", help="comma-separated names, or 'all' (the default)")
-    parser.add_argument("--teams", default="1", help="spardl team counts d in the main table, comma-separated (default: %(default)s)")
+    parser.add_argument("--teams", default="1", help="spardl team counts d in the main table, comma-separated" + default)
     parser.add_argument("--sweep", default="",
                         help="P values at which to sweep spardl over every team count d dividing P (default: none)")
-    parser.add_argument("--calls", type=int, default=1, help="modelled calls per method (default: %(default)s)")
-    parser.add_argument("--warmup", type=int, default=1, help="calls run before them (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the gradients (default: %(default)s)")
-    parser.add_argument("--network", default="ethernet,infiniband", help="presets, comma-separated: ethernet (10 Gb/s, 25 us), infiniband (100 Gb/s, 1.5 us) (default: both)")
+    parser.add_argument("--calls", type=int, default=1, help="modelled calls per method" + default)
+    parser.add_argument("--warmup", type=int, default=1, help="calls run before them" + default)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the gradients" + default)
+    parser.add_argument("--network", default=",".join(PRESETS),
+                        help=f"presets, comma-separated: {presets}" + default)
     parser.add_argument("--alpha", type=float, help="latency per message in seconds of a custom network (with --beta)")
     parser.add_argument("--beta", type=float, help="seconds per byte of a custom network (with --alpha)")
-    parser.add_argument("--select-threads", type=int, default=1, help="threads of the selection timing (default: %(default)s)")
+    parser.add_argument("--select-threads", type=int, default=1, help="threads of the selection timing" + default)
     parser.add_argument("--select-device", default="cpu", choices=["cpu", "cuda"],
-                        help="where to time selection (default: %(default)s)")
-    parser.add_argument("--select-rate", type=float, help="a fixed selection throughput in entries/s instead of timing it here")
-    parser.add_argument("--json", metavar="FILE", help="write every row as a JSON list (key 'table': 'methods' or 'sweep')")
+                        help="where to time selection" + default)
+    parser.add_argument("--select-rate", type=float,
+                        help="a fixed selection throughput in entries/s instead of timing it here")
+    parser.add_argument("--json", metavar="FILE",
+                        help="write every row as a JSON list (key 'table': 'methods' or 'sweep')")
     parser.add_argument("--plot", metavar="FILE", help="write a PNG of predicted time against P (and against d)")
     args = parser.parse_args(argv)
     args.methods = bench.usage_checked(parser, bench.method_names, args.methods)

@@ -11,8 +11,9 @@ Every method (default: all of ``compressors.available()``) synchronizes the same
 random batch. Per call and rank the script records the wall time of ``sync.allreduce``, its phase
 split from ``sync.stats``, the traffic and the cosine between the result and the exact average of
 the raw gradients of that call (one exact MPI all-reduce, outside the timing). A call takes as long
-as its slowest rank, so every time is the maximum over ranks of that call; the table shows the
-median over the timed calls (warm-up calls excluded) and the min and max.
+as its slowest rank, so every time is that of the call's slowest rank, and so is its split into
+phases; the table shows the median over the timed calls (warm-up calls excluded) and the min and
+max.
 
 The methods run interleaved: call c of every row synchronizes the same gradient, one row after
 another, starting with a different row each call, so drift of the machine's speed during the run
@@ -373,13 +374,15 @@ def summarize_counts(per_rank: list) -> dict:
 def summarize(label: str, name: str, options: dict, per_rank: list, args, workers: int, numel: int) -> dict:
     """One table/JSON row from every rank's timed records (see the module docstring)."""
     calls = range(len(per_rank[0]))
-    slowest = [max(r[c]["seconds"] for r in per_rank) * 1e3 for c in calls]
+    # Per call, the record of its slowest rank: its time is the call's, and its phases split it.
+    critical = [max((r[c] for r in per_rank), key=lambda record: record["seconds"]) for c in calls]
+    slowest = [record["seconds"] * 1e3 for record in critical]
     q1, _, q3 = statistics.quantiles(slowest, n=4) if len(slowest) > 1 else (slowest[0],) * 3
     row = {"method": name, "label": label, "teams": options.get("teams", 1), "workers": workers,
            "numel": numel, "density": args.density, "median_ms": statistics.median(slowest),
            "min_ms": min(slowest), "max_ms": max(slowest), "q1_ms": q1, "q3_ms": q3}
     for phase in PHASES:
-        row[f"{phase}_ms"] = statistics.median(max(r[c][phase] for r in per_rank) * 1e3 for c in calls)
+        row[f"{phase}_ms"] = statistics.median(record[phase] * 1e3 for record in critical)
     row.update(summarize_counts(per_rank))
     cosines = [per_rank[0][c]["cosine"] for c in calls]
     if cosines[0] is not None:  # a NaN (non-finite result) shows, instead of sorting at random
@@ -505,6 +508,25 @@ def output_file(path: str, flag: str) -> str:
     return path
 
 
+def plot_file(path: str, flag: str = "--plot") -> str:
+    """:func:`output_file`, and ``ValueError`` unless the name ends in a format matplotlib
+    writes (checked before a long run: it would fail only when the plot is saved)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    formats = FigureCanvasAgg.get_supported_filetypes()
+    suffix = os.path.splitext(path)[1].lstrip(".").lower()
+    if suffix not in formats:
+        raise ValueError(f"{flag} {path}: the name must end in an image format: "
+                         f"{', '.join('.' + name for name in sorted(formats))}")
+    return output_file(path, flag)
+
+
+def check_seed(seed: int) -> int:
+    """``seed`` if it is >= 0 (NumPy's seeds are), else ``ValueError``."""
+    if seed < 0:
+        raise ValueError(f"--seed must be >= 0, got {seed}")
+    return seed
+
+
 def warn_skipped_teams(methods: list, teams: list, workers: int) -> None:
     """Say on stderr which ``teams`` :func:`method_runs` leaves out at P = ``workers``."""
     skipped = [d for d in teams if workers % d] if "spardl" in methods else []
@@ -558,7 +580,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "(the compute cost per rank, free of network and oversubscription)")
     parser.add_argument("--json", metavar="FILE", help="write the rows as a JSON list")
     parser.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
-    parser.add_argument("--plot", metavar="FILE", help="write a PNG of times and bytes")
+    parser.add_argument("--plot", metavar="FILE",
+                        help="write a chart of times and bytes (FILE.png; or .pdf, .svg, ...)")
     args = parser.parse_args(argv)
     args.methods = usage_checked(parser, method_names, args.methods)
     args.teams = usage_checked(parser, positive_ints, args.teams, "--teams")
@@ -567,9 +590,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error("--iters must be >= 1, --warmup >= 0, --numel >= 1, --replay >= 1")
     if args.replay and launched_rank_and_size()[1] > 1:
         parser.error("--replay times one process alone: start it without mpiexec")
-    for flag in ("json", "csv", "plot"):
+    usage_checked(parser, check_seed, args.seed)
+    for flag in ("json", "csv"):
         if getattr(args, flag):
             usage_checked(parser, output_file, getattr(args, flag), f"--{flag}")
+    if args.plot:
+        usage_checked(parser, plot_file, args.plot)
     args.source = usage_checked(parser, gradient_source, args)
     return args
 

@@ -84,6 +84,14 @@ class Run:
 
 
 REQUIRED = ("epoch", "epoch_seconds", "sync_seconds", "select_seconds", "comm_seconds", "bytes_sent_per_rank")
+#: The keys the report computes with, where present: numbers, and (the last three) null or numbers.
+NUMBERS = REQUIRED + ("iters", "epoch_iters", "max_epochs", "eval_seconds")
+NULLABLE = ("test_acc", "test_loss", "train_loss")
+
+
+def _is_number(value) -> bool:
+    """Whether a metrics value is a JSON number (not ``true`` or ``false``)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def load_run(path: str) -> Run:
@@ -114,6 +122,11 @@ def load_run(path: str) -> Run:
             ([] if "iters" in row or "epoch_iters" in row else ["iters"])
         if missing:
             raise ValueError(f"{file}: row {number} lacks {', '.join(missing)}")
+        wrong = [key for key in NUMBERS + NULLABLE if key in row and not _is_number(row[key])
+                 and not (key in NULLABLE and row[key] is None)]
+        if wrong:
+            raise ValueError(f"{file}: row {number}: {', '.join(f'{key} {json.dumps(row[key])}' for key in wrong)} "
+                             "should be a number")
     latest = latest_history(rows)
     if sum(Run(path, latest).epoch_iters()) < 1:
         raise ValueError(f"{file}: no training iterations logged")

@@ -445,20 +445,21 @@ def plot(rows: list, sweep: list, path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    networks = list(dict.fromkeys(r["network"] for r in rows))
-    fig, axes = plt.subplots(2 if sweep else 1, len(networks), figsize=(6 * len(networks), 9 if sweep else 4.5),
-                             squeeze=False)
+    networks = list(dict.fromkeys(r["network"] for r in rows + sweep))
+    charts = bool(rows) + bool(sweep)
+    fig, axes = plt.subplots(charts, len(networks), figsize=(6 * len(networks), 4.5 * charts), squeeze=False)
     for column, network in enumerate(networks):
-        axis = axes[0][column]
-        subset = [r for r in rows if r["network"] == network]
-        for label in dict.fromkeys(r["label"] for r in subset):
-            points = sorted((r["workers"], r["predicted_ms"]) for r in subset if r["label"] == label)
-            axis.plot(*zip(*points), marker="o", label=label)
-        axis.set(xscale="log", yscale="log", xlabel="workers P", ylabel="predicted ms per call", title=network)
-        _label_ticks(axis, sorted({r["workers"] for r in subset}))
-        axis.legend(fontsize=8)
+        if rows:
+            axis = axes[0][column]
+            subset = [r for r in rows if r["network"] == network]
+            for label in dict.fromkeys(r["label"] for r in subset):
+                points = sorted((r["workers"], r["predicted_ms"]) for r in subset if r["label"] == label)
+                axis.plot(*zip(*points), marker="o", label=label)
+            axis.set(xscale="log", yscale="log", xlabel="workers P", ylabel="predicted ms per call", title=network)
+            _label_ticks(axis, sorted({r["workers"] for r in subset}))
+            axis.legend(fontsize=8)
         if sweep:
-            axis = axes[1][column]
+            axis = axes[-1][column]
             subset = [r for r in sweep if r["network"] == network]
             for workers in sorted({r["workers"] for r in subset}):
                 points = sorted((r["teams"], r["predicted_ms"]) for r in subset if r["workers"] == workers)
@@ -510,7 +511,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="a fixed selection throughput in entries/s instead of timing it here")
     parser.add_argument("--json", metavar="FILE",
                         help="write every row as a JSON list (key 'table': 'methods' or 'sweep')")
-    parser.add_argument("--plot", metavar="FILE", help="write a PNG of predicted time against P (and against d)")
+    parser.add_argument("--plot", metavar="FILE",
+                        help="write a chart of predicted time against P, and against d with --sweep "
+                             "(FILE.png; or .pdf, .svg, ...)")
     args = parser.parse_args(argv)
     args.methods = bench.usage_checked(parser, bench.method_names, args.methods)
     args.workers = bench.usage_checked(parser, bench.positive_ints, args.workers, "--workers")
@@ -537,9 +540,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f"--select-threads must be >= 1, got {args.select_threads}")
     if args.select_rate is not None and not 0 < args.select_rate < math.inf:
         parser.error(f"--select-rate must be a positive number of elements/s, got {args.select_rate:g}")
-    for flag in ("json", "plot"):
-        if getattr(args, flag):
-            bench.usage_checked(parser, bench.output_file, getattr(args, flag), f"--{flag}")
+    bench.usage_checked(parser, bench.check_seed, args.seed)
+    if args.json:
+        bench.usage_checked(parser, bench.output_file, args.json, "--json")
+    if args.plot:
+        bench.usage_checked(parser, bench.plot_file, args.plot)
     return args
 
 
@@ -550,8 +555,10 @@ def main(argv=None) -> tuple:
     for workers in args.workers:
         bench.warn_skipped_teams(args.methods, args.teams, workers)
         plan += [(workers, run) for run in bench.method_runs(args.methods, args.teams, workers)]
-    if not plan:
-        sys.exit("simulate.py: nothing to simulate: no method runs at any P (see the notes above)")
+    if not plan and not args.sweep:
+        print("simulate.py: nothing to simulate: no method runs at any P (see the notes above)",
+              file=sys.stderr)
+        sys.exit(2)
     cost = SelectionCost(args.density, args.select_threads, args.select_rate, args.seed,
                          device=args.select_device)
     print(describe(cost, args), flush=True)
@@ -562,10 +569,11 @@ def main(argv=None) -> tuple:
         for teams in (d for d in range(1, workers + 1) if workers % d == 0):
             sweep += simulate_row(f"spardl(d={teams})", "spardl", {"teams": teams}, workers, args,
                                   args.networks, cost)
-    print(format_tables(rows, "predicted_ms", "predicted ms per call (network + selection)"))
-    print(format_tables(rows, "network_ms", "network ms per call (selection excluded)"))
-    references = dict.fromkeys(r["label"] for r in rows if r["method"] == "spardl")  # every team count
-    print("\n" + "\n".join(line for reference in references for line in crossovers(rows, reference)))
+    if rows:
+        print(format_tables(rows, "predicted_ms", "predicted ms per call (network + selection)"))
+        print(format_tables(rows, "network_ms", "network ms per call (selection excluded)"))
+        references = dict.fromkeys(r["label"] for r in rows if r["method"] == "spardl")  # every team count
+        print("\n" + "\n".join(line for reference in references for line in crossovers(rows, reference)))
     if sweep:
         print(format_tables(sweep, "predicted_ms", "spardl against the team count d, predicted ms per call"))
     if args.json:

@@ -156,6 +156,9 @@ def test_floor_with_error_feedback_does_what_every_residual_method_does():
     (["--replay", "0"], "--replay >= 1"),
     (["--json", "/no/such/dir/rows.json"], "--json /no/such/dir/rows.json: no directory"),
     (["--csv", "."], "--csv .: is a directory"),
+    (["--plot", "bench.txt"], "--plot bench.txt: the name must end in an image format: .*[.]png"),
+    (["--plot", "bench"], "--plot bench: the name must end in an image format"),
+    (["--seed", "-1"], "--seed must be >= 0, got -1"),
     (["--gradient", "foo"], "--gradient must be 'synthetic' or 'model:NAME'"),
     (["--gradient", "model:nosuch"], "unknown model 'nosuch'"),
     (["--gradient", "model:cnn", "--input-shape", "3,32"], "--input-shape takes three integers"),
@@ -219,17 +222,19 @@ def test_method_runs_keep_team_counts_that_divide_the_workers():
                     ("spardl(d=2)", "spardl", {"teams": 2})]
 
 
-def test_summarize_takes_the_slowest_rank_of_each_call():
-    def record(seconds, nbytes):
-        return {"seconds": seconds, "select": seconds / 2, "comm": seconds / 4, "accumulate": 0.0,
+def test_summarize_takes_the_slowest_rank_of_each_call_and_its_split():
+    def record(seconds, nbytes, select):  # the rest of the time is communication
+        return {"seconds": seconds, "select": select, "comm": seconds - select, "accumulate": 0.0,
                 "bytes": nbytes, "messages": 2, "rounds": 2, "nnz": 7, "cosine": 0.5}
 
-    per_rank = [[record(0.010, 100), record(0.030, 100), record(0.020, 100)],
-                [record(0.040, 300), record(0.010, 100), record(0.020, 200)]]
+    # A rank that selects longest may wait least: the split is the slowest rank's, not each
+    # phase's maximum over the ranks (that would be 0.030 + 0.035 for the second call).
+    per_rank = [[record(0.010, 100, 0.009), record(0.030, 100, 0.005), record(0.020, 100, 0.010)],
+                [record(0.040, 300, 0.010), record(0.029, 100, 0.029), record(0.020, 200, 0.020)]]
     args = bench.parse_args(["--density", "0.5", "--methods", "dense"])
     row = bench.summarize("x", "x", {}, per_rank, args, workers=2, numel=10)
     assert row["median_ms"] == pytest.approx(30.0) and row["max_ms"] == pytest.approx(40.0)
-    assert row["select_ms"] == pytest.approx(15.0)
+    assert row["select_ms"] == pytest.approx(10.0) and row["comm_ms"] == pytest.approx(25.0)
     assert row["bytes_per_rank"] == pytest.approx((200 + 100 + 150) / 3)
     assert row["bytes_max_rank"] == pytest.approx((300 + 100 + 200) / 3)
     assert (row["rounds"], row["nnz"], row["cosine"]) == (2, 7, 0.5)

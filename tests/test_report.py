@@ -109,8 +109,12 @@ def test_epoch_iters_alone_is_enough_and_bad_rows_name_the_file(tmp_path, capsys
     (tmp_path / "list.jsonl").write_text("[1, 2]\n")
     lacking = write_rows(tmp_path / "lacking", [{k: v for k, v in rows[0].items()
                                                  if k not in ("comm_seconds", "epoch_iters")}])
+    null_time = write_rows(tmp_path / "null_time", [dict(rows[0], sync_seconds=None)])
+    text_epoch = write_rows(tmp_path / "text_epoch", [dict(rows[0], epoch="1", test_acc=None)])
     for path, message in ((str(tmp_path / "list.jsonl"), "list.jsonl: row 1 is not a JSON object"),
-                          (lacking, "metrics.jsonl: row 1 lacks comm_seconds, iters")):
+                          (lacking, "metrics.jsonl: row 1 lacks comm_seconds, iters"),
+                          (null_time, "row 1: sync_seconds null should be a number"),
+                          (text_epoch, 'row 1: epoch "1" should be a number')):
         with pytest.raises(SystemExit) as exit_:
             report.main([path])
         assert exit_.value.code == 2 and message in capsys.readouterr().err

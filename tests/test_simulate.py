@@ -211,6 +211,8 @@ def test_p64_runs_quickly_and_spardl_sends_least(tmp_path):
     (["--alpha", "0", "--beta", "0"], "not both 0"),
     (["--select-threads", "0"], "--select-threads must be >= 1"),
     (["--json", "/no/such/dir/sim.json"], "--json /no/such/dir/sim.json: no directory"),
+    (["--plot", "sim.xyz"], "--plot sim.xyz: the name must end in an image format"),
+    (["--seed", "-2"], "--seed must be >= 0, got -2"),
 ])
 def test_bad_arguments_are_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -220,10 +222,21 @@ def test_bad_arguments_are_usage_errors(argv, message, capsys):
 
 
 def test_team_counts_that_fit_no_p_are_reported_and_nothing_runs(capsys):
-    with pytest.raises(SystemExit, match="nothing to simulate"):
+    with pytest.raises(SystemExit) as exit_:
         simulate.main(["--numel", "4096", "--select-rate", "1e9", "--workers", "4", "--methods",
                        "spardl", "--teams", "3"])
-    assert "--teams 3 skipped: a team count must divide P = 4" in capsys.readouterr().err
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--teams 3 skipped: a team count must divide P = 4" in err and "nothing to simulate" in err
+
+
+def test_a_team_sweep_alone_runs_and_plots(tmp_path, capsys):
+    rows, sweep = simulate.main(["--numel", "4096", "--select-rate", "1e9", "--workers", "4", "--methods",
+                                 "spardl", "--teams", "3", "--sweep", "4", "--network", "ethernet",
+                                 "--plot", str(tmp_path / "sweep.svg")])
+    assert rows == [] and [r["teams"] for r in sweep] == [1, 2, 4]
+    assert "spardl against the team count d" in capsys.readouterr().out
+    assert (tmp_path / "sweep.svg").read_text().startswith("<?xml")
 
 
 @pytest.mark.parametrize("numel,workers,density", [(1 << 18, 256, 0.01), (8192, 64, 0.01), (4099, 3, 0.03),

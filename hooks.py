@@ -80,11 +80,12 @@ class SparDLState:
 
     @staticmethod
     def _settled(method: str, options: dict) -> dict:
-        """Every option of ``method``, defaults filled in, NumPy integers as ints: two states of
-        one configuration compare equal, and the state loads with ``torch.load``'s defaults."""
+        """Every option of ``method``, defaults filled in, NumPy numbers as Python's: two states
+        of one configuration compare equal, and the state loads with ``torch.load``'s defaults."""
         settled = dict(compressors.option_defaults(method), **options)
-        return {key: int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool)
-                else value for key, value in settled.items()}
+        return {key: value if isinstance(value, bool) else int(value) if isinstance(value, numbers.Integral)
+                else float(value) if isinstance(value, numbers.Real) else value
+                for key, value in settled.items()}
 
     def synchronizer(self, bucket: dist.GradBucket):
         """The synchronizer of ``bucket``'s layout (created on first use, see the module
@@ -116,8 +117,11 @@ class SparDLState:
         saved = self._pending.pop(key, None)
         if saved is not None:
             sync.load_state_dict(saved["state"])
+        # The dense warm-up count carries over from every layout these parameters come from.
         sync.calls = max([sync.calls] + [self.synchronizers[owner].calls for owner in
-                                         {self._owners[n][0] for n in numbers if n in self._owners}])
+                                         {self._owners[n][0] for n in numbers if n in self._owners}]
+                         + [int(other["state"]["calls"]) for other in self._pending.values()
+                            if not set(numbers).isdisjoint(other["numbers"])])
         residual = sync.residual
         offset = 0
         for number, size in zip(numbers, sizes):
@@ -169,8 +173,10 @@ class SparDLState:
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict` of this rank; the buckets pick their residuals up when DDP
-        builds them. ``ValueError`` for another method, density, options, rank or world size, or
-        a state saved with ``model=`` loaded without it (or the other way round)."""
+        next builds them, and whatever this state held before is dropped (so a state in use rolls
+        back to the saved one, whichever bucket layout is live). ``ValueError`` for another
+        method, density, options, rank or world size, or a state saved with ``model=`` loaded
+        without it (or the other way round)."""
         mine = {"method": self.method, "density": self.density, "options": dict(self.options),
                 "rank": self.transport.rank, "size": self.transport.size,
                 "parameters_by": self.parameters_by}
@@ -184,9 +190,9 @@ class SparDLState:
         self._pending = {key: {"numbers": list(saved["numbers"]), "sizes": list(saved["sizes"]),
                                "state": dict(saved["state"], residual=saved["state"]["residual"].clone())}
                          for key, saved in state["buckets"].items()}
-        for key in list(self.synchronizers):
-            if key in self._pending:
-                self.synchronizers[key].load_state_dict(self._pending.pop(key)["state"])
+        self.synchronizers.clear()
+        self._layouts.clear()
+        self._owners.clear()
 
 
 def spardl_hook(state: SparDLState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

@@ -99,6 +99,9 @@ class Synchronizer(abc.ABC):
             self._check_gradient(out, "out")
             if out.device != grad.device:
                 raise ValueError(f"{self.name}: out is on {out.device}, the gradient on {grad.device}")
+            if out.untyped_storage().data_ptr() == self._residual.untyped_storage().data_ptr():
+                raise ValueError(f"{self.name}: out shares memory with the residual, which the "
+                                 "call updates: pass a buffer of its own")
         self._out = out
         if self._residual.device != grad.device:
             self._residual = self._residual.to(grad.device)
@@ -154,8 +157,9 @@ class Synchronizer(abc.ABC):
 
     def _dense_average(self, grad: torch.Tensor, timer: PhaseTimer) -> torch.Tensor:
         """The exact average of ``grad`` by the library all-reduce, in ``out`` when given."""
+        in_out = self._out is not None and self._out.is_contiguous()  # the transports reduce contiguous buffers
         with timer("accumulate"):
-            total = grad.clone() if self._out is None else self._out.copy_(grad)
+            total = self._out.copy_(grad) if in_out else grad.clone(memory_format=torch.contiguous_format)
         with timer("comm"):
             self.transport.allreduce_sum_(total)
         with timer("accumulate"):

@@ -39,6 +39,7 @@ boundary all-reduce; on calls that reuse both thresholds about 2(P-1)/P (|S_w| +
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -54,9 +55,9 @@ _TINY = float(torch.finfo(torch.float32).tiny)
 
 
 def check_scale(name: str, value) -> float:
-    """``value`` as a float if it is a number > 1, else ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 1.0:
-        raise ValueError(f"{name} must be a number > 1, got {value!r}")
+    """``value`` as a float if it is a finite number > 1 (Python's or NumPy's), else ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 1.0 < value < math.inf:
+        raise ValueError(f"{name} must be a finite number > 1, got {value!r}")
     return float(value)
 
 

@@ -175,7 +175,9 @@ class Selector:
         count, n = rows.shape
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
-        if k >= n:
+        if k >= n:  # every entry: none is dropped, but a NaN or inf is refused as a selection's is
+            if not torch.isfinite(rows).all():
+                raise ValueError(_NOT_FINITE)
             return torch.arange(n, device=rows.device).repeat(count, 1), rows.detach().clone()
         if rows.is_cuda:
             columns = torch.topk(rows.abs(), k, dim=1, sorted=False).indices.sort(dim=1).values

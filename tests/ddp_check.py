@@ -1,4 +1,5 @@
 """Run under ``torchrun --nproc-per-node P``: the DDP hook on Gloo against plain DDP."""
+import io
 import os
 import sys
 
@@ -115,12 +116,38 @@ accumulate(first, Chain(), generator, 3, true, applied)
 assert mass_error(state, first.module, true, applied) < 1e-4, "mass lost or moved at the rebuild"
 assert len(state.synchronizers) == 1, f"replaced layouts kept: {list(state.synchronizers)}"
 saved = state.state_dict()
+true_at_save, applied_at_save = dict(true), dict(applied)
 second = DistributedDataParallel(Chain())  # a new process would build the first layout again
 restored = hooks.SparDLState(density=0.05, method="topkA")  # an alias of topk
 restored.load_state_dict(saved)
 second.register_comm_hook(restored, hooks.spardl_hook)
 accumulate(second, Chain(), generator, 3, true, applied)
 assert mass_error(restored, second.module, true, applied) < 1e-4, "mass lost or moved after a restart"
+# A checkpoint loaded into a state in use replaces its residuals, whichever layout is live (here
+# DDP's first one, while the checkpoint holds the rebuilt one): a rollback loses and moves nothing.
+rollback = hooks.SparDLState(density=0.05, method="topk")
+third = DistributedDataParallel(Chain())
+third.register_comm_hook(rollback, hooks.spardl_hook)
+accumulate(third, Chain(), generator, 1, {}, {})  # undone by the load below
+rollback.load_state_dict(saved)
+assert all(torch.equal(rollback.residual(p), state.residual(q))
+           for p, q in zip(third.module.parameters(), first.module.parameters())), "the load was not applied"
+accumulate(third, Chain(), generator, 3, true_at_save, applied_at_save)
+assert mass_error(rollback, third.module, true_at_save, applied_at_save) < 1e-4, "mass lost or moved by a rollback"
+
+# The dense warm-up count carries over a restart, though a new process builds another layout first.
+warm = hooks.SparDLState(density=0.05, method="topk", dense_warmup=2)
+fourth = DistributedDataParallel(Chain())
+fourth.register_comm_hook(warm, hooks.spardl_hook)
+accumulate(fourth, Chain(), generator, 3, {}, {})
+resumed = hooks.SparDLState(density=0.05, method="topk", dense_warmup=2)
+resumed.load_state_dict(warm.state_dict())
+fifth = DistributedDataParallel(Chain())
+fifth.register_comm_hook(resumed, hooks.spardl_hook)
+accumulate(fifth, Chain(), generator, 1, {}, {})
+assert [sync.calls for sync in resumed.synchronizers.values()] == [4], "the warm-up count restarted"
+entries = sum(p.numel() for p in fifth.parameters())
+assert sum(int(torch.count_nonzero(p.grad)) for p in fifth.parameters()) <= workers * entries // 20, "a dense step"
 for bad in (dict(saved, density=0.01), dict(saved, rank=(rank + 1) % workers), dict(saved, method="gtopk")):
     try:
         hooks.SparDLState(density=0.05, method="topk").load_state_dict(bad)
@@ -148,6 +175,12 @@ def raises(action, fragment):
 spelled = hooks.SparDLState(density=0.05, method="spardl", teams=numpy.int64(1), sag="bruck", dense_warmup=0)
 assert spelled.options == {"teams": 1, "sag": "bruck", "dense_warmup": 0}
 assert type(spelled.options["teams"]) is int
+scaled = hooks.SparDLState(density=0.05, method="oktopk", raise_scale=numpy.float64(1.05))
+assert type(scaled.options["raise_scale"]) is float
+buffer = io.BytesIO()
+torch.save(scaled.state_dict(), buffer)
+buffer.seek(0)
+torch.load(buffer, weights_only=True)
 hooks.SparDLState(density=0.05, method="spardl").load_state_dict(spelled.state_dict())
 hooks.SparDLState(density=0.05, method="spardl").load_state_dict(dict(spelled.state_dict(), options={}))
 

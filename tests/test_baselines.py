@@ -260,6 +260,7 @@ BAD_OPTIONS = [
     ("gtopk", {"measure_loss": "yes"}),
     ("oktopk", {"local_interval": 0}), ("oktopk", {"global_interval": 1.5}),
     ("oktopk", {"region_interval": -1}), ("oktopk", {"raise_scale": 1.0}),
+    ("oktopk", {"raise_scale": float("inf")}),
     ("oktopk", {"raise_limit": -1}), ("oktopk", {"local_scale": "x"}), ("oktopk", {"global_scale": 0.9}),
     ("gaussiank", {"scale": 1}), ("gaussiank", {"max_loops": -2}),
     ("topkdsa", {"dense_above": 0}), ("topkdsa", {"dense_above": 1.5}),

@@ -145,11 +145,12 @@ def test_topk_rows_keeps_whole_rows_when_k_covers_them():
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
-def test_non_finite_values_are_a_clear_error(bad):
+@pytest.mark.parametrize("k", [100, 50_000])  # also when k covers the row and nothing is selected
+def test_non_finite_values_are_a_clear_error(bad, k):
     x = torch.randn(50_000)
     x[::7] = bad  # a diverged gradient: the threshold sample meets them
     with pytest.raises(ValueError, match="NaN or inf"):
-        Selector().topk(x, 100)
+        Selector().topk(x, k)
 
 
 @pytest.mark.parametrize("shape,pad", [((1, 300000), 0), ((4, 50000), 0), ((4, 50000), 3 * 50000 + 17),

@@ -59,6 +59,28 @@ def test_out_buffer_of_the_wrong_shape_is_rejected():
         sync.allreduce(torch.zeros(100), out=torch.zeros(50))
 
 
+@pytest.mark.parametrize("method", ["spardl", "topk", "gtopk", "oktopk"])
+def test_an_out_buffer_sharing_the_residual_is_rejected(method):
+    sync = compressors.create(method, local_group(1).rank(0), numel=100, density=0.1)
+    sync.allreduce(torch.randn(100))
+    with pytest.raises(ValueError, match="out shares memory with the residual"):
+        sync.allreduce(torch.randn(100), out=sync.residual)
+
+
+@pytest.mark.parametrize("method,options", [("dense", {}), ("topk", {"dense_warmup": 1})])
+def test_a_strided_out_buffer_gets_the_dense_average(method, options):
+    grads = heavy_tailed((3, 301), 6)
+
+    def body(transport):
+        sync = compressors.create(method, transport, numel=301, density=0.1, **options)
+        out = torch.zeros(602)[::2]
+        assert sync.allreduce(grads[transport.rank], out=out) is out
+        return out
+
+    for out in local_group(3).run(body):  # under MPI too: tests/mpi_check_core.py
+        np.testing.assert_allclose(out.numpy(), grads.double().mean(0).numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_unknown_method_lists_the_registry():
     with pytest.raises(ValueError, match="dense.*spardl"):
         compressors.create("sparseall", local_group(1).rank(0), numel=10, density=0.1)
@@ -139,6 +161,8 @@ def test_numpy_integers_are_accepted_and_strings_bools_and_huge_sizes_refused():
     transport = local_group(2).rank(0)
     sync = compressors.create("spardl", transport, numel=np.int64(100), density=0.5, teams=np.int64(2))
     assert (sync.numel, sync.teams) == (100, 2) and type(sync.teams) is int
+    oktopk = compressors.create("oktopk", transport, numel=100, density=0.5, raise_scale=np.float32(1.5))
+    assert oktopk.raise_scale == 1.5 and type(oktopk.raise_scale) is float
     for density in ("0.5", True):
         with pytest.raises(ValueError, match="density must be a number"):
             compressors.create("topk", transport, numel=100, density=density)

@@ -168,6 +168,9 @@ class Synchronizer(abc.ABC):
     def _check_gradient(self, grad, what: str = "gradient") -> None:
         if not isinstance(grad, torch.Tensor):
             raise ValueError(f"{self.name}: {what} must be a torch.Tensor, got {type(grad).__name__}")
+        if grad.layout != torch.strided or grad.device.type == "meta":
+            raise ValueError(f"{self.name}: {what} must be a dense tensor with data, got a "
+                             f"{grad.layout} tensor on {grad.device}")
         if grad.dtype != torch.float32:
             raise ValueError(f"{self.name}: {what} must be float32, got {grad.dtype}")
         if grad.dim() != 1 or grad.numel() != self.numel:

@@ -88,7 +88,8 @@ def test_unknown_method_lists_the_registry():
 
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("grad", [torch.zeros(99), torch.zeros(100, dtype=torch.float64),
-                                  torch.zeros(10, 10), [0.0] * 100])
+                                  torch.zeros(10, 10), [0.0] * 100, torch.zeros(100).to_sparse(),
+                                  torch.zeros(100, device="meta")])
 def test_bad_gradients_raise_value_error(method, grad):
     sync = compressors.create(method, local_group(1).rank(0), numel=100, density=0.1)
     with pytest.raises(ValueError, match="gradient"):

@@ -15,6 +15,7 @@ import os
 import random
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,8 @@ from trainer.schedule import make_scheduler
 
 DEFAULT_MODEL = "cnn"
 DEFAULT_DATA_DIR = "data"
+#: The options of a method that its saved state depends on: part of a run's ``run_info``.
+STRUCTURE = ("teams", "sag")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -282,7 +285,9 @@ def build_model(args, split, batch_size, comm, device):
     is one batch of one), so batch norm over 1x1 maps is caught too; the buffers it updates
     (batch-norm statistics) are put back.
     """
-    model = models.create(args.dnn, split.num_classes, split.input_shape)
+    with warnings.catch_warnings():  # images too small for the model: refused below, in one line
+        warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
+        model = models.create(args.dnn, split.num_classes, split.input_shape)
     problem = None
     buffers = [buffer.clone() for buffer in model.buffers()]
     images = min(2, smallest_training_batch(len(split.train), comm.Get_size(), batch_size))
@@ -336,41 +341,64 @@ def _checkpoint_problem(checkpoints, args, size):
     return None
 
 
-def resume(trainer, checkpoints, args, comm, log):
-    """Load the newest complete checkpoint into ``trainer``, if there is one (collective)."""
+def read_checkpoint(checkpoints, args, run_info, comm):
+    """``(epoch, state)`` of the newest complete checkpoint for ``--resume``, or ``(None, None)``
+    without one (collective). Read before anything heavy is built, and refused (``UsageError``)
+    if unreadable or saved by a run of another model, data set, worker count, compressor,
+    density, or (checkpoints that record them) team count or SAG variant."""
     epoch = checkpoints.newest_complete()
     if epoch is None:
-        log.note(f"no checkpoint in {args.checkpoint_dir}; starting from scratch")
-        return
+        _note(comm, f"no checkpoint in {args.checkpoint_dir}; starting from scratch")
+        return None, None
     try:
         state, problem = checkpoints.load(epoch), None
     except Exception as error:  # noqa: BLE001 - whatever makes the file unreadable: one clear message
-        problem = (f"checkpoint {checkpoints.path(epoch)} is unreadable ({type(error).__name__}: "
-                   f"{str(error).splitlines()[0] if str(error) else 'no detail'}); remove "
-                   f"{checkpoints.path(epoch).parent} to resume from the epoch before it")
+        state, problem = None, (
+            f"checkpoint {checkpoints.path(epoch)} is unreadable ({type(error).__name__}: "
+            f"{str(error).splitlines()[0] if str(error) else 'no detail'}); remove "
+            f"{checkpoints.path(epoch).parent} to resume from the epoch before it")
     agree(comm, problem)
-    saved = dict(state.get("run_info", {}), nworkers=state.get("nworkers"),
-                 parameters=state.get("synchronizer", {}).get("numel"))
-    current = dict(trainer.run_info, parameters=trainer.synchronizer.numel)
-    differ = [f"{key} {saved.get(key)} (this run: {current[key]})"
-              for key in ("model", "dataset", "parameters", "nworkers", "compressor")
-              if saved.get(key) != current[key]]
-    mismatch = trainer.synchronizer.state_mismatch(state.get("synchronizer"))  # --density, --teams, --sag
-    if mismatch and not differ:
-        differ.append(mismatch)
-    agree(comm, f"checkpoint of epoch {epoch} in {args.checkpoint_dir} does not fit this run: "
-                f"{'; '.join(differ)}" if differ else None)
+    saved = dict(state.get("run_info", {}), nworkers=state.get("nworkers"))
+    keys = ["model", "dataset", "nworkers", "compressor", "density"] + \
+        [key for key in STRUCTURE if key in saved]  # older checkpoints: state_mismatch, later
+    differ = [f"{key} {saved.get(key)} (this run: {run_info.get(key)})" for key in keys
+              if saved.get(key) != run_info.get(key)]
+    agree(comm, _misfit(epoch, args, differ))
+    return epoch, state
+
+
+def resume(trainer, epoch, state, args, comm, log):
+    """Load ``state``, :func:`read_checkpoint`'s checkpoint of ``epoch``, into ``trainer``
+    (collective) once the checks that need the built model and synchronizer pass: the same
+    number of parameters, and a synchronizer state that fits (``state_mismatch``)."""
+    saved = state.get("synchronizer", {}).get("numel")
+    differ = [] if saved == trainer.synchronizer.numel else \
+        [f"parameters {saved} (this run: {trainer.synchronizer.numel})"]
+    differ = differ or list(filter(None, [trainer.synchronizer.state_mismatch(state.get("synchronizer"))]))
+    agree(comm, _misfit(epoch, args, differ))
     trainer.load_state_dict(state)
     log.note(f"resumed from the checkpoint of epoch {epoch}")
+
+
+def _misfit(epoch, args, differ):
+    """The message refusing the checkpoint of ``epoch`` for the reasons ``differ``, or None."""
+    return (f"checkpoint of epoch {epoch} in {args.checkpoint_dir} does not fit this run: "
+            f"{'; '.join(differ)}") if differ else None
 
 
 def build_trainer(argv, comm):
     """Parse, validate and build everything; return a ready ``Trainer`` or raise UsageError."""
     args, settings = parse_settings(argv, comm)
     rank, size = comm.Get_rank(), comm.Get_size()
+    run_info = {"model": args.dnn, "dataset": settings["dataset"], "compressor": args.compressor,
+                "density": args.density, "nworkers": size, "batch_size": settings["batch_size"],
+                **{key: getattr(args, key) for key in STRUCTURE if key in compressors.options(args.compressor)}}
     checkpoints = Checkpoints(args.checkpoint_dir, comm) if args.checkpoint_dir else None
+    epoch, state = None, None
     if checkpoints:
         agree(comm, _checkpoint_problem(checkpoints, args, size))
+        if args.resume:
+            epoch, state = read_checkpoint(checkpoints, args, run_info, comm)
     device = place_rank(comm, args.device)
     torch.manual_seed(args.seed)
     random.seed(args.seed)
@@ -389,15 +417,12 @@ def build_trainer(argv, comm):
     scheduler = make_scheduler(optimizer, iters_per_epoch, settings["warmup_epochs"], size,
                                settings["lr_milestones"], settings["lr_gamma"])
     log = MetricsLog(args.log_dir, rank)
-    run_info = {"model": args.dnn, "dataset": settings["dataset"], "compressor": args.compressor,
-                "density": args.density, "nworkers": size,
-                "batch_size": settings["batch_size"]}
     trainer = Trainer(model=model, train_loader=train_loader, test_loader=test_loader,
                       synchronizer=synchronizer, optimizer=optimizer, scheduler=scheduler,
                       comm=comm, device=device, log=log, max_epochs=settings["max_epochs"],
                       iters_per_epoch=iters_per_epoch, run_info=run_info, checkpoints=checkpoints)
-    if args.resume:
-        resume(trainer, checkpoints, args, comm, log)
+    if state is not None:
+        resume(trainer, epoch, state, args, comm, log)
     log.start(trainer.epoch)
     log.note(f"{args.dnn} on {settings['dataset']}: {synchronizer.numel:,} parameters, "
              f"{size} worker(s) on {device}, {args.compressor} (density {args.density}), "

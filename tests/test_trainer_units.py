@@ -2,6 +2,7 @@
 collective helpers (on MPI.COMM_SELF), metrics rows, checkpoints, and the command line's checks
 (in process, as rank 0 of a pretended job)."""
 import json
+import re
 import struct
 
 import pytest
@@ -134,6 +135,8 @@ def test_config_files_fill_in_defaults_and_flags_override(tmp_path):
     ('{"learning_rate": 1}', "unknown key"),
     ('{"batch_size": "big"}', "batch_size"),
     ('{"batch_size": true}', "batch_size"),
+    ('{"lr_milestones": [true, 2]}', r"lr_milestones must be a list of whole epochs, like \[30, 60\], got \[True, 2\]"),
+    ('{"lr_milestones": [2.7]}', "lr_milestones must be a list of whole epochs"),
     ('[1, 2]', "one JSON object"),
     ('{', "cannot read"),
 ])
@@ -231,6 +234,32 @@ def test_a_rejected_run_leaves_no_directory_behind(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(UsageError, match="file is not a directory"):
         main_trainer.parse_settings(["--log-dir", str(tmp_path / "file" / "logs")], _FirstOfSix())
+
+
+def test_images_too_small_for_the_model_are_one_error_without_warnings(recwarn):
+    from types import SimpleNamespace
+
+    import datasets
+    split = datasets.DataSplit(train=range(60), test=None, num_classes=10, input_shape=(1, 2, 2))
+    with pytest.raises(UsageError, match="model cnn cannot train on batches of 1x2x2 images"):
+        main_trainer.build_model(SimpleNamespace(dnn="cnn"), split, 8, MPI.COMM_SELF, torch.device("cpu"))
+    assert not recwarn.list, [str(w.message) for w in recwarn.list]
+
+
+def test_a_checkpoint_of_other_settings_is_refused_before_the_data_is_read(tmp_path, monkeypatch):
+    epoch = tmp_path / "ckpt" / "epoch-0001"
+    epoch.mkdir(parents=True)
+    run_info = {"model": "cnn", "dataset": "digits", "compressor": "spardl", "density": 0.05,
+                "batch_size": 32, "teams": 1, "sag": "bruck"}
+    torch.save({"nworkers": 1, "run_info": run_info}, epoch / "rank-0000.pt")
+    monkeypatch.setattr(main_trainer, "load_data", lambda *_: pytest.fail("the data was read"))
+    flags = ["--compression", "--compressor", "spardl", "--checkpoint-dir", str(tmp_path / "ckpt"),
+             "--log-dir", str(tmp_path / "log"), "--resume"]
+    for extra, reason in ((["--density", "0.1"], "density 0.05 (this run: 0.1)"),
+                          (["--density", "0.05", "--sag", "recursive"], "sag bruck (this run: recursive)")):
+        with pytest.raises(UsageError, match=re.escape(f"does not fit this run: {reason}")):
+            main_trainer.build_trainer(flags + extra, MPI.COMM_SELF)
+    assert not (tmp_path / "log").exists()
 
 
 def test_a_model_that_cannot_train_on_the_batches_is_refused_and_the_probe_leaves_no_trace():

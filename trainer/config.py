@@ -43,7 +43,7 @@ def load_config(path):
         raise ConfigError(f"cannot read config file {path}: {error}") from None
     if not isinstance(values, dict):
         raise ConfigError(f"config file {path} must hold one JSON object")
-    problems = [f"{key} must be like {DEFAULTS[key]!r}, got {value!r}"
+    problems = [f"{key} must be {_kind(DEFAULTS[key])}, got {value!r}"
                 for key, value in values.items() if key in DEFAULTS and not _same_kind(value, DEFAULTS[key])]
     unknown = sorted(set(values) - set(DEFAULTS))
     if unknown:
@@ -64,6 +64,11 @@ def _same_kind(value, default):
         return False
     if isinstance(default, float):
         return isinstance(value, (int, float))
-    if isinstance(default, list):
-        return isinstance(value, list) and all(isinstance(v, (int, float)) for v in value)
+    if isinstance(default, list):  # epochs, whole as on the command line
+        return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
     return isinstance(value, type(default))
+
+
+def _kind(default):
+    """What a value of the key whose default is ``default`` must look like, for messages."""
+    return "a list of whole epochs, like [30, 60]" if isinstance(default, list) else f"like {default!r}"

@@ -60,8 +60,7 @@ class MetricsLog:
         self.active = rank == 0
         self.writer = None
         self.path = None
-        if self.active and log_dir is not None:
-            Path(log_dir).mkdir(parents=True, exist_ok=True)
+        if self.active and log_dir is not None:  # created when the run starts logging
             self.path = Path(log_dir) / "metrics.jsonl"
 
     def start(self, after_epoch):
@@ -118,6 +117,7 @@ class MetricsLog:
         """A new TensorBoard event file in the log directory; ``purge_step``: TensorBoard hides
         the events of that epoch and later from the directory's earlier files."""
         self.close()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         # Imported here: only rank 0 pays tensorboardX's import time.
         from tensorboardX import SummaryWriter
         self.writer = SummaryWriter(str(self.path.parent), purge_step=purge_step)

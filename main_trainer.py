@@ -371,11 +371,10 @@ def resume(trainer, epoch, state, args, comm, log):
     """Load ``state``, :func:`read_checkpoint`'s checkpoint of ``epoch``, into ``trainer``
     (collective) once the checks that need the built model and synchronizer pass: the same
     number of parameters, and a synchronizer state that fits (``state_mismatch``)."""
-    saved = state.get("synchronizer", {}).get("numel")
-    differ = [] if saved == trainer.synchronizer.numel else \
-        [f"parameters {saved} (this run: {trainer.synchronizer.numel})"]
-    differ = differ or list(filter(None, [trainer.synchronizer.state_mismatch(state.get("synchronizer"))]))
-    agree(comm, _misfit(epoch, args, differ))
+    saved, numel = state.get("synchronizer", {}).get("numel"), trainer.synchronizer.numel
+    problem = f"parameters {saved} (this run: {numel})" if saved != numel else \
+        trainer.synchronizer.state_mismatch(state.get("synchronizer"))
+    agree(comm, _misfit(epoch, args, [problem] if problem else []))
     trainer.load_state_dict(state)
     log.note(f"resumed from the checkpoint of epoch {epoch}")
 

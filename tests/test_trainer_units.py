@@ -236,6 +236,25 @@ def test_a_rejected_run_leaves_no_directory_behind(tmp_path):
         main_trainer.parse_settings(["--log-dir", str(tmp_path / "file" / "logs")], _FirstOfSix())
 
 
+def test_an_older_checkpoint_is_checked_against_the_built_synchronizer(tmp_path):
+    """A checkpoint whose settings lack teams and sag, or name no parameter count, is refused by
+    what the built model and synchronizer say."""
+    import compressors
+    from comm import local_group
+    numel = sum(p.numel() for p in models.create("cnn", 10, (1, 8, 8)).parameters())
+    run_info = {"model": "cnn", "dataset": "digits", "compressor": "spardl", "density": 0.05}
+    flags = ["--compression", "--compressor", "spardl", "--density", "0.05", "--resume",
+             "--checkpoint-dir", str(tmp_path)]
+    recursive = compressors.create("spardl", local_group(1).rank(0), numel=numel, density=0.05, sag="recursive")
+    for synchronizer, reason in (({"numel": 5}, f"parameters 5 (this run: {numel})"),
+                                 (recursive.state_dict(), "sag 'recursive' (here 'bruck')")):
+        (tmp_path / "epoch-0001").mkdir(exist_ok=True)
+        torch.save({"nworkers": 1, "run_info": run_info, "synchronizer": synchronizer},
+                   tmp_path / "epoch-0001" / "rank-0000.pt")
+        with pytest.raises(UsageError, match=re.escape(reason)):
+            main_trainer.build_trainer(flags, MPI.COMM_SELF)
+
+
 def test_images_too_small_for_the_model_are_one_error_without_warnings(recwarn):
     from types import SimpleNamespace
 

@@ -17,7 +17,7 @@ import torch
 from allreducers import PhaseTimer
 from comm import Transport, as_transport
 
-from .sparse_ops import zero_
+from .sparse_ops import count_nonzero, zero_
 
 
 def check_density(density) -> float:
@@ -110,7 +110,7 @@ class Synchronizer(abc.ABC):
         timer = PhaseTimer(select=0.0, comm=0.0, accumulate=0.0)
         if self.calls < self.dense_warmup:
             result = self._dense_average(grad, timer)
-            nnz = int(torch.count_nonzero(result))
+            nnz = count_nonzero(result)
         else:
             if self.uses_residual and not self.adds_residual:
                 with timer("accumulate"):
@@ -153,7 +153,7 @@ class Synchronizer(abc.ABC):
 
     def _count_nonzero(self, result: torch.Tensor) -> int:
         """Non-zeros of the last result (methods that know it cheaper override this)."""
-        return int(torch.count_nonzero(result))
+        return count_nonzero(result)
 
     def _dense_average(self, grad: torch.Tensor, timer: PhaseTimer) -> torch.Tensor:
         """The exact average of ``grad`` by the library all-reduce, in ``out`` when given."""

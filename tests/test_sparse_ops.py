@@ -1,7 +1,7 @@
 """The shared helpers of compressors.sparse_ops."""
 import torch
 
-from compressors.sparse_ops import entries_at_least, is_member, put_, zero_
+from compressors.sparse_ops import count_nonzero, entries_at_least, is_member, put_, zero_
 
 
 def test_zero_clears_exactly_the_tensor_it_is_given():
@@ -14,6 +14,14 @@ def test_zero_clears_exactly_the_tensor_it_is_given():
     assert zero_(torch.randn(40, 30).t()).eq(0).all()  # not contiguous: torch's fill
     assert zero_(torch.randn(7, dtype=torch.float64)).eq(0).all()
     assert zero_(torch.empty(0)).numel() == 0
+
+
+def test_count_nonzero_counts_as_torch_does():
+    """NaN and inf count, zero and -0.0 do not; any shape or stride, and a tensor that requires grad."""
+    values = torch.tensor([0.0, -0.0, 1.0, float("nan"), float("inf"), -3.0, 1e-45, 0.0])
+    for tensor in (values, values.view(2, 4).t(), values[::3], torch.zeros(0), values.clone().requires_grad_()):
+        assert count_nonzero(tensor) == int(torch.count_nonzero(tensor)), tensor
+    assert count_nonzero(values) == 5
 
 
 def test_put_sets_the_listed_entries_along_the_last_dimension_as_scatter_does():

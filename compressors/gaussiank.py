@@ -29,7 +29,7 @@ from . import register
 from .base import Synchronizer, check_int
 from .oktopk import _TINY, check_scale
 from .selection import Selector
-from .sparse_ops import budget, entries_at_least, put_, scatter_sum_in_order
+from .sparse_ops import budget, entries_at_least, put_, scatter_average_in_order
 
 
 @register("gaussiank", description="Gaussiank: threshold from a Gaussian fit, adjusted to about k, all-gatherv")
@@ -59,8 +59,7 @@ class GaussianK(Synchronizer):
         lists = allgather_lists(self.transport, self.gather_steps, self.rank, own, None, timer)
         with timer("accumulate"):
             result = self._new_result(accumulated.device)
-            scatter_sum_in_order(result, [lists[rank] for rank in range(self.size)])
-            result.div_(self.size)
+            scatter_average_in_order(result, [lists[rank] for rank in range(self.size)], self.size)
         return result, accumulated
 
     def _select(self, accumulated) -> tuple:

@@ -106,12 +106,14 @@ def is_member(sorted_set: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
     return sorted_set[position] == query
 
 
-def scatter_sum_in_order(result: torch.Tensor, lists: Sequence[tuple]) -> None:
-    """Add the (indices, values) lists into ``result`` one list after the other. Each list must
+def scatter_average_in_order(result: torch.Tensor, lists: Sequence[tuple], workers: int) -> None:
+    """Add the (indices, values) lists, each value divided by ``workers``, into ``result`` one
+    list after the other (k divisions per list instead of a pass over ``result``). Each list must
     hold distinct indices: then no addition races with another even on a GPU (where
     ``index_add_`` uses atomics), and every rank adds in the same order, to the same bits."""
     for indices, values in lists:
-        result.index_add_(0, indices, values)
+        result.index_add_(0, indices, values / workers)
+
 
 def one_list(message: torch.Tensor) -> tuple:
     """(int32 indices, float32 values) of a message packed from a single list without counts:

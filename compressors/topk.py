@@ -20,7 +20,7 @@ from allreducers import allgather_lists, bruck_allgather_schedule
 from . import register
 from .base import Synchronizer
 from .selection import Selector
-from .sparse_ops import budget, scatter_sum_in_order
+from .sparse_ops import budget, scatter_average_in_order
 
 
 @register("topk", "topkA", description="TopkA: local top-k, all-gather of indices and values, / P")
@@ -46,6 +46,5 @@ class TopK(Synchronizer):
         lists = allgather_lists(self.transport, self.gather_steps, self.rank, own, self.k, timer)
         with timer("accumulate"):
             result = self._new_result(accumulated.device)
-            scatter_sum_in_order(result, [lists[rank] for rank in range(self.size)])
-            result.div_(self.size)
+            scatter_average_in_order(result, [lists[rank] for rank in range(self.size)], self.size)
         return result, accumulated

@@ -63,7 +63,8 @@ class TopkDSA(Synchronizer):
         with timer("comm"):
             total = int(self.transport.allreduce_sum_(fill_in)[0])
         self.went_dense = total >= self.dense_above * self.numel
-        result = self._new_result(accumulated.device)
+        with timer("accumulate"):
+            result = self._new_result(accumulated.device)
         if self.went_dense:
             self._gather_dense(result, timer)
         else:

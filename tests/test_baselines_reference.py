@@ -19,14 +19,15 @@ def top(values, k, among=None):
 
 
 def reference_topk(acc, density):
+    """Each rank's top-k, every value divided by P, summed in rank order."""
     workers, n = acc.shape
     k = budget(n, density)
     result, residual = np.zeros(n, np.float32), acc.copy()
     for w in range(workers):
         chosen = top(acc[w], k)
-        np.add.at(result, chosen, acc[w, chosen])  # rank order, ascending index
+        np.add.at(result, chosen, acc[w, chosen] / np.float32(workers))  # rank order, ascending index
         residual[w, chosen] = 0
-    return result / np.float32(workers), residual
+    return result, residual
 
 
 def reference_gtopk(acc, density):

@@ -84,8 +84,9 @@ class Run:
 
 
 REQUIRED = ("epoch", "epoch_seconds", "sync_seconds", "select_seconds", "comm_seconds", "bytes_sent_per_rank")
-#: The keys the report computes with, where present: numbers, and (the last three) null or numbers.
+#: Keys the report computes with, where a row has them: numbers ...
 NUMBERS = REQUIRED + ("iters", "epoch_iters", "max_epochs", "eval_seconds")
+#: ... and numbers or null (an epoch without evaluation).
 NULLABLE = ("test_acc", "test_loss", "train_loss")
 
 

@@ -56,13 +56,20 @@ def read_batches(folder, names, label_key, num_classes):
                 batch = pickle.load(stream, encoding="bytes")
             batch = {key.encode() if isinstance(key, str) else key: value  # re-saved with str keys
                      for key, value in batch.items()}
-            images.append(np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
-            labels.extend(batch[label_key])
+            data, batch_labels = np.asarray(batch[b"data"]), np.asarray(batch[label_key])
         except Exception as error:  # noqa: BLE001 - whatever a damaged pickle raises: one message
             raise DataError(f"{folder / name} is not a CIFAR batch (truncated or damaged?): "
                             f"{type(error).__name__}: {error}") from None
-        if len(labels) != sum(len(part) for part in images):
-            raise DataError(f"{folder / name}: {len(images[-1])} images but a different number of labels")
+        if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
+            raise DataError(f"{folder / name}: its data is {data.dtype} of shape {data.shape}, not a CIFAR "
+                            "batch's uint8 rows of 3072 values (each image's red, green, blue 32x32 planes)")
+        if batch_labels.ndim != 1 or not np.issubdtype(batch_labels.dtype, np.integer):
+            raise DataError(f"{folder / name}: its labels are {batch_labels.dtype} of shape "
+                            f"{batch_labels.shape}, not a list of integers")
+        if len(batch_labels) != len(data):
+            raise DataError(f"{folder / name}: {len(data)} images but {len(batch_labels)} labels")
+        images.append(data.reshape(-1, 3, 32, 32))
+        labels.extend(batch_labels.tolist())
     labels = torch.tensor(labels, dtype=torch.int64)
     check_labels(labels, num_classes, f"{folder} {', '.join(names)}")
     return torch.from_numpy(np.concatenate(images)), labels

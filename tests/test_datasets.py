@@ -198,6 +198,22 @@ def test_a_truncated_cifar_batch_is_named(tmp_path):
         datasets.load("cifar10", tmp_path)
 
 
+@pytest.mark.parametrize("data,labels,message", [
+    (np.zeros((4, 32, 32, 3), np.uint8), [0] * 4, r"its data is uint8 of shape \(4, 32, 32, 3\), not a CIFAR batch's uint8 rows"),
+    (np.zeros((4, 3072), np.float32), [0] * 4, "its data is float32 of shape"),
+    (np.zeros((4, 3072), np.uint8), [0.0, 1.7, 2.0, 3.0], "its labels are float64 of shape"),
+    (np.zeros((4, 3072), np.uint8), [0] * 3, "4 images but 3 labels"),
+])
+def test_a_cifar_batch_of_another_layout_is_refused(tmp_path, data, labels, message):
+    """Re-saved batches (channels last, as torchvision keeps them; floats) would otherwise be
+    reshaped or cast into wrong images without a word."""
+    folder = _cifar10_folder(tmp_path)
+    with open(folder / "data_batch_2", "wb") as stream:
+        pickle.dump({b"data": data, b"labels": labels}, stream)
+    with pytest.raises(datasets.DataError, match="data_batch_2: " + message):
+        datasets.load("cifar10", tmp_path)
+
+
 def test_a_failed_torchvision_download_is_a_data_error(tmp_path, monkeypatch):
     import torchvision
 

@@ -9,11 +9,14 @@
 #   HOSTFILE        an MPI hostfile instead of HOSTS
 #   MPIEXEC         launcher (default .venv/bin/mpiexec if present, else mpiexec on PATH)
 #   PYTHON          interpreter (default .venv/bin/python if present, else python3)
-#   DATA_DIR        data directory (default: main_trainer.py's, ./data)
+#   DATA_DIR        data directory (default: main_trainer.py's, data)
 #   DENSITY         kept fraction for sparse methods (default 0.01)
 #   DENSE_WARMUP    dense iterations before sparsifying (default 512, as the authors)
 #   TEAMS, SAG      SparDL's Spar-All-Gather teams and variant (default 1, bruck)
-#   RUN_ROOT        logs go to RUN_ROOT/MODEL_METHOD_pN, checkpoints below it (default ./runs)
+#   RUN_ROOT        logs go to RUN_ROOT/MODEL_METHOD_pN (plus _densityD, _teamsT, _sagS for
+#                   settings other than the defaults), checkpoints below it (default runs)
+# Relative paths given in DATA_DIR, HOSTFILE and RUN_ROOT are taken from the directory it is
+# started in; the defaults are the repository's data/ and runs/.
 set -euo pipefail
 if [ $# -lt 2 ]; then
   echo "usage: $0 MODEL METHOD [main_trainer.py flags...]" >&2
@@ -21,17 +24,28 @@ if [ $# -lt 2 ]; then
 fi
 model=$1 method=$2
 shift 2
+absolute() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
+data_dir=${DATA_DIR:+$(absolute "$DATA_DIR")}
+hostfile=${HOSTFILE:+$(absolute "$HOSTFILE")}
+run_root=${RUN_ROOT:+$(absolute "$RUN_ROOT")}
 root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
+cd "$root"  # the defaults (./data, ./runs) are the repository's
 
 nworkers=${NWORKERS:-6}
 python=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
 mpiexec=${MPIEXEC:-$([ -x .venv/bin/mpiexec ] && echo .venv/bin/mpiexec || echo mpiexec)}
-run_dir=${RUN_ROOT:-runs}/${model}_${method}_p${nworkers}
+density=${DENSITY:-0.01} teams=${TEAMS:-1} sag=${SAG:-bruck}
+# One directory per setting: a run resumes only its own checkpoints.
+run_dir=${run_root:-runs}/${model}_${method}_p${nworkers}
+if [ "$method" != dense ]; then
+  [ "$density" = 0.01 ] || run_dir+=_density$density
+  [ "$teams" = 1 ] || run_dir+=_teams$teams
+  [ "$sag" = bruck ] || run_dir+=_sag$sag
+fi
 
 launch=("$mpiexec" -n "$nworkers")
-if [ -n "${HOSTFILE:-}" ]; then
-  launch+=(-hostfile "$HOSTFILE")
+if [ -n "$hostfile" ]; then
+  launch+=(-hostfile "$hostfile")
 elif [ -n "${HOSTS:-}" ]; then
   mkdir -p "$run_dir"
   tr ',' '\n' <<<"$HOSTS" >"$run_dir/hosts"
@@ -39,14 +53,13 @@ elif [ -n "${HOSTS:-}" ]; then
 fi
 
 data=()
-if [ -n "${DATA_DIR:-}" ]; then
-  data=(--data-dir "$DATA_DIR")
+if [ -n "$data_dir" ]; then
+  data=(--data-dir "$data_dir")
 fi
 
 sync=()
 if [ "$method" != dense ]; then
-  sync=(--compression --compressor "$method" --density "${DENSITY:-0.01}"
-        --teams "${TEAMS:-1}" --sag "${SAG:-bruck}")
+  sync=(--compression --compressor "$method" --density "$density" --teams "$teams" --sag "$sag")
 fi
 
 # Waiting ranks yield their core and use one thread each: needed when ranks outnumber cores.

@@ -15,11 +15,11 @@ MODELS = ("vgg16", "vgg19", "resnet20", "resnet50")
 METHODS = ("dense", "topk", "gtopk", "oktopk", "spardl")
 
 
-def launch(script, *flags, **env):
-    """Run ``script`` with the trainer's environment and ``env`` added; return the result."""
+def launch(script, *flags, cwd=ROOT, **env):
+    """Run ``script`` in ``cwd`` with the trainer's environment and ``env`` added; return the result."""
     variables = dict(os.environ, PYTHON=str(Path(BIN) / "python"),
                      MPIEXEC=str(Path(BIN) / "mpiexec"), **env)
-    return subprocess.run(["bash", str(script), *flags], cwd=ROOT, env=variables,
+    return subprocess.run(["bash", str(script), *flags], cwd=cwd, env=variables,
                           capture_output=True, text=True, timeout=240)
 
 
@@ -34,11 +34,13 @@ def test_every_experiment_has_an_executable_script():
 
 
 def test_launcher_trains_with_the_environment_settings(tmp_path):
+    """A relative RUN_ROOT is the caller's; a density other than the default gets a directory
+    of its own, so it never resumes another setting's checkpoints."""
     result = launch(SCRIPTS / "run_experiment.sh", "cnn", "spardl", "--max-epochs", "1",
-                    "--max-iters", "4", NWORKERS="2", DENSITY="0.05", DENSE_WARMUP="2",
-                    RUN_ROOT=str(tmp_path))
+                    "--max-iters", "4", cwd=tmp_path, NWORKERS="2", DENSITY="0.05", DENSE_WARMUP="2",
+                    RUN_ROOT="runs")
     assert result.returncode == 0, result.stderr
-    run_dir = tmp_path / "cnn_spardl_p2"
+    run_dir = tmp_path / "runs" / "cnn_spardl_p2_density0.05"
     (row,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
     assert (row["compressor"], row["density"], row["nworkers"], row["iters"]) == \
         ("spardl", 0.05, 2, 4)

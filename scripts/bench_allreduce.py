@@ -395,8 +395,8 @@ def summarize(label: str, name: str, options: dict, per_rank: list, args, worker
 
 
 def format_table(rows: list) -> str:
-    """The rows as an aligned text table, with each method's ratios to the two floor rows."""
-    medians = {r["method"]: r["median_ms"] for r in rows}
+    """The rows as an aligned text table, with each method's ratios to the two floor rows
+    (``floor_ratio``, ``ef_floor_ratio``)."""
     header = (f"{'method':<14}{'P':>4}{'median ms':>11}{'min-max ms':>17}{'select':>9}{'comm':>9}"
               f"{'accum':>9}{'MB/rank':>9}{'msgs':>7}{'rounds':>7}{'nnz':>10}{'cosine':>9}{'x floor':>8}"
               f"{'x ef':>7}")
@@ -404,8 +404,7 @@ def format_table(rows: list) -> str:
     for r in rows:
         spread = f"{r['min_ms']:.1f}-{r['max_ms']:.1f}"
         cos = "-" if r["cosine"] is None else f"{r['cosine']:.4f}"
-        ratios = [f"{r['median_ms'] / medians[floor]:.2f}" if floor in medians else "-"
-                  for floor in (FLOOR, EF_FLOOR)]
+        ratios = [f"{r[key]:.2f}" for key in ("floor_ratio", "ef_floor_ratio")]
         lines.append(f"{r['label']:<14}{r['workers']:>4}{r['median_ms']:>11.1f}{spread:>17}"
                      f"{r['select_ms']:>9.1f}{r['comm_ms']:>9.1f}{r['accumulate_ms']:>9.1f}"
                      f"{r['bytes_per_rank'] / 1e6:>9.3f}{r['messages']:>7.1f}{r['rounds']:>7}"
@@ -508,16 +507,15 @@ def output_file(path: str, flag: str) -> str:
     return path
 
 
-def plot_file(path: str, flag: str = "--plot") -> str:
-    """:func:`output_file`, and ``ValueError`` unless the name ends in a format matplotlib
-    writes (checked before a long run: it would fail only when the plot is saved)."""
+def plot_file(path: str) -> str:
+    """``--plot``'s :func:`output_file`, and ``ValueError`` unless the name ends in a format
+    matplotlib writes (checked before a long run: it would fail only when the plot is saved)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     formats = FigureCanvasAgg.get_supported_filetypes()
-    suffix = os.path.splitext(path)[1].lstrip(".").lower()
-    if suffix not in formats:
-        raise ValueError(f"{flag} {path}: the name must end in an image format: "
+    if os.path.splitext(path)[1].lstrip(".").lower() not in formats:
+        raise ValueError(f"--plot {path}: the name must end in an image format: "
                          f"{', '.join('.' + name for name in sorted(formats))}")
-    return output_file(path, flag)
+    return output_file(path, "--plot")
 
 
 def check_seed(seed: int) -> int:

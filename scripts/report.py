@@ -197,12 +197,18 @@ def markdown(runs: list, reference: str, target: float = None) -> str:
     return "\n".join(out)
 
 
+def reference_run(runs: list, reference: str):
+    """The group's first run of the ``reference`` method, whose times the speedups divide;
+    ``None`` if the group has none."""
+    return next((run for run in runs if run.method == reference), None)
+
+
 def time_table(runs: list, reference: str) -> str:
     """Time per iteration and its split, and the reference method's speedup over each run (the
     group's first run of that method, named above the table when there are several)."""
-    references = [r for r in runs if r.method == reference]
-    ref = references[0].per_iteration() if references else None
-    which = f" ({references[0].label})" if len(references) > 1 else ""
+    base = reference_run(runs, reference)
+    ref = base.per_iteration() if base else None
+    which = f" ({base.label})" if sum(run.method == reference for run in runs) > 1 else ""
     lines = [f"Time per iteration (ms); speedup = this run's time / {reference}{which}'s.\n",
              "| method | density | ms/iter | compute | select | comm | other sync | sync | MB/iter | "
              f"{reference} speedup | {reference} sync speedup |",
@@ -225,8 +231,8 @@ def accuracy_table(runs: list, reference: str = "spardl", target: float = None) 
     if target is not None:
         header += f" epoch to {target:g} | wall s to {target:g} | {reference} speedup to {target:g} |"
     lines = [header, "|---|" + "---:|" * (header.count("|") - 2)]
-    first_reference = next((run for run in runs if run.method == reference), None)
-    reference_time = first_reference.time_to(target) if target is not None and first_reference else None
+    base = reference_run(runs, reference)
+    reference_time = base.time_to(target) if target is not None and base else None
     for run in runs:
         last = run.rows[-1]
         accuracies = [r["test_acc"] for r in run.rows if r.get("test_acc") is not None]

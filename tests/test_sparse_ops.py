@@ -22,6 +22,10 @@ def test_count_nonzero_counts_as_torch_does():
     for tensor in (values, values.view(2, 4).t(), values[::3], torch.zeros(0), values.clone().requires_grad_()):
         assert count_nonzero(tensor) == int(torch.count_nonzero(tensor)), tensor
     assert count_nonzero(values) == 5
+    long = torch.zeros(3 * (1 << 18) + 5)  # several chunks and a short last one
+    long[::7] = 1.0
+    long[-1] = float("nan")
+    assert count_nonzero(long) == int(torch.count_nonzero(long))
 
 
 def test_put_sets_the_listed_entries_along_the_last_dimension_as_scatter_does():

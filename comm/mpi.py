@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 
 import torch
@@ -105,9 +106,23 @@ class MPITransport(Transport):
 
     def abort(self, message: str) -> None:
         """Print ``message`` and end every rank of the communicator with exit status 1."""
-        sys.stderr.write(message.rstrip() + "\n")
-        sys.stderr.flush()
-        self.comm.Abort(1)
+        report_and_abort(self.comm, message.rstrip() + "\n")
+
+
+_FORWARD_SECONDS = 1.0
+
+
+def report_and_abort(comm: MPI.Comm, message: str) -> None:
+    """Write ``message`` to stderr and abort the whole job (status 1).
+
+    The launcher forwards a rank's output through a pipe that ``Abort`` may tear down before it
+    is read (seen: a job that ended with status 1 and an empty stderr), so the rank waits
+    ``_FORWARD_SECONDS`` between writing and aborting.
+    """
+    sys.stderr.write(message)
+    sys.stderr.flush()
+    time.sleep(_FORWARD_SECONDS)
+    comm.Abort(1)
 
 
 def abort_on_uncaught_exception(comm: MPI.Comm = MPI.COMM_WORLD) -> None:
@@ -116,8 +131,6 @@ def abort_on_uncaught_exception(comm: MPI.Comm = MPI.COMM_WORLD) -> None:
 
     def hook(kind, value, tb):
         text = "".join(traceback.format_exception(kind, value, tb))
-        sys.stderr.write(f"[rank {comm.Get_rank()}] uncaught exception, aborting the job:\n{text}")
-        sys.stderr.flush()
-        comm.Abort(1)
+        report_and_abort(comm, f"[rank {comm.Get_rank()}] uncaught exception, aborting the job:\n{text}")
 
     sys.excepthook = hook

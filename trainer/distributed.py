@@ -4,18 +4,16 @@ broadcasting tensors, summing numbers over ranks, and placing each rank on cores
 All of them take an ``mpi4py`` communicator and are called by every rank.
 """
 import os
-import sys
-import time
 import traceback
 from contextlib import contextmanager
 
 import torch
 from mpi4py import MPI
 
+from comm.mpi import report_and_abort
 from datasets.split import DataError
 
 
-_FORWARD_SECONDS = 1.0
 _DATA_ERROR = f"{DataError.__module__}.{DataError.__name__}"
 
 
@@ -40,9 +38,8 @@ def abort_on_error(comm):
 
     A ``DataError`` (bad data found during training) is printed as its one line instead.
 
-    Without this, the other ranks would wait forever in their next collective. The launcher
-    forwards a rank's output through a pipe that ``Abort`` may tear down before it is read, so
-    the rank waits ``_FORWARD_SECONDS`` between writing its traceback and aborting.
+    Without this, the other ranks would wait forever in their next collective
+    (``comm.mpi.report_and_abort`` gives the launcher time to forward the report first).
     """
     try:
         yield
@@ -54,10 +51,7 @@ def abort_on_error(comm):
             report = f" {line}\n"
         else:
             report = f"\n{traceback.format_exc()}"
-        sys.stderr.write(f"rank {comm.Get_rank()} failed:{report}")
-        sys.stderr.flush()
-        time.sleep(_FORWARD_SECONDS)
-        comm.Abort(1)
+        report_and_abort(comm, f"rank {comm.Get_rank()} failed:{report}")
 
 
 def broadcast_tensors(tensors, comm, root=0):

@@ -170,12 +170,17 @@ def parse_settings(argv, comm):
         args.compressor = "dense"
     if args.compressor == "dense":
         args.density = 1.0  # what a dense run keeps, and what its metrics report
+    return args, settings
+
+
+def loader_workers(settings, comm):
+    """The loader processes per rank: the setting, at most the CPUs this process may use (a
+    note says so). Asked for once everything else is checked, so the note comes with no error."""
     cpus = len(os.sched_getaffinity(0))
     if settings["loader_workers"] > cpus:
         _note(comm, f"{settings['loader_workers']} loader workers (--loader-workers or the config) are "
                     f"more than the {cpus} CPU(s) this process may use; using {cpus}")
-        settings["loader_workers"] = cpus
-    return args, settings
+    return min(settings["loader_workers"], cpus)
 
 
 def _note(comm, message):
@@ -188,7 +193,8 @@ def _range_problems(args, settings, size):
         (0.0 < args.density <= 1.0, f"--density must lie in (0, 1], got {args.density}"),
         (args.nworkers in (None, size),
          f"--nworkers {args.nworkers} does not match the {size} MPI process(es) started"),
-        (args.data_dir is None or args.download or Path(args.data_dir).is_dir(),
+        (args.data_dir != "", f"--data-dir is empty; name a directory (default: ./{DEFAULT_DATA_DIR})"),
+        (not args.data_dir or args.download or Path(args.data_dir).is_dir(),
          f"data directory {args.data_dir} does not exist"),
         (not args.resume or args.checkpoint_dir, "--resume needs --checkpoint-dir"),
         (args.device != "cuda" or torch.cuda.is_available(), "--device cuda: no CUDA device"),
@@ -408,7 +414,7 @@ def build_trainer(argv, comm):
                                                 if p.requires_grad), comm)
     train_loader, test_loader = make_loaders(
         split, settings["batch_size"], settings["eval_batch_size"], rank, size, args.seed,
-        settings["loader_workers"], device)
+        loader_workers(settings, comm), device)
     iters_per_epoch = min(len(train_loader), args.max_iters or len(train_loader))
     optimizer = torch.optim.SGD(model.parameters(), lr=settings["lr"],
                                 momentum=settings["momentum"],

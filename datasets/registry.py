@@ -4,6 +4,8 @@ Loaders are named by module and imported on first use: scikit-learn and torchvis
 seconds to the start-up of every rank, which runs on other data should not pay.
 """
 import importlib
+import os
+from pathlib import Path
 
 from datasets.split import DataError
 
@@ -41,17 +43,42 @@ def download(name, data_dir):
     """Fetch data set ``name`` into ``data_dir`` in torchvision's layout (needs the internet).
 
     ``digits`` ships with scikit-learn and needs nothing. ImageNet cannot be downloaded and
-    raises ``DataError``, as does any failed download.
+    raises ``DataError``, as does any failed download, which first removes the directories it
+    created that are still empty.
     """
     module, _, downloader = _entry(name)
     if name == "imagenet":
         raise DataError("ImageNet cannot be downloaded automatically; "
                         + module.LAYOUT.replace("DATA_DIR", str(data_dir)))
     if downloader is not None:
+        top = Path(data_dir).absolute()
+        before = _directories(top)
         try:
             getattr(module, downloader)(data_dir)
         except (OSError, RuntimeError) as error:  # urllib's errors; torchvision's failed mirrors and checksums
+            _remove_empty(_directories(top) - before)
             raise DataError(f"downloading {name} into {data_dir} failed: {error}") from error
+
+
+def _directories(top, depth=2):
+    """``top``, the directories at most ``depth`` levels below it (torchvision's downloads create
+    ``DATA_DIR/MNIST/raw`` at the deepest) and its parents: those that exist."""
+    found = {parent for parent in top.parents if parent.is_dir()}
+    level = [top] if top.is_dir() else []
+    for _ in range(depth + 1):
+        found.update(level)
+        level = [Path(entry.path) for directory in level for entry in os.scandir(directory)
+                 if entry.is_dir(follow_symlinks=False)]
+    return found
+
+
+def _remove_empty(directories):
+    """Remove those of ``directories`` that hold nothing, deepest first."""
+    for directory in sorted(directories, key=lambda path: len(path.parts), reverse=True):
+        try:
+            directory.rmdir()
+        except OSError:  # it holds something: keep it
+            pass
 
 
 def _entry(name):

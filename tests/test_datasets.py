@@ -2,6 +2,7 @@
 import gzip
 import pickle
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -225,6 +226,25 @@ def test_a_failed_torchvision_download_is_a_data_error(tmp_path, monkeypatch):
         datasets.download("mnist", tmp_path)
 
 
+def test_a_failed_download_removes_the_empty_directories_it_made(tmp_path, monkeypatch):
+    import torchvision
+
+    def offline(root, download):
+        (Path(root) / "MNIST" / "raw").mkdir(parents=True)  # as torchvision does, before fetching
+        raise RuntimeError("Error downloading train-images-idx3-ubyte.gz")
+
+    monkeypatch.setattr(torchvision.datasets, "MNIST", offline)
+    with pytest.raises(datasets.DataError, match="failed"):
+        datasets.download("mnist", tmp_path / "new" / "data")
+    assert list(tmp_path.iterdir()) == []
+    existing = tmp_path / "data"
+    (existing / "empty").mkdir(parents=True)  # the user's: stays, as does a file
+    (existing / "notes.txt").write_text("mine")
+    with pytest.raises(datasets.DataError, match="failed"):
+        datasets.download("mnist", existing)
+    assert sorted(path.name for path in existing.iterdir()) == ["empty", "notes.txt"]
+
+
 @pytest.mark.skipif(not DEBIAN_FASHION_MNIST.is_dir(), reason="needs the dataset-fashion-mnist package")
 def test_fashion_mnist_prefers_its_own_copy_to_unnamed_files_in_the_data_dir(tmp_path):
     _mnist_files(tmp_path)  # MNIST-style files lying flat in DATA_DIR
@@ -274,6 +294,9 @@ def test_imagenet_skips_hidden_files_and_names_an_unreadable_image(tmp_path):
     from PIL import Image
     _image_folders(tmp_path, {"train": ["n01", "n02"], "val": ["n01", "n02"]})
     (tmp_path / "train" / "n01" / "._a.JPEG").write_bytes(b"\x00\x05\x16\x07 AppleDouble")
+    checkpoints = tmp_path / "train" / "n01" / ".ipynb_checkpoints"  # a hidden folder in a class
+    checkpoints.mkdir()
+    Image.new("RGB", (40, 30)).save(checkpoints / "a-checkpoint.JPEG")
     split = datasets.load("imagenet", tmp_path)
     assert len(split.train) == 2
     broken = tmp_path / "train" / "n02" / "b.JPEG"

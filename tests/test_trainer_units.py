@@ -218,11 +218,18 @@ def test_more_loader_workers_than_cpus_are_capped_with_a_note(monkeypatch, capsy
     as the ImageNet configs' 4 would on 2 cores."""
     monkeypatch.setattr(main_trainer.os, "sched_getaffinity", lambda pid: {0, 1})
     _, settings = main_trainer.parse_settings(["--loader-workers", "4"], _FirstOfSix())
-    assert settings["loader_workers"] == 2
+    assert "loader workers" not in capsys.readouterr().err  # not before the later checks pass
+    assert main_trainer.loader_workers(settings, _FirstOfSix()) == 2
     assert "4 loader workers (--loader-workers or the config) are more than the 2 CPU(s) this process " \
            "may use; using 2" in capsys.readouterr().err
     _, settings = main_trainer.parse_settings(["--loader-workers", "2"], _FirstOfSix())
-    assert settings["loader_workers"] == 2 and "loader-workers" not in capsys.readouterr().err
+    assert main_trainer.loader_workers(settings, _FirstOfSix()) == 2
+    assert "loader workers" not in capsys.readouterr().err
+
+
+def test_an_empty_data_dir_is_refused():
+    with pytest.raises(UsageError, match="--data-dir is empty; name a directory"):
+        main_trainer.parse_settings(["--data-dir", ""], _FirstOfSix())
 
 
 def test_a_rejected_run_leaves_no_directory_behind(tmp_path):

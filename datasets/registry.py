@@ -65,11 +65,11 @@ def _directories(top, depth=2):
     ``DATA_DIR/MNIST/raw`` at the deepest) and its parents: those that exist."""
     found = {parent for parent in top.parents if parent.is_dir()}
     level = [top] if top.is_dir() else []
-    for _ in range(depth + 1):
-        found.update(level)
+    for _ in range(depth):  # the deepest level is listed, not scanned (in a data directory it
+        found.update(level)  # may hold ImageNet's class folders of 1,300 files each)
         level = [Path(entry.path) for directory in level for entry in os.scandir(directory)
                  if entry.is_dir(follow_symlinks=False)]
-    return found
+    return found | set(level)
 
 
 def _remove_empty(directories):

@@ -1,0 +1,54 @@
+"""The library installs with ``pip install -e .`` and then imports from any folder, without
+putting the trainer's own ``datasets`` and ``models`` packages on the environment's path."""
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LIBRARY = ["compressors", "allreducers", "comm", "hooks", "syncbench"]
+NOT_INSTALLED = ["datasets", "models", "trainer", "main_trainer"]
+# Where each name resolves, or None; run from a folder outside the repository.
+PROBE = ("import importlib.util, json, sys; "
+         "print(json.dumps({name: getattr(importlib.util.find_spec(name), 'origin', None) "
+         "for name in sys.argv[1:]}))")
+
+
+def _origins(python, names, cwd):
+    result = subprocess.run([python, "-c", PROBE, *names], cwd=cwd, capture_output=True,
+                            text=True, timeout=60, check=True)
+    return json.loads(result.stdout)
+
+
+@pytest.mark.slow
+def test_editable_install_in_a_fresh_venv(tmp_path):
+    venv, elsewhere = tmp_path / "venv", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    python = str(venv / "bin" / "python")
+    # The fresh venv borrows this environment's packages (pip, setuptools, torch: nothing is
+    # downloaded) through a path entry; .pth files in a folder added that way are not run, so
+    # an install of the library here does not leak into the fresh venv.
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    with open(os.path.join(purelib, "borrowed.pth"), "w") as borrowed:
+        borrowed.write(sysconfig.get_paths()["purelib"] + "\n")
+    assert _origins(python, LIBRARY, elsewhere) == dict.fromkeys(LIBRARY)
+
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--disable-pip-version-check", "-e", ROOT],
+                   cwd=elsewhere, capture_output=True, text=True, check=True, timeout=300)
+
+    origins = _origins(python, LIBRARY + NOT_INSTALLED, elsewhere)
+    for name in LIBRARY:
+        assert origins[name] is not None and origins[name].startswith(os.path.join(ROOT, name)), origins
+    for name in NOT_INSTALLED:  # absent, or another distribution's (Hugging Face's datasets)
+        assert origins[name] is None or not origins[name].startswith(ROOT + os.sep), origins
+    imported = subprocess.run(
+        [python, "-c", "import compressors, hooks; print(sorted(compressors.available()))"],
+        cwd=elsewhere, capture_output=True, text=True, timeout=120)
+    assert imported.returncode == 0, imported.stderr
+    assert "spardl" in imported.stdout

@@ -17,17 +17,20 @@ lost: every worker that contributed to it keeps its own value in its residual. A
 dropped at an index that *is* in F is lost: its contributors zero that index (it is in F), but
 the value in F does not contain their contribution (it arrived through another subtree). Hence,
 exactly, sum_w a_w - P * result - sum_w residual_w = L, where L[j] is the sum of the partial sums
-dropped at j in F. ``stats`` report, summed over every merge of every rank,
+dropped at j in F. The measurement reports, summed over every merge of every rank,
 
 - ``lost_mass``: sum of |partial sum| over the dropped partial sums at indices in F (equal to
   ||L||_1 unless two drops at one index have opposite signs, when it is larger);
 - ``lost_sum``: the signed sum of the same partial sums, equal to sum_j L[j];
 - ``lost_fraction``: ``lost_mass`` over the mass that entered the tree, sum_w sum_{S_w} |a_w|.
 
-Each rank knows its own drops; one all-reduce of these three numbers per call combines them.
-That all-reduce is measurement, not part of gTop-k: it is left out of ``bytes_sent``,
-``messages`` and ``rounds`` (its microseconds are in ``seconds``); ``measure_loss=False``
-skips it. Cost (SPEC 6): 2 ceil(log2 P) rounds; at most 2k words per message.
+Measuring is not part of gTop-k, so it is opt-in and outside the call: with
+``measure_loss=True`` each call keeps the partial sums its merges dropped (the lists the cut
+produces anyway), and :meth:`GTopK.measure_lost_mass`, called by every rank after ``allreduce``
+returned, combines every rank's drops with one all-reduce of these three numbers and adds them to
+``stats``. That all-reduce is in none of ``seconds``, ``bytes_sent``, ``messages`` and
+``rounds``; a caller that times ``allreduce`` from outside calls it after stopping its clock.
+Cost (SPEC 6): 2 ceil(log2 P) rounds; at most 2k words per message.
 """
 from __future__ import annotations
 
@@ -43,15 +46,16 @@ from .sparse_ops import budget, is_member, one_list, put_
 
 @register("gtopk", description="gTop-k: binomial-tree merge keeping the top-k at every level, broadcast")
 class GTopK(Synchronizer):
-    """gTop-k tree merge for any P, with the lost mass measured (module docstring).
+    """gTop-k tree merge for any P; its lost mass measured on request (module docstring).
 
-    Options: ``measure_loss`` (default True: report ``lost_mass``, ``lost_sum`` and
-    ``lost_fraction`` in ``stats``), ``dense_warmup`` (see :class:`Synchronizer`).
+    Options: ``measure_loss`` (default False: keep each call's drops so that
+    :meth:`measure_lost_mass` can report ``lost_mass``, ``lost_sum`` and ``lost_fraction``),
+    ``dense_warmup`` (see :class:`Synchronizer`).
     """
 
     adds_residual = True  # the selection pass adds the residual (Selector.scan)
 
-    def __init__(self, comm, numel: int, density: float, measure_loss: bool = True,
+    def __init__(self, comm, numel: int, density: float, measure_loss: bool = False,
                  dense_warmup: int = 0) -> None:
         super().__init__(comm, numel, density, dense_warmup)
         if not isinstance(measure_loss, bool):
@@ -62,14 +66,16 @@ class GTopK(Synchronizer):
         self.reduce_steps = binomial_reduce_schedule(self.rank, members)
         self.broadcast_steps = binomial_broadcast_schedule(self.rank, members)
         self.selector = Selector()
-        self._loss = None
+        # What the last call dropped: (final indices F, dropped (indices, sums) lists, S_w's
+        # values); nothing before the first sparse call (dense warm-up calls drop nothing).
+        self._drops = (torch.empty(0, dtype=torch.long), [], torch.empty(0))
 
     def _synchronize(self, grad, timer):
         accumulated = self._residual
         with timer("select"):
             chosen, values = self.selector.select(accumulated, self.k, addend=grad, key="accumulated")
         held = [chosen.to(torch.int32), values]
-        dropped = []
+        dropped = [] if self.measure_loss else None
 
         def produce(step):
             return pack([tuple(held)], with_counts=False)
@@ -87,12 +93,12 @@ class GTopK(Synchronizer):
             put_(accumulated, chosen[is_member(final_indices, chosen)], 0.0)
             self._nnz = int(torch.count_nonzero(final_values))
         if self.measure_loss:
-            self._loss = self._measure_loss(final_indices, dropped, values, timer)
+            self._drops = (final_indices, dropped, values)
         return result, accumulated
 
     def _merge(self, indices, values, other_indices, other_values, dropped, timer):
         """Union of two lists, values added at common indices, cut to the k largest |values|;
-        the cut-off entries are appended to ``dropped``."""
+        the cut-off entries are appended to ``dropped`` (unless it is ``None``)."""
         with timer("accumulate"):
             union, inverse = torch.unique(torch.cat([indices, other_indices]), sorted=True,
                                           return_inverse=True)
@@ -102,37 +108,40 @@ class GTopK(Synchronizer):
             return union, sums
         with timer("select"):
             keep = self.selector.topk(sums, self.k)
-            lost = torch.ones(union.numel(), dtype=torch.bool, device=union.device)
-            lost[keep] = False
-            dropped.append((union[lost].long(), sums[lost]))
+            if dropped is not None:
+                lost = torch.ones(union.numel(), dtype=torch.bool, device=union.device)
+                lost[keep] = False
+                dropped.append((union[lost].long(), sums[lost]))
             return union[keep], sums[keep]
 
-    def _measure_loss(self, final_indices, dropped, sent_values, timer) -> dict:
-        """Combine every rank's drops at indices of F (module docstring) with one all-reduce
-        that is not counted as gTop-k traffic."""
-        with timer("accumulate"):
-            totals = torch.zeros(3, dtype=torch.float64)
-            for indices, values in dropped:
-                lost = values[is_member(final_indices, indices)].double()
-                totals[0] += lost.abs().sum().cpu()
-                totals[1] += lost.sum().cpu()
-            totals[2] = sent_values.double().abs().sum().cpu()
+    def measure_lost_mass(self) -> dict:
+        """The lost mass of the last call (module docstring), added to ``stats`` and returned.
+
+        A collective: every rank calls it after the same ``allreduce``. Its all-reduce is
+        measurement, not gTop-k: the traffic counters are left as the call set them, and nothing
+        of it is in ``stats["seconds"]``. Needs ``measure_loss=True``.
+        """
+        if not self.measure_loss:
+            raise ValueError("gtopk: the lost mass is measured only with measure_loss=True")
+        final_indices, dropped, sent_values = self._drops
+        totals = torch.zeros(3, dtype=torch.float64)
+        for indices, values in dropped:
+            lost = values[is_member(final_indices, indices)].double()
+            totals[0] += lost.abs().sum().cpu()
+            totals[1] += lost.sum().cpu()
+        totals[2] = sent_values.double().abs().sum().cpu()
         traffic = self.transport.traffic
         counted = (traffic.bytes_sent, traffic.messages, traffic.rounds)
-        with timer("comm"):
-            self.transport.allreduce_sum_(totals)
+        self.transport.allreduce_sum_(totals)
         traffic.bytes_sent, traffic.messages, traffic.rounds = counted
         lost_mass, lost_sum, entered = totals.tolist()
-        return {"lost_mass": lost_mass, "lost_sum": lost_sum,
+        loss = {"lost_mass": lost_mass, "lost_sum": lost_sum,
                 "lost_fraction": lost_mass / entered if entered > 0 else 0.0}
+        self.stats.update(loss)
+        return loss
 
     def _count_nonzero(self, result):
         return self._nnz
-
-    def _after_call(self) -> None:
-        if self._loss is not None:
-            self.stats.update(self._loss)
-            self._loss = None
 
 
 def _replace_with(held: list):

@@ -20,7 +20,8 @@ torch.set_num_threads(1)
 world = MPI.COMM_WORLD
 rank, workers = world.Get_rank(), world.Get_size()
 log = math.ceil(math.log2(workers))
-OPTIONS = {"oktopk": dict(local_interval=2, global_interval=3, region_interval=2)}
+OPTIONS = {"oktopk": dict(local_interval=2, global_interval=3, region_interval=2),
+           "gtopk": dict(measure_loss=True)}
 
 
 def gradients(call, numel):
@@ -40,11 +41,16 @@ def expected_rounds(method, call):
 
 def check(method, numel, density, calls=3):
     sync = compressors.create(method, world, numel=numel, density=density, **OPTIONS.get(method, {}))
+    measure = method == "gtopk"
     k = min(numel, max(1, int(numel * density)))
     for call in range(calls):
         grads = gradients(call, numel)
         before = sync.residual.clone()
         result = sync.allreduce(grads[rank].clone())
+        counted = dict(sync.stats)
+        if measure:
+            sync.measure_lost_mass()
+            assert all(sync.stats[key] == counted[key] for key in counted), "the measurement was counted"
         everyone = world.allgather(result.numpy().tobytes())
         assert all(blob == everyone[0] for blob in everyone), f"{method}: ranks disagree"
         lhs = world.allreduce((grads[rank].double() + before.double()).numpy(), op=MPI.SUM)

@@ -25,7 +25,10 @@ def budget(numel, density):
 
 def run(method, workers, numel, density, calls, seed=0, record=False, grads=None, **options):
     """Run ``calls`` synchronizations on ``workers`` in-process ranks; per call the gradients,
-    residuals before/after, results, stats and (``record``) each rank's received bytes."""
+    residuals before/after, results, stats and (``record``) each rank's received bytes.
+    gTop-k measures its lost mass after every call (``measure_loss``, on unless given)."""
+    if method == "gtopk":
+        options.setdefault("measure_loss", True)
     grads = heavy_tailed((calls, workers, numel), seed) if grads is None else grads
 
     def body(transport):
@@ -36,6 +39,8 @@ def run(method, workers, numel, density, calls, seed=0, record=False, grads=None
             before = sync.residual.clone()
             result = sync.allreduce(grads[call, transport.rank].clone())
             received = sum(e.nbytes for e in transport.take() if e.kind == "recv") if record else None
+            if getattr(sync, "measure_loss", False):
+                sync.measure_lost_mass()  # after the call's events were taken: not in `received`
             history.append((before, result, sync.residual.clone(), dict(sync.stats), received))
         return history
 
@@ -124,13 +129,39 @@ def test_gtopk_lost_mass_is_exactly_what_the_residuals_miss(workers):
     assert lost_somewhere, "with 3+ ranks gTop-k drops contributions that reach the final set"
 
 
-def test_gtopk_loss_measurement_can_be_switched_off():
-    def body(transport):
-        sync = compressors.create("gtopk", transport, numel=500, density=0.05, measure_loss=False)
-        sync.allreduce(heavy_tailed(500, transport.rank))
-        return sync.stats
+def test_gtopk_loss_is_measured_only_on_request_and_outside_the_call():
+    """Off by default; when on, the call's own stats are those of a call without it, and the
+    measurement's all-reduce is counted nowhere."""
+    grads = heavy_tailed((2, 4, 800), 7)
 
-    assert all("lost_mass" not in stats for stats in local_group(3).run(body))
+    def body(transport, measure):
+        recorder = RecordingTransport(transport)
+        options = {"measure_loss": True} if measure else {}
+        sync = compressors.create("gtopk", recorder, numel=800, density=0.2, **options)
+        out = []
+        for call in range(2):
+            result = sync.allreduce(grads[call, transport.rank].clone())
+            counted = {key: sync.stats[key] for key in ("bytes_sent", "messages", "rounds", "nnz")}
+            events = recorder.take()
+            loss = sync.measure_lost_mass() if measure else None
+            out.append((result, counted, dict(sync.stats), events, recorder.take(), loss))
+        if not measure:
+            with pytest.raises(ValueError, match="measure_loss=True"):
+                sync.measure_lost_mass()
+        return out
+
+    plain, measured = local_group(4).run(body, False), local_group(4).run(body, True)
+    assert compressors.option_defaults("gtopk")["measure_loss"] is False
+    for rank in range(4):
+        for call in range(2):
+            result, counted, stats, events, after, _ = plain[rank][call]
+            m_result, m_counted, m_stats, m_events, m_after, loss = measured[rank][call]
+            assert torch.equal(result, m_result) and counted == m_counted and events == m_events
+            assert "lost_mass" not in stats and after == []
+            assert {key: m_stats[key] for key in loss} == loss == measured[0][call][5]
+            # The measurement's one all-reduce, logged after the call and counted in no stats.
+            assert [e.kind for e in m_after] == ["allreduce"] and m_stats["rounds"] == counted["rounds"]
+    assert any(measured[0][call][5]["lost_mass"] > 0 for call in range(2))
 
 
 def persistent_gradients(calls, workers, numel, spikes, seed):

@@ -8,7 +8,8 @@ from comm import local_group
 from tests.ranks import heavy_tailed
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
-OPTIONS = {"oktopk": dict(local_interval=2, global_interval=3, region_interval=2)}
+OPTIONS = {"oktopk": dict(local_interval=2, global_interval=3, region_interval=2),
+           "gtopk": dict(measure_loss=True)}
 
 
 def synchronize(method, grads, device, density):
@@ -20,6 +21,8 @@ def synchronize(method, grads, device, density):
         for call in range(calls):
             before = sync.residual.cpu().clone()
             result = sync.allreduce(grads[call, transport.rank].to(device))
+            if method == "gtopk":
+                sync.measure_lost_mass()
             outputs.append((before, result, sync.residual.cpu().clone(), dict(sync.stats)))
         return outputs
 

@@ -1,7 +1,7 @@
 """The one selection module: exact top-k by magnitude, and selection above a threshold.
 
-``torch.topk`` on CPU sorts far more than it needs (4-9x slower than a threshold pass on large
-vectors). :meth:`Selector.topk_rows` instead estimates a threshold per row from a fixed random
+``torch.topk`` on CPU sorts far more than it needs (several times slower than a threshold
+pass on large vectors). :meth:`Selector.topk_rows` instead estimates a threshold per row from a fixed random
 sample, keeps the candidates above a slightly lower threshold in one pass, and picks each row's
 k largest of those with one linear-time selection per row (no sort). A row left with fewer than
 k candidates (an estimate too high, or fewer than k non-zeros, as in the blocks of an embedding's
@@ -13,9 +13,9 @@ one-row case. Work buffers are kept and reused across calls.
 A caller that selects from the same rows call after call (a residual plus a fresh gradient)
 names them with a ``key``: the selector then remembers each row's k-th largest ``|x|`` and next
 time uses it, lowered by a small per-row margin, as the threshold instead of the sample's
-estimate. That skips the sample and lets through far fewer candidates (1.05-1.2 k against
-2.2-2.7 k for rows of 57k-230k entries, whose samples are small): rows of 230k entries select
-1.6x faster. A row whose remembered threshold proves too high (the values shrank) is scanned
+estimate. That skips the sample and lets through far fewer candidates (a little over k,
+against over twice k from the small samples of rows of some 100k entries), so such rows
+select markedly faster. A row whose remembered threshold proves too high (the values shrank) is scanned
 again from its sample, and its margin doubles; a row that hits shrinks its margin by 10%, down
 to 3%. When k changes (Spar-All-Gather's adaptive h), each level moves along its row's slope of
 log(count of |x| >= t) against log(t), measured between the last threshold and k-th |x|. The
@@ -24,7 +24,7 @@ hint only changes the speed: the selection is exact either way.
 NaN and inf are never dropped silently: the pass compares the bit patterns of ``|x|`` and the
 threshold as integers, which orders non-negative floats as their values do and puts inf and NaN
 above every threshold, so they always become candidates, and any non-finite candidate raises
-``ValueError`` (costs ~0.02 ns per entry). The values added in that pass stay added.
+``ValueError`` (a check of the few candidates, not of every entry). The values added in that pass stay added.
 
 The pass can also add another vector into the rows as it goes (error feedback's grad + residual,
 :meth:`Selector.scan`), which costs about as much as the addition alone; :meth:`Selector.pick`
@@ -33,16 +33,19 @@ then chooses from its :class:`Candidates` and returns the chosen values with the
 
 On one CPU thread (one MPI rank per core, the usual setting) the candidate pass runs as NumPy
 ufuncs in chunks of 2^16 entries, so ``|x|`` never leaves the cache (NumPy's abs and compare
-are 1.3-2x faster than torch's on one thread, and the chunks save a round trip to memory: 11.4
-against 8.7 ms for 14.7M floats). A chunk's values, ``|x|``, mask and addend (~0.8 MB) stay in
-a core's 1-2 MB L2 cache: the top-k of 14.7M floats takes 15.3 ms against 16.5 with chunks of
-2^18 (2^15: 16.5), and SparDL under ``mpiexec -n 4`` on 2 cores 99 against 105 ms per call.
-With several threads torch's parallel kernels run whole rows.
+are faster than torch's on one thread, and the chunks save a round trip to memory). A chunk's
+values, ``|x|``, mask and addend (~0.8 MB) stay in a core's L2 cache; larger and smaller chunks
+were measured slower. With several threads torch's parallel kernels run whole rows.
+
+Tools that model what selection costs (the simulator) watch every selection through
+:func:`observe`, which reports each one's kind and shape and whether it started from remembered
+thresholds.
 """
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import NamedTuple, Optional
+from typing import Callable, Iterator, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -58,6 +61,42 @@ _CHUNK = 1 << 16          # entries per step of the candidate pass on one thread
 _TINY = float(np.finfo(np.float32).smallest_subnormal)  # ">= _TINY" means "non-zero"
 _NOT_FINITE = "the values to select from hold NaN or inf (a diverged gradient?)"
 _MARGIN = (0.03, 0.1, 0.5)  # a remembered threshold's margin below the last k-th |x|: least, first, most
+
+
+class Selection(NamedTuple):
+    """One selection as :func:`observe` reports it: ``kind`` is ``"topk"`` (a top-k scan of an
+    ``(r, n)`` matrix, :meth:`Selector.scan`) or ``"threshold"`` (a pass keeping the entries at or
+    above a threshold: :meth:`Selector.at_least`, :meth:`Selector.above`); ``shape`` is ``(r, n)``
+    (``(1, n)`` for a vector); ``hinted`` says whether every row started from a threshold
+    remembered under a key (always ``False`` for a threshold pass)."""
+
+    kind: str
+    shape: tuple
+    hinted: bool
+
+
+_observers: list = []  # the callables observe() made active, in every thread
+
+
+@contextlib.contextmanager
+def observe(observer: Callable[[Selection], None]) -> Iterator[Callable[[Selection], None]]:
+    """While the ``with`` block runs, every :class:`Selector`, in every thread, calls
+    ``observer(selection)`` with a :class:`Selection` once per top-k scan (which ``topk``,
+    ``topk_rows``, ``select``, ``cut`` and ``pick`` without candidates go through) and once per
+    threshold pass, after it ran. The observer runs in the selecting thread (a multi-threaded
+    caller tells its threads apart itself, e.g. with ``threading.local``). Selections cost one
+    list check more while no observer is active."""
+    _observers.append(observer)
+    try:
+        yield observer
+    finally:
+        _observers.remove(observer)
+
+
+def _report(kind: str, shape, hinted: bool) -> None:
+    """Tell every active observer (:func:`observe`) of one selection."""
+    for observer in _observers:
+        observer(Selection(kind, tuple(shape), hinted))
 
 
 class Candidates(NamedTuple):
@@ -128,10 +167,14 @@ class Selector:
         the indices (int64, ascending) and values of its entries with ``|x| >= threshold``."""
         extra = _for_the_pass(x, addend, chunked=not x.is_cuda)
         if x.is_cuda:
-            chosen = self.above(x.abs(), threshold)
-            return chosen, x.index_select(0, chosen)
-        positions, values, _ = self._candidates(x.detach().view(1, -1), np.full(1, threshold, np.float32), extra)
-        return torch.from_numpy(positions), torch.from_numpy(values)
+            chosen = self._above(x.abs(), threshold)
+            found = chosen, x.index_select(0, chosen)
+        else:
+            positions, values, _ = self._candidates(x.detach().view(1, -1), np.full(1, threshold, np.float32), extra)
+            found = torch.from_numpy(positions), torch.from_numpy(values)
+        if _observers:
+            _report("threshold", (1, x.numel()), False)
+        return found
 
     def scan(self, rows: torch.Tensor, k: int, addend: Optional[torch.Tensor] = None,
              key=None) -> Optional[Candidates]:
@@ -157,12 +200,16 @@ class Selector:
             raise ValueError("scan adds in place: rows must be contiguous")
         extra = _for_the_pass(rows, addend, chunked=not rows.is_cuda and k < n)
         if rows.is_cuda or k >= n:
+            if _observers:
+                _report("topk", rows.shape, False)
             return None
         rows = rows.detach().contiguous()
         thresholds, hinted = self._remembered(key, rows.shape, k)
         if not hinted.all():
             thresholds = np.where(hinted, thresholds, self._estimate(rows, k, extra)).astype(np.float32)
         positions, values, sizes = self._candidates(rows, thresholds, extra)
+        if _observers:
+            _report("topk", rows.shape, bool(hinted.all()))
         return Candidates(positions, values, sizes, thresholds, hinted, key)
 
     def pick(self, rows: torch.Tensor, k: int, candidates: Optional[Candidates] = None) -> tuple:
@@ -275,6 +322,13 @@ class Selector:
 
     def above(self, magnitude: torch.Tensor, threshold: float) -> torch.Tensor:
         """Indices (ascending) of the entries of ``magnitude`` that are ``>= threshold``."""
+        chosen = self._above(magnitude, threshold)
+        if _observers:
+            _report("threshold", (1, magnitude.numel()), False)
+        return chosen
+
+    def _above(self, magnitude: torch.Tensor, threshold: float) -> torch.Tensor:
+        """:meth:`above` unobserved (also the GPU path of :meth:`at_least`)."""
         if magnitude.is_cuda:
             return torch.nonzero(magnitude >= threshold).squeeze(1)
         mask = self._buffer("_mask", magnitude.numel(), torch.bool)
@@ -397,8 +451,8 @@ def _row_sizes(positions: np.ndarray, count: int, n: int) -> np.ndarray:
 
 
 def _kth_largest(table: np.ndarray, k: int) -> np.ndarray:
-    """The ``k``-th largest value of every row of ``table`` (NumPy's introselect: 2-2.5x faster
-    than ``torch.kthvalue`` on one thread for rows of thousands of entries)."""
+    """The ``k``-th largest value of every row of ``table`` (NumPy's introselect, faster than
+    ``torch.kthvalue`` on one thread for rows of thousands of entries)."""
     place = table.shape[1] - k
     return np.partition(table, place, axis=1)[:, place]
 
@@ -418,7 +472,7 @@ def _keep_k_per_row(values: np.ndarray, k: int, sizes: np.ndarray) -> tuple:
     ``values`` (all >= 0) holds the groups one after another; ``sizes`` their lengths, each at
     least ``k``. NumPy throughout: its repeat and partition are many times faster than torch's
     on one thread. A partition per group beats one partition of a table of padded groups,
-    whose padding costs more than the partition (two groups of 100k: 1.2 against 2.9 ms).
+    whose padding costs more than the partition.
     """
     count = sizes.size
     starts = np.cumsum(sizes) - sizes

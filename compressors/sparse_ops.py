@@ -15,8 +15,8 @@ import torch
 def flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
     """Positions (int64, ascending) of the true entries of the 1-D boolean ``mask``.
 
-    On the CPU NumPy's ``flatnonzero`` is several times faster than ``torch.nonzero`` (8.7 ms
-    against 53 ms for 14.7M entries on one thread), and shares its memory with the result.
+    On the CPU NumPy's ``flatnonzero`` is several times faster than ``torch.nonzero`` on one
+    thread, and shares its memory with the result.
     """
     if mask.device.type != "cpu":
         return torch.nonzero(mask).squeeze(1)
@@ -29,9 +29,9 @@ _COUNT_CHUNK = 1 << 18  # entries per mask of count_nonzero: 256 KB, which stays
 def count_nonzero(tensor: torch.Tensor) -> int:
     """The number of entries of ``tensor`` that are not zero (NaN counts, -0.0 does not).
 
-    On the CPU NumPy compares and counts chunk by chunk into one small mask: 5.4 ms for 14.7M
-    float32 entries on one thread, against 14.2 ms for ``torch.count_nonzero`` and 6.1 ms for
-    one mask of the whole tensor (a 14.7 MB allocation per call).
+    On the CPU NumPy compares and counts chunk by chunk into one small mask, which stays in the
+    cache: faster on one thread than ``torch.count_nonzero`` and than one mask of the whole
+    tensor (an allocation of n bytes per call).
     """
     if tensor.device.type != "cpu":
         return int(torch.count_nonzero(tensor))
@@ -49,9 +49,8 @@ def put_(tensor: torch.Tensor, indices: torch.Tensor, values) -> torch.Tensor:
     last dimension to ``values`` (a tensor shaped like ``indices``, or a number), in place, as
     ``tensor.scatter_(-1, indices, values)`` does; return ``tensor``.
 
-    On the CPU NumPy's ``put_along_axis``: 37k sorted positions in a 3.7M-entry vector out of
-    the cache take 0.74 ms, against 1.24-1.40 ms for torch's ``scatter_``, ``index_copy_`` or
-    ``index_fill_`` (0.20 against 0.28-0.32 ms in the cache).
+    On the CPU NumPy's ``put_along_axis``, faster than torch's ``scatter_``, ``index_copy_`` or
+    ``index_fill_`` for sorted positions, in the cache and out of it.
     """
     if tensor.device.type != "cpu":
         return tensor.scatter_(-1, indices, values)
@@ -74,9 +73,8 @@ def zero_(tensor: torch.Tensor) -> torch.Tensor:
     """Set ``tensor`` to zeros in place and return it.
 
     A contiguous CPU tensor is cleared by the C library's ``memset``, which is faster than
-    torch's fill on large buffers: 2.5x on one machine of this project (1.0 against 2.6 ms for
-    59 MB, where the C library streams past the cache) and 1.25x on another, whose glibc 2.36
-    has no such path and whose memory is slower (5.7 against 7.0 ms); otherwise about as fast.
+    torch's fill on large buffers where the C library streams past the cache (how much depends
+    on the C library and the memory), and otherwise about as fast.
     """
     if tensor.device.type == "cpu" and tensor.is_contiguous() and tensor.numel():
         ctypes.memset(tensor.data_ptr(), 0, tensor.numel() * tensor.element_size())
@@ -103,8 +101,8 @@ def is_member(sorted_set: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
     """Boolean mask: which entries of ``query`` occur in the ascending ``sorted_set``; each of
     the two holds distinct values.
 
-    On the CPU NumPy's merge-based ``isin`` is 4x faster than a binary search per entry (0.3
-    against 1.3 ms for 37k entries in 37k); a query of a few entries takes binary searches, which
+    On the CPU NumPy's merge-based ``isin`` is faster than a binary search per entry when the
+    two are of similar size; a query of a few entries takes binary searches, which
     do not sort the whole set.
     """
     if sorted_set.numel() == 0 or query.numel() == 0:

@@ -1,16 +1,14 @@
 """Collective helpers of the trainer: agreeing on usage errors, aborting on failures,
-broadcasting tensors, summing numbers over ranks, and placing each rank on cores and devices.
+broadcasting tensors and summing numbers over ranks; ``place_rank`` (cores and devices) comes
+from ``comm.placement``, where the bench uses it too.
 
 All of them take an ``mpi4py`` communicator and are called by every rank.
 """
-import os
 import traceback
 from contextlib import contextmanager
 
-import torch
-from mpi4py import MPI
-
 from comm.mpi import report_and_abort
+from comm.placement import place_rank  # noqa: F401 - the trainer's import of it
 from datasets.split import DataError
 
 
@@ -72,21 +70,3 @@ def sum_over_ranks(comm, values):
     for rank_values in comm.allgather([float(value) for value in values]):
         totals = [total + value for total, value in zip(totals, rank_values)]
     return totals
-
-
-def place_rank(comm, device):
-    """Set torch's CPU threads and pick this rank's device; return the ``torch.device``.
-
-    Ranks on one host share its cores evenly (at least one thread each). ``device`` is
-    ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``; CUDA ranks on one host use
-    devices round-robin by local rank.
-    """
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    local_rank, local_size = local.Get_rank(), local.Get_size()
-    local.Free()
-    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // local_size))
-    if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
-        return torch.device("cpu")
-    index = local_rank % torch.cuda.device_count()
-    torch.cuda.set_device(index)
-    return torch.device("cuda", index)

@@ -17,6 +17,7 @@ _LOADERS = {
     "cifar10": ("datasets.cifar", "load_cifar10", "download_cifar10"),
     "cifar100": ("datasets.cifar", "load_cifar100", "download_cifar100"),
     "imagenet": ("datasets.imagenet", "load", None),
+    "synthetic-cifar10": ("datasets.synthetic", "load_cifar10_shaped", None),  # timing only
 }
 
 

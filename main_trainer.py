@@ -397,6 +397,7 @@ def build_trainer(argv, comm):
     rank, size = comm.Get_rank(), comm.Get_size()
     run_info = {"model": args.dnn, "dataset": settings["dataset"], "compressor": args.compressor,
                 "density": args.density, "nworkers": size, "batch_size": settings["batch_size"],
+                "network": os.environ.get("SPARDL_NETWORK_RATE", "loopback"),  # scripts/shaped_network.sh
                 **{key: getattr(args, key) for key in STRUCTURE if key in compressors.options(args.compressor)}}
     checkpoints = Checkpoints(args.checkpoint_dir, comm) if args.checkpoint_dir else None
     epoch, state = None, None

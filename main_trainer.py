@@ -25,7 +25,7 @@ from mpi4py import MPI
 import compressors
 import datasets
 import models
-from trainer.checkpoint import Checkpoints
+from trainer.checkpoint import Checkpoints, UnsafeCheckpoint
 from trainer.config import DEFAULTS, ConfigError, config_path, load_config, merge
 from trainer.data import make_loaders, smallest_training_batch
 from trainer.distributed import UsageError, abort_on_error, agree, broadcast_tensors, place_rank
@@ -358,6 +358,8 @@ def read_checkpoint(checkpoints, args, run_info, comm):
         return None, None
     try:
         state, problem = checkpoints.load(epoch), None
+    except UnsafeCheckpoint as error:
+        state, problem = None, str(error)
     except Exception as error:  # noqa: BLE001 - whatever makes the file unreadable: one clear message
         state, problem = None, (
             f"checkpoint {checkpoints.path(epoch)} is unreadable ({type(error).__name__}: "

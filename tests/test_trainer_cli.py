@@ -58,7 +58,7 @@ def test_a_failure_on_one_rank_aborts_every_rank(tmp_path):
     # Rank 0 resumes fine and waits in its first collective; only rank 1 fails, loading a model
     # state that lacks a tensor (a readable file: an unreadable one is a usage error, exit 2).
     path = tmp_path / "epoch-0001" / "rank-0001.pt"
-    state = torch.load(path, weights_only=False)
+    state = torch.load(path, weights_only=True)
     state["model"].popitem()
     torch.save(state, path)
     started = time.monotonic()

@@ -49,7 +49,7 @@ def test_default_run_writes_metrics_and_keeps_ranks_identical(tmp_path, workers,
     assert row["sync_seconds"] >= row["comm_seconds"] > 0
     assert list((tmp_path / "log").glob("events.out.tfevents.*"))
     states = [torch.load(tmp_path / "ckpt" / "epoch-0001" / f"rank-{rank:04d}.pt",
-                         weights_only=False) for rank in range(workers)]
+                         weights_only=True) for rank in range(workers)]
     for state in states[1:]:
         for key, tensor in state["model"].items():
             assert torch.equal(tensor, states[0]["model"][key]), key

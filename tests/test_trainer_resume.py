@@ -36,7 +36,7 @@ def test_two_epochs_equal_one_epoch_resume_one_epoch(tmp_path):
     assert rows(tmp_path, "straight") == rows(tmp_path, "resumed")
     for rank in range(2):
         straight, resumed = (torch.load(tmp_path / f"{name}-ckpt" / "epoch-0002" /
-                                        f"rank-{rank:04d}.pt", weights_only=False)
+                                        f"rank-{rank:04d}.pt", weights_only=True)
                              for name in ("straight", "resumed"))
         for key, tensor in straight["model"].items():
             assert torch.equal(tensor, resumed["model"][key]), key
@@ -114,3 +114,27 @@ def test_resume_refuses_another_density_and_an_unreadable_checkpoint(tmp_path):
     broken, _ = quick(tmp_path, "log", "ckpt", 2, 2, *spardl, "--density", "0.05", "--resume")
     assert broken.returncode == 2, broken.stderr
     assert "epoch-0001/rank-0001.pt is unreadable" in broken.stderr and "Traceback" not in broken.stderr
+
+
+class _RunsCode:
+    """Unpickling this calls ``Path.touch`` on ``marker``: what a crafted checkpoint could do."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (type(self.marker).touch, (self.marker,))
+
+
+def test_resume_refuses_a_checkpoint_holding_an_arbitrary_object(tmp_path):
+    saved, _ = quick(tmp_path, "log", "ckpt", 1, 2)
+    assert saved.returncode == 0, saved.stderr
+    path, marker = tmp_path / "ckpt" / "epoch-0001" / "rank-0001.pt", tmp_path / "ran"
+    state = torch.load(path, weights_only=True)  # what the trainer writes loads safely
+    torch.save(dict(state, extra=_RunsCode(marker)), path)
+    crafted, _ = quick(tmp_path, "log", "ckpt", 2, 2, "--resume")
+    assert crafted.returncode == 2, crafted.stderr
+    assert not marker.exists()
+    assert f"checkpoint {path} holds something other than tensors and plain values" in crafted.stderr
+    assert "refused, since loading it could run code" in crafted.stderr
+    assert "Traceback" not in crafted.stderr and len(crafted.stderr.splitlines()) == 1

@@ -5,8 +5,14 @@ Layout: ``DIR/epoch-0003/rank-0001.pt`` holds everything rank 1 needs to continu
 either complete or absent; an epoch is complete when every rank's file exists. After saving
 epoch e a rank deletes its file of epoch e-2: epoch e-1 is complete by then (every rank saved it
 before joining epoch e's collectives), so one complete checkpoint always survives a crash.
+
+A checkpoint holds only tensors and plain values (numbers, strings, lists, tuples, dicts), and is
+read with ``torch.load(..., weights_only=True)``: a file that holds any other object (which
+unpickling would construct, running whatever code it names) is refused, not loaded, so a
+checkpoint directory others can write to cannot make the trainer run their code.
 """
 import os
+import pickle
 import random
 import re
 from pathlib import Path
@@ -16,6 +22,11 @@ import torch
 
 _EPOCH_DIR = re.compile(r"epoch-(\d+)$")
 _KEPT_EPOCHS = 2
+_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+
+
+class UnsafeCheckpoint(Exception):
+    """A checkpoint file holds an object other than tensors and plain values: not loaded."""
 
 
 class Checkpoints:
@@ -53,8 +64,17 @@ class Checkpoints:
         return sorted(set().union(*self.comm.allgather(self._own_epochs())))
 
     def load(self, epoch):
-        """This rank's checkpoint of ``epoch``, on the CPU."""
-        return torch.load(self.path(epoch), map_location="cpu", weights_only=False)
+        """This rank's checkpoint of ``epoch``, on the CPU; ``UnsafeCheckpoint`` if the file
+        holds anything but tensors and plain values (nothing of it is constructed)."""
+        path = self.path(epoch)
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as error:  # torch's message: a page of advice, one name
+            named = _GLOBAL.search(str(error))
+            raise UnsafeCheckpoint(
+                f"checkpoint {path} holds something other than tensors and plain values"
+                f"{f' (it names {named.group(1)})' if named else ''}: refused, since loading it "
+                "could run code; was it written by this trainer?") from None
 
     def _own_epochs(self):
         if not self.directory.is_dir():
@@ -76,9 +96,13 @@ class Checkpoints:
 
 
 def rng_state():
-    """Every random generator the training touches: torch (CPU and CUDA), python, numpy."""
+    """Every random generator the training touches: torch (CPU and CUDA), python, numpy; as
+    tensors and plain values (NumPy's key array as an int64 tensor)."""
+    kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
     state = {"torch": torch.get_rng_state(), "python": random.getstate(),
-             "numpy": np.random.get_state()}
+             "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)),
+                       "position": int(position), "has_gauss": int(has_gauss),
+                       "cached_gaussian": float(cached_gaussian)}}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -88,6 +112,8 @@ def restore_rng(state):
     """Restore what ``rng_state`` returned."""
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    saved = state["numpy"]
+    np.random.set_state((saved["kind"], saved["keys"].numpy().astype(np.uint32), saved["position"],
+                         saved["has_gauss"], saved["cached_gaussian"]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

@@ -105,7 +105,7 @@ def unpack(message: torch.Tensor, items: int, sizes: Optional[Sequence[int]] = N
 def allgather_lists(transport: Transport, steps: Sequence[Step], own_item: int, own: SparseList,
                     fixed_size: Optional[int], timer: Optional[PhaseTimer] = None,
                     meanwhile: Optional[Callable] = None) -> dict:
-    """All-gather sparse lists along an all-gather schedule (Bruck or recursive doubling).
+    """All-gather sparse lists along an all-gather schedule (Bruck).
 
     Returns ``{item: (indices, values)}`` for every item of the group. ``fixed_size``: every
     list's length when all ranks know it (no counts on the wire), else ``None``.

@@ -1,4 +1,4 @@
-"""All-gather schedules: Bruck (any group size) and recursive doubling (powers of two).
+"""The Bruck all-gather schedule, for any group size.
 
 Items are positions in ``members``: item j is the data that ``members[j]`` contributed.
 
@@ -9,9 +9,6 @@ Each worker sends m-1 items in all. For m = 6, worker 0:
     step 0: send [0] to 5,          receive [1] from 1
     step 1: send [0, 1] to 4,       receive [2, 3] from 2
     step 2: send [0, 1] to 2,       receive [4, 5] from 4
-
-Recursive doubling, log2 m steps: in step s worker r exchanges everything it holds (its aligned
-group of 2^s items) with r XOR 2^s.
 """
 from __future__ import annotations
 
@@ -34,20 +31,3 @@ def bruck_allgather_schedule(position: int, members: Sequence[int]) -> list:
                           recv_items=cyclic(position + distance, count, m)))
     return steps
 
-
-def recursive_doubling_schedule(position: int, members: Sequence[int]) -> list:
-    """Recursive-doubling all-gather steps; ``len(members)`` must be a power of two."""
-    check_members(position, members)
-    m = len(members)
-    if m & (m - 1):
-        raise ValueError(f"recursive doubling needs a power-of-two group, got {m}")
-    steps = []
-    for s in range(ceil_log2(m)):
-        width = 2 ** s
-        partner = position ^ width
-        mine = position & ~(width - 1)
-        theirs = partner & ~(width - 1)
-        steps.append(Step(send_to=members[partner], recv_from=members[partner],
-                          send_items=tuple(range(mine, mine + width)),
-                          recv_items=tuple(range(theirs, theirs + width))))
-    return steps

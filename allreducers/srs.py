@@ -12,6 +12,14 @@ never its own block. Round table (distance, blocks per message):
 
 For worker 0 of m = 6 that is: send [4, 5] to 4 / receive [0, 1] from 2; send [2, 3] to 2 /
 receive [0, 1] from 4; send [1] to 1 / receive [0] from 5.
+
+:func:`srs_block_schedule` plays the same table one block per step (m-1 steps, each a message of
+one block and a wait for the block coming in): the execution of the authors' released code.
+A round's sent and received blocks are disjoint, and a block received in a round is sent only in
+a later one, so splitting a round changes no value, only the number of messages and rounds.
+For worker 0 of m = 6: send [4] to 4 / receive [0] from 2; send [5] to 4 / receive [1] from 2;
+send [2] to 2 / receive [0] from 4; send [3] to 2 / receive [1] from 4; send [1] to 1 / receive
+[0] from 5.
 """
 from __future__ import annotations
 
@@ -44,3 +52,10 @@ def srs_schedule(position: int, members: Sequence[int]) -> list:
                           send_items=cyclic(position + distance, count, m),
                           recv_items=cyclic(position, count, m)))
     return steps
+
+
+def srs_block_schedule(position: int, members: Sequence[int]) -> list:
+    """:func:`srs_schedule` with every round split into one step per block (m-1 steps)."""
+    return [Step(send_to=step.send_to, recv_from=step.recv_from, send_items=(sent,), recv_items=(received,))
+            for step in srs_schedule(position, members)
+            for sent, received in zip(step.send_items, step.recv_items)]

@@ -6,19 +6,33 @@ One synchronization of worker w = (team t, position r), teams of m = P/d contigu
    the gradient at its first touch: a cut adds it in the same pass that selects (``Selector.scan``,
    timed as "select"; about half the blocks are first touched by a cut), a receive adds it first.
 2. Spar-Reduce-Scatter inside the team (``allreducers.srs``): ceil(log2 m) rounds, one message
-   per round; each block is cut to its top-k_b (k_b = max(1, int(B*density))) right before it is
-   sent. The cut only reads the block: a sent block is never touched again, so its dense copy
+   per round (``srs="rounds"``), or the same rounds one block per step, m-1 messages and m-1
+   waits (``srs="blocks"``, as the authors' released code runs it; the same bits); each block is
+   cut to its top-k_b (k_b = max(1, int(B*density))) right before it is sent. The cut only reads the block: a sent block is never touched again, so its dense copy
    keeps what the cut dropped, and the cut's columns are kept to tell what it sent on.
-3. The own block r, now summed over the team, is cut to its top-h (h = k_b when d = 1). With
-   d = 1 that list is final and step 6 sets the residual at all its columns to 0.
-4. d > 1 only, Spar-All-Gather: the d workers holding block r all-gather their h-entry lists
-   (Bruck, or recursive doubling for d a power of two), sum duplicates in team order, and keep
-   the top-k_b of the union; h adapts so that the union tracks k_b (:class:`HeightAdapter`).
+3. The own block r, now summed over the team, is cut to its top-h (h = k_b when d = 1 and for
+   R-SAG). With d = 1 that list is final and step 6 sets the residual at all its columns to 0.
+4. d > 1 only, Spar-All-Gather among the d workers holding block r (one per team):
+   - B-SAG (``sag="bruck"``, any d): Bruck all-gather of their h-entry lists (ceil(log2 d)
+     rounds, about (d-1) h entries sent), duplicates summed in team order, the top-k_b of the
+     union kept; h adapts so that the union tracks k_b (:class:`HeightAdapter`).
+   - R-SAG (``sag="recursive"``, d a power of two): a recursive pairwise reduction of their
+     k_b-entry lists (``allreducers.halving``; log2(d) rounds, k_b entries per message). In each
+     step partners exchange their current lists, sum them (the lower group's list first, so
+     both get the same bits) and keep the top-k_b of the union. The pair's sum already speaks for
+     2^(s+1) holders in step s, all of which compute the same cut: each keeps 1/2^(s+1) of every
+     dropped value (half in the first step, as the authors' code keeps ``dropped / 2``), so
+     that together they keep it once.
 5. Bruck all-gather of the m block lists inside the team; result = values / P, unpadded.
 6. Global residual collection: at every coordinate present in the result the new residual is what
    this worker's cuts dropped there (0 where its cut sent the entry on, else the block's value
-   when it was cut); elsewhere it is this worker's own accumulated value. Summed over the
-   workers this keeps every discarded value: sum_w a_w = P*result + sum_w residual_w.
+   when it was cut, plus, for R-SAG, its shares of what its pair steps dropped there); elsewhere
+   it is this worker's own accumulated value. Summed over the workers this keeps every discarded
+   value: sum_w a_w = P*result + sum_w residual_w. For R-SAG: a coordinate c in the final list
+   got there through some pairs and was dropped by others; the final value is the sum of the
+   teams' lists at c less every drop at c, and the shares of each drop sum to it once, so the
+   residuals hold exactly the difference. At a coordinate outside the final list every worker
+   keeps its accumulated value, which already holds everything: shares there are discarded.
    Steps 5 and 6 overlap: each block's list is collected while the next lists travel.
 """
 from __future__ import annotations
@@ -28,8 +42,8 @@ import numbers
 
 import torch
 
-from allreducers import (allgather_lists, bruck_allgather_schedule, pack, recursive_doubling_schedule,
-                         run_schedule, srs_schedule, unpack)
+from allreducers import (allgather_lists, bruck_allgather_schedule, pack, recursive_halving_schedule,
+                         run_schedule, srs_block_schedule, srs_schedule, unpack)
 
 from . import register
 from .base import Synchronizer
@@ -37,6 +51,7 @@ from .selection import Selector
 from .sparse_ops import flat_nonzero, is_member, put_
 
 SAG_VARIANTS = ("bruck", "recursive")
+SRS_EXECUTIONS = {"rounds": srs_schedule, "blocks": srs_block_schedule}
 
 
 class HeightAdapter:
@@ -126,30 +141,52 @@ def check_teams(teams, sag: str, workers: int) -> int:
     return teams
 
 
+def check_srs(srs) -> str:
+    """``srs`` itself; ``ValueError`` unless it names a Spar-Reduce-Scatter execution."""
+    if not isinstance(srs, str) or srs not in SRS_EXECUTIONS:
+        raise ValueError(f"srs={srs!r} is not a Spar-Reduce-Scatter execution; valid: {', '.join(SRS_EXECUTIONS)}")
+    return srs
+
+
+def _coalesce(lists: list) -> tuple:
+    """The union of sparse lists (columns ascending, in their dtype) and the sum at each column,
+    added list by list in the order given: the same lists in the same order give the same bits
+    anywhere (each list is free of duplicates, so no two additions of one call meet even on a GPU)."""
+    union, place = torch.unique(torch.cat([indices for indices, _ in lists]), return_inverse=True)
+    sums = torch.zeros(union.numel(), device=lists[0][1].device)
+    start = 0
+    for _, values in lists:
+        sums.index_add_(0, place[start:start + values.numel()], values)
+        start += values.numel()
+    return union, sums
+
+
 @register("spardl", description="SparDL: Spar-Reduce-Scatter + Spar-All-Gather, global residual collection")
 class SparDL(Synchronizer):
     """SparDL: Spar-Reduce-Scatter, optional Spar-All-Gather over ``teams``, global residuals.
 
-    Options: ``teams`` (d, a divisor of P; 1 = no Spar-All-Gather), ``sag`` (``"bruck"`` for any
-    d, ``"recursive"`` for d a power of two), ``dense_warmup`` (see :class:`Synchronizer`).
+    Options: ``teams`` (d, a divisor of P; 1 = no Spar-All-Gather), ``sag`` (``"bruck"``, B-SAG,
+    for any d; ``"recursive"``, R-SAG, for d a power of two), ``srs`` (``"rounds"``: one message
+    per round; ``"blocks"``: one per block, as released), ``dense_warmup`` (see :class:`Synchronizer`).
     """
 
     adds_residual = True  # step 1 adds the gradient, inside the cuts' selection passes where it can
 
     def __init__(self, comm, numel: int, density: float, teams: int = 1, sag: str = "bruck",
-                 dense_warmup: int = 0) -> None:
+                 srs: str = "rounds", dense_warmup: int = 0) -> None:
         super().__init__(comm, numel, density, dense_warmup)
         self.teams = check_teams(teams, sag, self.size)
         self.sag = sag
+        self.srs = check_srs(srs)
         self.team_size = self.size // teams
         self.team, self.position = divmod(self.rank, self.team_size)
         self.block_size = math.ceil(numel / self.team_size)
         self.block_budget = max(1, int(self.block_size * self.density))
         team_members = [self.team * self.team_size + i for i in range(self.team_size)]
         holders = [t * self.team_size + self.position for t in range(teams)]
-        self.srs_steps = srs_schedule(self.position, team_members)
+        self.srs_steps = SRS_EXECUTIONS[srs](self.position, team_members)
         self.gather_steps = bruck_allgather_schedule(self.position, team_members)
-        sag_schedule = bruck_allgather_schedule if sag == "bruck" else recursive_doubling_schedule
+        sag_schedule = bruck_allgather_schedule if sag == "bruck" else recursive_halving_schedule
         self.sag_steps = sag_schedule(self.team, holders) if teams > 1 else []
         self.height = HeightAdapter(self.block_budget, teams, self.block_size)
         # With one team the own cut's list is final: step 6 sets all its columns to 0 (step 3).
@@ -189,9 +226,12 @@ class SparDL(Synchronizer):
 
         run_schedule(self.transport, self.srs_steps, produce, consume, work.device, timer)
         with timer("select"):
-            own = cut(self.position, 1, self.height.value)[0]
-        if self.teams > 1:
-            own = self._spar_all_gather(own, timer)
+            own = cut(self.position, 1, budget if self.sag == "recursive" else self.height.value)[0]
+        shares = []  # R-SAG: per step, the (columns, values) this holder keeps of what it dropped
+        if self.teams > 1 and self.sag == "recursive":
+            own, shares = self._recursive_sag(own, timer)
+        elif self.teams > 1:
+            own = self._bruck_sag(own, timer)
         with timer("accumulate"):
             result = self._new_result(work.device)
         nonzeros = {}  # per collected block, its list's non-zeros inside the vector (0-d tensors)
@@ -207,6 +247,9 @@ class SparDL(Synchronizer):
         # so the order in which they arrive changes no bit of the result).
         collect(allgather_lists(self.transport, self.gather_steps, self.position, own,
                                 budget if self.teams == 1 else None, timer, meanwhile=collect))
+        if shares:
+            with timer("accumulate"):
+                self._keep_shares(blocks[self.position], own[0].long(), shares)
         self._nnz = int(sum(nonzeros.values()))  # one device sync
         return result, work[:self.numel]
 
@@ -288,19 +331,13 @@ class SparDL(Synchronizer):
         sent[first:first + count] = zip(columns, values.abs().amin(dim=1))
         return [(row_columns.to(torch.int32), row_values) for row_columns, row_values in zip(columns, values)]
 
-    def _spar_all_gather(self, own: tuple, timer) -> tuple:
-        """Union of the d teams' top-h lists of this position's block, cut to its top-k_b."""
+    def _bruck_sag(self, own: tuple, timer) -> tuple:
+        """B-SAG: the union of the d teams' top-h lists of this position's block (summed in team
+        order), cut to its top-k_b."""
         lists = allgather_lists(self.transport, self.sag_steps, self.team, own,
                                 self.height.value, timer)
         with timer("accumulate"):
-            teams = [lists[team] for team in range(self.teams)]
-            union, place = torch.unique(torch.cat([indices for indices, _ in teams]), return_inverse=True)
-            union_values = torch.zeros(union.numel(), device=own[1].device)
-            start = 0
-            for _, values in teams:  # team order: the same sums on every holder (each list is
-                # free of duplicates, so no two additions of one call meet even on a GPU)
-                union_values.index_add_(0, place[start:start + values.numel()], values)
-                start += values.numel()
+            union, union_values = _coalesce([lists[team] for team in range(self.teams)])
         self.height.update(union.numel())
         if union.numel() > self.block_budget:
             with timer("select"):
@@ -308,11 +345,50 @@ class SparDL(Synchronizer):
                 union, union_values = union[keep], union_values[keep]
         return union, union_values
 
+    def _recursive_sag(self, own: tuple, timer) -> tuple:
+        """R-SAG: the pairwise reduction of the d teams' top-k_b lists of this position's block
+        (module docstring, step 4). Returns the final list (the same on all d holders) and, per
+        step that cut, the dropped columns with this holder's share of their values."""
+        budget = self.block_budget
+        current, shares = own, []
+
+        def produce(step):
+            return pack([current], with_counts=False)
+
+        def consume(step, message):
+            nonlocal current
+            theirs = unpack(message, 1, [budget])[0]
+            mine_first = step.send_items[0] < step.recv_items[0]  # the lower group's list first
+            with timer("accumulate"):
+                union, values = _coalesce([current, theirs] if mine_first else [theirs, current])
+            if union.numel() > budget:
+                with timer("select"):
+                    keep = self.selector.topk(values, budget)
+                    dropped = torch.ones(union.numel(), dtype=torch.bool, device=values.device)
+                    dropped[keep] = False
+                    holders = len(step.send_items) + len(step.recv_items)  # a power of two: exact
+                    shares.append((union[dropped].long(), values[dropped] / holders))
+                    union, values = union[keep], values[keep]
+            current = (union, values)
+
+        run_schedule(self.transport, self.sag_steps, produce, consume, own[0].device, timer)
+        return current, shares
+
+    @staticmethod
+    def _keep_shares(row: torch.Tensor, final: torch.Tensor, shares: list) -> None:
+        """Add this holder's R-SAG shares into its residual ``row`` at the columns of the final
+        list ``final`` (ascending); elsewhere the row holds its accumulated value, which already
+        counts them. One step's columns are distinct; a column dropped in several steps (d >= 16)
+        gets each share."""
+        for columns, values in shares:
+            inside = is_member(final, columns)
+            row.index_add_(0, columns[inside], values[inside])
+
     def _count_nonzero(self, result):
         return self._nnz
 
     def _config(self) -> dict:
-        return dict(super()._config(), teams=self.teams, sag=self.sag)
+        return dict(super()._config(), teams=self.teams, sag=self.sag, srs=self.srs)
 
     def _extra_state(self) -> dict:
         return {"height": self.height.state_dict()}

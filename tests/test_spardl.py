@@ -18,11 +18,12 @@ def reference_topk(row, k):
     return np.sort(order[:k])
 
 
-def reference_spardl(accumulated, density):
-    """SparDL with one team written from the paper, sequentially, in numpy (float32)."""
+def reference_srs(accumulated, k):
+    """Spar-Reduce-Scatter of one team written from the paper, sequentially, in numpy
+    (float32): the workers' dense copies (workers, workers, block) afterwards, block w of worker
+    w summed over the team, every sent top-k taken out of its sender's copy."""
     workers, n = accumulated.shape
     block = math.ceil(n / workers)
-    k = max(1, int(block * density))
     copies = np.zeros((workers, workers * block), np.float32)
     copies[:, :n] = accumulated
     copies = copies.reshape(workers, workers, block)
@@ -39,6 +40,15 @@ def reference_spardl(accumulated, density):
                 copies[w, b, chosen] = 0
         for w, b, chosen, values in inbox:
             copies[w, b, chosen] += values
+    return copies
+
+
+def reference_spardl(accumulated, density):
+    """SparDL with one team written from the paper, sequentially, in numpy (float32)."""
+    workers, n = accumulated.shape
+    block = math.ceil(n / workers)
+    k = max(1, int(block * density))
+    copies = reference_srs(accumulated, k)
     result = np.zeros(workers * block, np.float32)
     present = np.zeros(workers * block, bool)
     for w in range(workers):
@@ -170,6 +180,8 @@ def test_state_dict_round_trip_continues_bit_identically():
     (dict(density=0.1, teams=4), "valid: 1, 2, 3, 6"),
     (dict(density=0.1, teams=3, sag="recursive"), "power of two"),
     (dict(density=0.1, sag="ring"), "bruck, recursive"),
+    (dict(density=0.1, srs="tree"), "valid: rounds, blocks"),
+    (dict(density=0.1, srs=None), "valid: rounds, blocks"),
     (dict(density=0.1, colour="red"), "unknown option"),
 ])
 def test_bad_options_raise_value_error_naming_valid_choices(options, message):

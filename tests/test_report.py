@@ -12,9 +12,8 @@ import sys
 import pytest
 
 from mpirun import ROOT
-
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import report  # noqa: E402
+from trainreport import cli, runs as report_runs
+from trainreport.plots import FIGURES
 
 RUNS = [os.path.join(ROOT, "tests", "data", "runs", name) for name in ("spardl", "topk", "dense")]
 
@@ -26,14 +25,15 @@ def table_rows(text: str, first_cell: str) -> list:
 
 
 def test_time_table_split_and_speedups():
-    text = report.main(RUNS)
-    assert "## model cnn, dataset digits, workers 4" in text
+    text = cli.main(RUNS)
+    assert "## model cnn, dataset digits, workers 4\n" in text
+    assert "| run | density | teams | sag | ms/iter |" in text
     (spardl_time, spardl_acc), (topk_time, _), (dense_time, dense_acc) = (
         table_rows(text, name) for name in ("spardl", "topk", "dense"))
-    assert spardl_time == ["spardl", "0.01", "200.0", "100.0", "40.0", "50.0", "10.0", "100.0", "0.100",
-                           "1.00x", "1.00x"]
-    assert topk_time[2] == "300.0" and topk_time[-2:] == ["1.50x", "2.00x"]
-    assert dense_time[2] == "400.0" and dense_time[-2:] == ["2.00x", "3.00x"]
+    assert spardl_time == ["spardl", "0.01", "-", "-", "200.0", "100.0", "40.0", "50.0", "10.0", "100.0",
+                           "0.100", "1.00x", "1.00x"]
+    assert topk_time[4] == "300.0" and topk_time[-2:] == ["1.50x", "2.00x"]
+    assert dense_time[4] == "400.0" and dense_time[-2:] == ["2.00x", "3.00x"]
     assert spardl_acc == ["spardl", "3", "0.9200", "0.9200", "0.3000", "0.3500", "7.5"]
     assert dense_acc[-1] == "12.0"  # no eval_seconds: training time only
 
@@ -45,8 +45,9 @@ def test_out_dir_gets_markdown_and_plots(tmp_path):
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "report.md").read_text().strip() == result.stdout.strip()
-    for name in ("accuracy_vs_epoch", "accuracy_vs_time", "time_split"):
-        assert (tmp_path / f"{name}.png").stat().st_size > 10_000
+    for name in FIGURES:
+        assert (tmp_path / name).stat().st_size > 10_000
+        assert f"![{name[:-4]}]({name})" in result.stdout
 
 
 def test_labels_stay_unique_and_groups_split(tmp_path):
@@ -56,19 +57,19 @@ def test_labels_stay_unique_and_groups_split(tmp_path):
     other.mkdir()
     rows = [dict(json.loads(line), model="mlp") for line in open(os.path.join(RUNS[1], "metrics.jsonl"))]
     (other / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    text = report.main([RUNS[0], str(second), str(other)])
-    assert table_rows(text, "spardl (spardl)") and table_rows(text, "spardl (spardl_again)")
+    text = cli.main([RUNS[0], str(second), str(other)])
+    assert table_rows(text, "spardl [spardl]") and table_rows(text, "spardl [spardl_again]")
     assert "## model mlp, dataset digits, workers 4" in text
     assert table_rows(text, "topk")[0][-2:] == ["-", "-"]  # no spardl run in its group
 
 
 def test_missing_or_broken_runs_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as missing:
-        report.main([str(tmp_path)])
+        cli.main([str(tmp_path)])
     assert missing.value.code == 2 and "no metrics.jsonl" in capsys.readouterr().err
     (tmp_path / "metrics.jsonl").write_text("{not json\n")
     with pytest.raises(SystemExit) as broken:
-        report.main([str(tmp_path)])
+        cli.main([str(tmp_path)])
     assert broken.value.code == 2 and "not JSON" in capsys.readouterr().err
 
 
@@ -85,19 +86,19 @@ def spardl_rows():
 def test_same_directory_names_under_different_parents_get_distinct_labels(tmp_path):
     first = write_rows(tmp_path / "seed1" / "spardl", spardl_rows())
     second = write_rows(tmp_path / "seed2" / "spardl", spardl_rows())
-    text = report.main([first, second, first])
-    labels = [row[0] for row in table_rows(text, f"spardl ({first})") + table_rows(text, f"spardl ({second})")]
-    assert labels.count(f"spardl ({second})") == 2  # time and accuracy tables
-    assert table_rows(text, f"spardl ({first}) #1") and table_rows(text, f"spardl ({first}) #2")
+    text = cli.main([first, second, first])
+    labels = [row[0] for row in table_rows(text, f"spardl [{first}]") + table_rows(text, f"spardl [{second}]")]
+    assert labels.count(f"spardl [{second}]") == 2  # time and accuracy tables
+    assert table_rows(text, f"spardl [{first}] #1") and table_rows(text, f"spardl [{first}] #2")
 
 
 def test_rows_superseded_by_a_rerun_or_a_resume_are_left_out(tmp_path, capsys):
     rows = spardl_rows()  # epochs 1, 2, 3
     rerun = write_rows(tmp_path / "rerun", rows + rows[:2])
     resumed = write_rows(tmp_path / "resumed", rows + [dict(rows[2], test_acc=0.5)])
-    runs = [report.load_run(rerun), report.load_run(resumed)]
+    runs = [report_runs.load_run(rerun), report_runs.load_run(resumed)]
     assert [r["epoch"] for r in runs[0].rows] == [1, 2] and runs[0].wall_times() == \
-        report.Run("x", rows[:2]).wall_times()
+        report_runs.Run("x", rows[:2]).wall_times()
     assert [r["epoch"] for r in runs[1].rows] == [1, 2, 3] and runs[1].rows[-1]["test_acc"] == 0.5
     err = capsys.readouterr().err
     assert "3 of 5 rows superseded" in err and "1 of 4 rows superseded" in err
@@ -105,7 +106,7 @@ def test_rows_superseded_by_a_rerun_or_a_resume_are_left_out(tmp_path, capsys):
 
 def test_epoch_iters_alone_is_enough_and_bad_rows_name_the_file(tmp_path, capsys):
     rows = [{k: v for k, v in row.items() if k != "iters"} for row in spardl_rows()]
-    assert report.load_run(write_rows(tmp_path / "no_iters", rows)).epoch_iters() == [10, 10, 10]
+    assert report_runs.load_run(write_rows(tmp_path / "no_iters", rows)).epoch_iters() == [10, 10, 10]
     (tmp_path / "list.jsonl").write_text("[1, 2]\n")
     lacking = write_rows(tmp_path / "lacking", [{k: v for k, v in rows[0].items()
                                                  if k not in ("comm_seconds", "epoch_iters")}])
@@ -116,36 +117,36 @@ def test_epoch_iters_alone_is_enough_and_bad_rows_name_the_file(tmp_path, capsys
                           (null_time, "row 1: sync_seconds null should be a number"),
                           (text_epoch, 'row 1: epoch "1" should be a number')):
         with pytest.raises(SystemExit) as exit_:
-            report.main([path])
+            cli.main([path])
         assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_a_reference_without_runs_is_reported_and_several_are_named(tmp_path, capsys):
-    report.main(RUNS + ["--reference", "SparDL"])
+    cli.main(RUNS + ["--reference", "SparDL"])
     assert "no run of --reference SparDL, so no speedups; methods here: dense, spardl, topk" in \
         capsys.readouterr().err
     rows = [dict(row, density=0.05) for row in spardl_rows()]
-    text = report.main([RUNS[0], write_rows(tmp_path / "dense_spardl", rows)])
-    assert "speedup = this run's time / spardl (spardl (0.01))'s." in text
+    text = cli.main([RUNS[0], write_rows(tmp_path / "dense_spardl", rows)])
+    assert "speedup = this run's time / spardl (spardl (density 0.01))'s." in text
 
 
 def test_a_cut_off_last_line_is_skipped_and_a_broken_middle_line_named(tmp_path, capsys):
     rows = spardl_rows()
     text = "".join(json.dumps(row) + "\n" for row in rows)
     (tmp_path / "metrics.jsonl").write_text(text + json.dumps(rows[-1])[:40])
-    report.main([str(tmp_path)])
+    cli.main([str(tmp_path)])
     err = capsys.readouterr().err
     assert f"line {len(rows) + 1} is cut off" in err
     lines = text.splitlines(keepends=True)
     (tmp_path / "metrics.jsonl").write_text(lines[0] + "{oops\n" + "".join(lines[1:]))
     with pytest.raises(SystemExit) as broken:
-        report.main([str(tmp_path)])
+        cli.main([str(tmp_path)])
     assert broken.value.code == 2 and "line 2 is not JSON" in capsys.readouterr().err
 
 
 def test_a_run_that_stopped_early_is_marked(tmp_path, capsys):
     rows = [dict(row, max_epochs=400) for row in spardl_rows()]
-    text = report.main([write_rows(tmp_path / "spardl", rows)])
+    text = cli.main([write_rows(tmp_path / "spardl", rows)])
     assert f"stopped after epoch {rows[-1]['epoch']} of 400" in capsys.readouterr().err
     assert table_rows(text, "spardl")[1][1] == f"{rows[-1]['epoch']} of 400"
 
@@ -153,28 +154,70 @@ def test_a_run_that_stopped_early_is_marked(tmp_path, capsys):
 def test_a_run_without_iterations_and_an_out_path_that_is_a_file_exit_2(tmp_path, capsys):
     rows = [dict(row, epoch_iters=0) for row in spardl_rows()]
     with pytest.raises(SystemExit) as empty:
-        report.main([write_rows(tmp_path / "spardl", rows)])
+        cli.main([write_rows(tmp_path / "spardl", rows)])
     assert empty.value.code == 2 and "no training iterations logged" in capsys.readouterr().err
     (tmp_path / "file").write_text("")
     with pytest.raises(SystemExit) as out:
-        report.main([RUNS[0], "--out", str(tmp_path / "file")])
+        cli.main([RUNS[0], "--out", str(tmp_path / "file")])
     assert out.value.code == 2 and "--out" in capsys.readouterr().err
 
 
 def test_time_to_target_accuracy_and_the_reference_speedup_in_it(capsys):
     """Per epoch: spardl 2.5 s (acc 0.80, 0.90, 0.92), topk 3.5 s (0.78, 0.88, 0.91), dense 4 s
     with no evaluation time (0.82, 0.91, 0.93)."""
-    text = report.main(RUNS + ["--target-accuracy", "0.9"])
+    text = cli.main(RUNS + ["--target-accuracy", "0.9"])
     assert "| epoch to 0.9 | wall s to 0.9 | spardl speedup to 0.9 |" in text
     (_, spardl), (_, topk), (_, dense) = (table_rows(text, name) for name in ("spardl", "topk", "dense"))
     assert spardl[-3:] == ["2", "5.0", "1.00x"]
     assert topk[-3:] == ["3", "10.5", "2.10x"]
     assert dense[-3:] == ["2", "8.0", "1.60x"]
-    text = report.main(RUNS + ["--target-accuracy", "0.93"])  # only dense gets there
+    text = cli.main(RUNS + ["--target-accuracy", "0.93"])  # only dense gets there
     (_, spardl), (_, dense) = (table_rows(text, name) for name in ("spardl", "dense"))
     assert spardl[-3:] == ["not reached", "-", "-"] and dense[-3:] == ["3", "12.0", "-"]
-    assert "epoch to" not in report.main(RUNS)
+    assert "epoch to" not in cli.main(RUNS)
     for bad in ("0", "90", "-0.5"):
         with pytest.raises(SystemExit) as exit_:
-            report.main(RUNS + ["--target-accuracy", bad])
+            cli.main(RUNS + ["--target-accuracy", bad])
         assert exit_.value.code == 2 and "--target-accuracy takes a fraction in (0, 1]" in capsys.readouterr().err
+
+
+def test_runs_are_labelled_and_given_columns_by_their_settings_not_their_folders(tmp_path):
+    """Runs of one method that differ in teams or SAG variant are labelled by those settings
+    (whatever their folders are called), and each setting gets its column."""
+    runs = [write_rows(tmp_path / name, [dict(row, teams=teams, sag=sag) for row in spardl_rows()])
+            for name, teams, sag in (("a", 1, "bruck"), ("b", 2, "bruck"), ("c", 2, "recursive"))]
+    text = cli.main(runs + [RUNS[1]])
+    first, second, third = (table_rows(text, f"spardl (teams {teams}, sag {sag})")
+                            for teams, sag in ((1, "bruck"), (2, "bruck"), (2, "recursive")))
+    assert first[0][1:4] == ["0.01", "1", "bruck"] and third[0][1:4] == ["0.01", "2", "recursive"]
+    assert len(second) == 2 and table_rows(text, "topk")[0][1:4] == ["0.01", "-", "-"]
+    assert "speedup = this run's time / spardl (spardl (teams 1, sag bruck))'s." in text
+    srs = write_rows(tmp_path / "srs", [dict(row, srs="ring") for row in spardl_rows()])
+    text = cli.main([srs, RUNS[1]])
+    assert "| run | density | teams | sag | srs | ms/iter |" in text  # shown once a run records it
+    assert table_rows(text, "spardl")[0][1:5] == ["0.01", "-", "-", "ring"]
+
+
+def test_networks_are_never_mixed_and_a_sweep_compares_them(tmp_path):
+    """Per iteration: spardl 200 ms and topk 300 ms on 1gbit; on 100mbit twice as long for topk."""
+    def on(network, source, scale=1.0):
+        rows = [dict(row, network=network, epoch_seconds=row["epoch_seconds"] * scale)
+                for row in map(json.loads, open(os.path.join(source, "metrics.jsonl")))]
+        return write_rows(tmp_path / f"{network}_{os.path.basename(source)}", rows)
+    text = cli.main([on("1gbit", RUNS[0]), on("1gbit", RUNS[1]), on("100mbit", RUNS[0]),
+                     on("100mbit", RUNS[1], scale=2.0)])
+    assert "## model cnn, dataset digits, workers 4, network 1gbit\n" in text
+    assert "## model cnn, dataset digits, workers 4, network 100mbit\n" in text
+    assert [row[-2] for row in table_rows(text, "topk") if len(row) > 7] == ["1.50x", "3.00x"]
+    assert "## model cnn, dataset digits, workers 4: time per iteration by network" in text
+    assert table_rows(text, "1gbit") == [["1gbit", "200.0 (1.00x)", "300.0 (1.50x)"]]
+    assert table_rows(text, "100mbit") == [["100mbit", "200.0 (1.00x)", "600.0 (3.00x)"]]
+    assert "by network" not in cli.main(RUNS)  # one network: no sweep
+
+
+def test_the_script_without_the_package_says_to_install_it(tmp_path):
+    result = subprocess.run([sys.executable, "-S", os.path.join(ROOT, "scripts", "report.py"), *RUNS],
+                            cwd=tmp_path, env={"PATH": os.environ["PATH"]}, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 2 and "run `pip install -e .`" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -103,6 +103,9 @@ def build_parser(rank=0):
                           help="samples per worker per test batch")
     training.add_argument("--loader-workers", type=int, metavar="K",
                           help="data-loading worker processes per rank (at most the CPUs it may use)")
+    training.add_argument("--clip-grad-norm", type=float, metavar="C",
+                          help="clip each worker's gradient to L2 norm C before synchronizing; "
+                               "0: off")
     training.add_argument("--seed", type=int, default=0, metavar="S",
                           help="seed of weights, shuffling and augmentation (default: 0)")
 
@@ -155,6 +158,8 @@ def parse_settings(argv, comm):
     if settings["dataset"] not in datasets.available():
         problems.append(f"unknown data set {settings['dataset']!r}; choose one of: "
                         f"{', '.join(datasets.available())}")
+    elif args.dnn in models.available():
+        problems += _task_problems(args.dnn, settings["dataset"])
     ignored = args.compressor if not args.compression else None
     args.compressor = args.compressor or ("spardl" if args.compression else "dense")
     try:
@@ -171,6 +176,14 @@ def parse_settings(argv, comm):
     if args.compressor == "dense":
         args.density = 1.0  # what a dense run keeps, and what its metrics report
     return args, settings
+
+
+def _task_problems(model, dataset):
+    """A model trains only on data of its task (images, text classification, masked LM)."""
+    if models.task(model) == datasets.task(dataset):
+        return []
+    fitting = [name for name in datasets.available() if datasets.task(name) == models.task(model)]
+    return [f"model {model} trains on {' or '.join(fitting)} ({models.task(model)}), not {dataset}"]
 
 
 def loader_workers(settings, comm):
@@ -194,7 +207,7 @@ def _range_problems(args, settings, size):
         (args.nworkers in (None, size),
          f"--nworkers {args.nworkers} does not match the {size} MPI process(es) started"),
         (args.data_dir != "", f"--data-dir is empty; name a directory (default: ./{DEFAULT_DATA_DIR})"),
-        (not args.data_dir or args.download or Path(args.data_dir).is_dir(),
+        (not args.data_dir or args.download or Path(args.data_dir).exists(),
          f"data directory {args.data_dir} does not exist"),
         (not args.resume or args.checkpoint_dir, "--resume needs --checkpoint-dir"),
         (args.device != "cuda" or torch.cuda.is_available(), "--device cuda: no CUDA device"),
@@ -211,6 +224,7 @@ def _range_problems(args, settings, size):
         (0 <= settings["momentum"] < math.inf, "--momentum must be a number >= 0"),
         (0 <= settings["weight_decay"] < math.inf, "--weight-decay must be a number >= 0"),
         (settings["loader_workers"] >= 0, "--loader-workers must be at least 0"),
+        (0 <= settings["clip_grad_norm"] < math.inf, "--clip-grad-norm must be a number >= 0"),
         (0 <= args.seed < 2 ** 32, f"--seed must lie in [0, 2^32), got {args.seed}"),
         (all(m >= 0 for m in settings["lr_milestones"]), "--lr-milestones must be epochs >= 0"),
     ]
@@ -259,7 +273,7 @@ def load_data(args, settings, comm):
     """Load the data set on every rank; with --download, rank 0 first fetches it where it is
     missing (on rank 0's host) and every rank loads again (collective)."""
     data_dir = args.data_dir or DEFAULT_DATA_DIR
-    split, problem = _load_split(settings["dataset"], data_dir)
+    split, problem = _load_split(settings["dataset"], data_dir, settings["data_options"])
     if args.download and any(comm.allgather(problem is not None)):
         failure = None
         if comm.Get_rank() == 0 and problem is not None:
@@ -269,15 +283,15 @@ def load_data(args, settings, comm):
                 failure = " ".join(str(error).split())  # torchvision's mirror list: one line
         agree(comm, failure)
         if problem is not None:
-            split, problem = _load_split(settings["dataset"], data_dir)
+            split, problem = _load_split(settings["dataset"], data_dir, settings["data_options"])
     agree(comm, problem)
     return split
 
 
-def _load_split(name, data_dir):
+def _load_split(name, data_dir, options):
     """(the ``DataSplit``, None), or (None, why it cannot be loaded)."""
     try:
-        return datasets.load(name, data_dir), None
+        return datasets.load(name, data_dir, **options), None
     except datasets.DataError as error:
         return None, str(error)
 
@@ -293,13 +307,16 @@ def build_model(args, split, batch_size, comm, device):
     """
     with warnings.catch_warnings():  # images too small for the model: refused below, in one line
         warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
-        model = models.create(args.dnn, split.num_classes, split.input_shape)
+        model = models.create(args.dnn, split.num_classes, split.input_shape,
+                              vocab_size=getattr(split, "vocab_size", None))
     problem = None
     buffers = [buffer.clone() for buffer in model.buffers()]
     images = min(2, smallest_training_batch(len(split.train), comm.Get_size(), batch_size))
     try:
         with torch.random.fork_rng(devices=[]), torch.no_grad():  # dropout draws nothing for real
-            model(torch.zeros(images, *split.input_shape))
+            # Text data sets (datasets.text.TextSplit) take token indices, not float images.
+            dtype = getattr(split, "input_dtype", torch.float32)
+            model(torch.zeros(images, *split.input_shape, dtype=dtype))
     except (RuntimeError, ValueError) as error:  # a size mismatch; batch norm over one value
         problem = (f"model {args.dnn} cannot train on batches of "
                    f"{'x'.join(map(str, split.input_shape))} images of this data set: {error}")
@@ -397,7 +414,8 @@ def build_trainer(argv, comm):
     """Parse, validate and build everything; return a ready ``Trainer`` or raise UsageError."""
     args, settings = parse_settings(argv, comm)
     rank, size = comm.Get_rank(), comm.Get_size()
-    run_info = {"model": args.dnn, "dataset": settings["dataset"], "compressor": args.compressor,
+    run_info = {"model": args.dnn, "dataset": settings["dataset"],
+                "task": datasets.task(settings["dataset"]), "compressor": args.compressor,
                 "density": args.density, "nworkers": size, "batch_size": settings["batch_size"],
                 "network": os.environ.get("SPARDL_NETWORK_RATE", "loopback"),  # scripts/shaped_network.sh
                 **{key: getattr(args, key) for key in STRUCTURE if key in compressors.options(args.compressor)}}
@@ -428,7 +446,8 @@ def build_trainer(argv, comm):
     trainer = Trainer(model=model, train_loader=train_loader, test_loader=test_loader,
                       synchronizer=synchronizer, optimizer=optimizer, scheduler=scheduler,
                       comm=comm, device=device, log=log, max_epochs=settings["max_epochs"],
-                      iters_per_epoch=iters_per_epoch, run_info=run_info, checkpoints=checkpoints)
+                      iters_per_epoch=iters_per_epoch, run_info=run_info, checkpoints=checkpoints,
+                      clip_grad_norm=settings["clip_grad_norm"])
     if state is not None:
         resume(trainer, epoch, state, args, comm, log)
     log.start(trainer.epoch)

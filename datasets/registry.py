@@ -4,6 +4,7 @@ Loaders are named by module and imported on first use: scikit-learn and torchvis
 seconds to the start-up of every rank, which runs on other data should not pay.
 """
 import importlib
+import inspect
 import os
 from pathlib import Path
 
@@ -18,7 +19,11 @@ _LOADERS = {
     "cifar100": ("datasets.cifar", "load_cifar100", "download_cifar100"),
     "imagenet": ("datasets.imagenet", "load", None),
     "synthetic-cifar10": ("datasets.synthetic", "load_cifar10_shaped", None),  # timing only
+    "imdb": ("datasets.imdb", "load", None),
+    "wikipedia": ("datasets.wikipedia", "load", None),
 }
+# What the data sets are for; the others are image classification.
+_TASKS = {"imdb": "text-classification", "wikipedia": "masked-lm"}
 
 
 def available():
@@ -26,14 +31,34 @@ def available():
     return sorted(_LOADERS)
 
 
-def load(name, data_dir):
-    """Load data set ``name`` from directory ``data_dir`` (ignored by ``digits``).
+def task(name):
+    """What data set ``name`` trains: ``image-classification``, ``text-classification`` (imdb)
+    or ``masked-lm`` (wikipedia: masked-language-model pre-training)."""
+    _entry(name)
+    return _TASKS.get(name, "image-classification")
 
-    Returns a ``DataSplit``. Raises ``ValueError`` for an unknown name and ``DataError`` when
-    files are missing or damaged, labels lie outside the classes, or a part holds no images.
+
+def options(name):
+    """The names of the keyword options data set ``name``'s loader takes (the config file's
+    ``data_options``: vocabulary size, sequence length, ...)."""
+    module, loader, _ = _entry(name)
+    return [key for key in inspect.signature(getattr(module, loader)).parameters][1:]
+
+
+def load(name, data_dir, **settings):
+    """Load data set ``name`` from directory ``data_dir`` (ignored by ``digits``), passing the
+    loader the keyword ``settings`` (see ``options``).
+
+    Returns a ``DataSplit``. Raises ``ValueError`` for an unknown name and ``DataError`` for an
+    option the loader does not take, and when files are missing or damaged, labels lie outside
+    the classes, or a part holds no samples.
     """
     module, loader, _ = _entry(name)
-    split = getattr(module, loader)(data_dir)
+    unknown = sorted(set(settings) - set(options(name)))
+    if unknown:
+        raise DataError(f"data set {name} takes no option(s) {', '.join(unknown)} "
+                        f"(valid: {', '.join(options(name)) or 'none'})")
+    split = getattr(module, loader)(data_dir, **settings)
     empty = [part for part in ("train", "test") if len(getattr(split, part)) == 0]
     if empty:
         raise DataError(f"{name} in {data_dir}: the {' and '.join(empty)} part holds no images")

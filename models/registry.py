@@ -6,16 +6,20 @@ models should not pay.
 """
 import importlib
 
+# name: (module, constructor, the task it is built for: see ``datasets.task``)
 _FACTORIES = {
-    "cnn": ("models.small", "SmallCNN"),
-    "mlp": ("models.small", "MLP"),
-    "vgg16": ("models.vgg", "vgg16"),
-    "vgg19": ("models.vgg", "vgg19"),
-    "resnet20": ("models.resnet_cifar", "resnet20"),
-    "resnet56": ("models.resnet_cifar", "resnet56"),
-    "resnet110": ("models.resnet_cifar", "resnet110"),
-    "resnet50": ("models.imagenet", "resnet50"),
-    "alexnet": ("models.imagenet", "alexnet"),
+    "cnn": ("models.small", "SmallCNN", "image-classification"),
+    "mlp": ("models.small", "MLP", "image-classification"),
+    "vgg16": ("models.vgg", "vgg16", "image-classification"),
+    "vgg19": ("models.vgg", "vgg19", "image-classification"),
+    "resnet20": ("models.resnet_cifar", "resnet20", "image-classification"),
+    "resnet56": ("models.resnet_cifar", "resnet56", "image-classification"),
+    "resnet110": ("models.resnet_cifar", "resnet110", "image-classification"),
+    "resnet50": ("models.imagenet", "resnet50", "image-classification"),
+    "alexnet": ("models.imagenet", "alexnet", "image-classification"),
+    "lstmimdb": ("models.lstm", "lstmimdb", "text-classification"),
+    "bert-tiny": ("models.bert", "bert_tiny", "masked-lm"),
+    "bert-base": ("models.bert", "bert_base", "masked-lm"),
 }
 
 
@@ -24,13 +28,29 @@ def available():
     return sorted(_FACTORIES)
 
 
-def create(name, num_classes, input_shape):
-    """Build model ``name`` for ``num_classes`` classes and inputs of shape (C, H, W).
+def task(name):
+    """The task model ``name`` is built for: the ``datasets.task`` of the data it trains on."""
+    return _entry(name)[2]
 
-    Raises ``ValueError`` listing the valid names when ``name`` is unknown.
+
+def create(name, num_classes, input_shape, vocab_size=None):
+    """Build model ``name`` for ``num_classes`` classes and inputs of shape ``input_shape``:
+    (C, H, W) images, or (longest sequence,) token indices out of ``vocab_size`` (text models).
+
+    Raises ``ValueError`` listing the valid names when ``name`` is unknown, and when a text
+    model gets no ``vocab_size``.
     """
+    module, function, kind = _entry(name)
+    factory = getattr(importlib.import_module(module), function)
+    sizes = {"num_classes": num_classes, "input_shape": tuple(input_shape)}
+    if kind != "image-classification":
+        if vocab_size is None:
+            raise ValueError(f"model {name} reads text: it needs a vocab_size")
+        sizes["vocab_size"] = vocab_size
+    return factory(**sizes)
+
+
+def _entry(name):
     if name not in _FACTORIES:
         raise ValueError(f"unknown model {name!r}; choose one of: {', '.join(available())}")
-    module, function = _FACTORIES[name]
-    factory = getattr(importlib.import_module(module), function)
-    return factory(num_classes=num_classes, input_shape=tuple(input_shape))
+    return _FACTORIES[name]

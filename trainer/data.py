@@ -8,7 +8,8 @@ def make_loaders(split, batch_size, eval_batch_size, rank, world_size, seed, wor
     """Return (train loader, test loader) of rank ``rank`` for the ``DataSplit`` ``split``.
 
     The training loader's sampler is a ``ShardedSampler``: call ``loader.sampler.set_epoch``
-    before each epoch.
+    before each epoch. A data set with a ``collate`` method (the text ones: padding, masking)
+    forms its own batches.
     """
     sampler = ShardedSampler(len(split.train), rank, world_size, seed=seed)
     pin = device.type == "cuda"
@@ -16,9 +17,11 @@ def make_loaders(split, batch_size, eval_batch_size, rank, world_size, seed, wor
     # from the main process's generator, which checkpoints restore, so a resumed run draws what
     # an uninterrupted one would.
     train = DataLoader(split.train, batch_size=batch_size, sampler=sampler, num_workers=workers,
-                       pin_memory=pin, drop_last=_drops_single_last(len(sampler), batch_size))
+                       pin_memory=pin, drop_last=_drops_single_last(len(sampler), batch_size),
+                       collate_fn=getattr(split.train, "collate", None))
     test_part = Subset(split.test, evaluation_shard(len(split.test), rank, world_size))
-    test = DataLoader(test_part, batch_size=eval_batch_size, num_workers=workers, pin_memory=pin)
+    test = DataLoader(test_part, batch_size=eval_batch_size, num_workers=workers, pin_memory=pin,
+                      collate_fn=getattr(split.test, "collate", None))
     return train, test
 
 

@@ -5,12 +5,11 @@ import sys
 import time
 
 import torch
-from torch.nn import functional
 from tqdm import tqdm
 
 from trainer.checkpoint import restore_rng, rng_state
 from trainer.distributed import broadcast_tensors
-from trainer.evaluation import evaluate
+from trainer.evaluation import evaluate, prediction_loss, predictions
 from trainer.gradients import GradientBuffer
 from trainer.metrics import EpochMeter
 
@@ -22,7 +21,9 @@ class Trainer:
     """Trains ``model`` on every rank in lock-step; ranks differ only in the data they read.
 
     One iteration on each rank:
-    1. forward and backward pass on this rank's batch (``compute_seconds``);
+    1. forward and backward pass on this rank's batch (``compute_seconds``), the gradient then
+       clipped to L2 norm ``clip_grad_norm`` if that is set (each worker its own, as the
+       authors do);
     2. every parameter's gradient is copied into one flat buffer, allocated once;
     3. ``synchronizer.allreduce`` writes the averaged gradient, identical on every rank, into
        one result buffer, also allocated once (``sync_seconds`` covers steps 2-4; the
@@ -38,7 +39,8 @@ class Trainer:
     """
 
     def __init__(self, *, model, train_loader, test_loader, synchronizer, optimizer, scheduler,
-                 comm, device, log, max_epochs, iters_per_epoch, run_info, checkpoints=None):
+                 comm, device, log, max_epochs, iters_per_epoch, run_info, checkpoints=None,
+                 clip_grad_norm=0.0):
         self.model = model
         self.train_loader = train_loader
         self.test_loader = test_loader
@@ -52,6 +54,7 @@ class Trainer:
         self.iters_per_epoch = iters_per_epoch
         self.run_info = run_info
         self.checkpoints = checkpoints
+        self.clip_grad_norm = clip_grad_norm
         self.gradients = GradientBuffer(model.parameters(), device)
         self.averaged = torch.empty(self.gradients.numel, device=device)  # reused result buffer
         self.epoch = 0
@@ -75,6 +78,8 @@ class Trainer:
             row = {"epoch": self.epoch, "max_epochs": self.max_epochs, "iters": self.global_step,
                    **row, "test_loss": test_loss, "test_acc": test_acc, "lr": last_lr,
                    "eval_seconds": time.perf_counter() - started, **self.run_info}
+            if self.run_info.get("task") == "masked-lm":
+                row["test_perplexity"] = math.exp(test_loss)
             self.log.log(row)
             if self.checkpoints is not None:
                 self.checkpoints.save(self.epoch, self.state_dict())
@@ -92,9 +97,11 @@ class Trainer:
                                    desc=f"epoch {epoch + 1}", disable=not self.show_progress):
             started = time.perf_counter()
             images, labels = images.to(self.device), labels.to(self.device)
-            loss = functional.cross_entropy(self.model(images), labels)
+            loss = prediction_loss(self.model(images), labels)
             self.optimizer.zero_grad()
             loss.backward()
+            if self.clip_grad_norm:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
             computed = self._now()
             value = loss.item()
             if not math.isfinite(value):
@@ -108,7 +115,7 @@ class Trainer:
             self.optimizer.step()
             self.scheduler.step()
             self.global_step += 1
-            meter.add_step(value, labels.numel(), computed - started,
+            meter.add_step(value, predictions(labels), computed - started,
                            synchronized - computed, self.synchronizer.stats)
             if self.progress_lines and synchronized - last_line >= PROGRESS_SECONDS:
                 last_line = synchronized

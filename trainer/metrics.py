@@ -144,10 +144,16 @@ def format_row(row):
     """One human-readable line for an epoch row."""
     return (f"epoch {row['epoch']:>3}/{row['max_epochs']}  train loss {row['train_loss']:.4f}  "
             f"test loss {row['test_loss']:.4f}  test acc {100 * row['test_acc']:.2f}%  "
-            f"lr {row['lr']:.4g}  {row['epoch_seconds']:.1f}s "
-            f"(compute {row['compute_seconds']:.1f}s, sync {row['sync_seconds']:.1f}s: "
-            f"select {row['select_seconds']:.1f}s, comm {row['comm_seconds']:.1f}s)  "
+            f"lr {row['lr']:.4g}  {format_seconds(row['epoch_seconds'])} "
+            f"(compute {format_seconds(row['compute_seconds'])}, sync {format_seconds(row['sync_seconds'])}: "
+            f"select {format_seconds(row['select_seconds'])}, comm {format_seconds(row['comm_seconds'])})  "
             f"{format_bytes(row['bytes_sent_per_rank'])}/rank")
+
+
+def format_seconds(seconds) -> str:
+    """A duration in seconds with one decimal, or in milliseconds below a second, where one
+    decimal of seconds would print a short epoch's phases as "0.0s"."""
+    return f"{seconds:.1f}s" if abs(seconds) >= 1 else f"{seconds * 1e3:.1f}ms"
 
 
 def format_bytes(count) -> str:

@@ -27,7 +27,10 @@ def gradients(call, numel):
 
 
 def check(method, numel, density, calls=3, **options):
+    """Same bits on every rank and mass conserved over ``calls`` calls; returns every call's
+    result and residual (to compare executions that must agree)."""
     sync = compressors.create(method, world, numel=numel, density=density, **options)
+    history = []
     for call in range(calls):
         grads = gradients(call, numel)
         before = sync.residual.clone()
@@ -44,20 +47,33 @@ def check(method, numel, density, calls=3, **options):
             block = math.ceil(numel / workers)
             budget = max(1, int(block * density))
             assert sync.stats["bytes_sent"] == 16 * (workers - 1) * budget, sync.stats
-            assert sync.stats["rounds"] == 2 * math.ceil(math.log2(workers)), sync.stats
+            srs_rounds = workers - 1 if options.get("srs") == "blocks" else math.ceil(math.log2(workers))
+            assert sync.stats["rounds"] == srs_rounds + math.ceil(math.log2(workers)), sync.stats
+        history.append((result, sync.residual.clone()))
+    return history
+
+
+def same_bits(first, second):
+    return all(torch.equal(a, b) and torch.equal(c, d) for (a, c), (b, d) in zip(first, second))
 
 
 check("dense", 1003, 1.0)
 strided = torch.zeros(2 * 1003)[::2]  # MPI reduces contiguous buffers only: the method stages it
 assert compressors.create("dense", world, numel=1003, density=1.0).allreduce(gradients(0, 1003)[rank], out=strided) is strided
 assert np.allclose(strided.numpy(), gradients(0, 1003).double().mean(0).numpy(), rtol=1e-5, atol=1e-5), "strided out"
+powers = [d for d in range(2, workers + 1) if workers % d == 0 and not d & (d - 1)]
 for numel in (workers - 1 or 1, 1003, 20011):
     for density in (0.01, 0.2, 1.0):
-        check("spardl", numel, density)
+        rounds = check("spardl", numel, density)
+        if numel == 1003:  # srs="blocks" must give the bits of "rounds"
+            assert same_bits(rounds, check("spardl", numel, density, srs="blocks")), "srs blocks differ"
         for teams in [d for d in range(2, workers + 1) if workers % d == 0 and d < workers][:2]:
             check("spardl", numel, density, teams=teams, sag="bruck")
-            if teams & (teams - 1) == 0:
-                check("spardl", numel, density, teams=teams, sag="recursive")
+        for teams in powers:  # R-SAG for every power-of-two d, d = P included
+            rounds = check("spardl", numel, density, teams=teams, sag="recursive")
+            if numel == 1003 and teams == powers[0]:
+                blocks = check("spardl", numel, density, teams=teams, sag="recursive", srs="blocks")
+                assert same_bits(rounds, blocks), "srs blocks differ from rounds under R-SAG"
 world.Barrier()
 if rank == 0:
     print(f"mpi core checks passed on {workers} ranks")

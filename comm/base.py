@@ -60,9 +60,18 @@ class Transport(abc.ABC):
         """Wait until the sends behind ``handles`` have completed."""
         self._waitall(handles)
 
-    def allreduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Return the element-wise sum of ``tensor`` over all ranks (a new tensor)."""
-        return self.allreduce_sum_(tensor.clone())
+    def allreduce_sum(self, tensor: torch.Tensor, out: torch.Tensor = None) -> torch.Tensor:
+        """Return the element-wise sum of ``tensor`` over all ranks in ``out`` (a contiguous
+        tensor like ``tensor``; a new one if ``None``), the same bits on every rank. ``tensor``
+        is left as it is unless it is ``out``. Counted as :meth:`allreduce_sum_`.
+
+        With ``out`` the library reads ``tensor`` and writes ``out`` itself (MPI's out-of-place
+        all-reduce): no copy of ``tensor`` into ``out`` beforehand.
+        """
+        if out is None:
+            return self.allreduce_sum_(tensor.clone(memory_format=torch.contiguous_format))
+        self._count_allreduce(out)
+        return self._allreduce_sum_into(tensor, out)
 
     def allreduce_sum_(self, tensor: torch.Tensor) -> torch.Tensor:
         """Replace the contiguous ``tensor`` by its element-wise sum over all ranks, the same
@@ -71,13 +80,23 @@ class Transport(abc.ABC):
         The library's algorithm is not observable, so traffic is counted as Rabenseifner's
         reduce-scatter + all-gather: 2 ceil(log2 P) rounds and 2 (P-1)/P of the buffer sent.
         """
+        self._count_allreduce(tensor)
+        return self._allreduce_sum(tensor)
+
+    def _count_allreduce(self, tensor: torch.Tensor) -> None:
+        """Count one all-reduce of ``tensor`` (see :meth:`allreduce_sum_`)."""
         if self.size > 1:
             steps = 2 * math.ceil(math.log2(self.size))
             nbytes = tensor.numel() * tensor.element_size()
             self.traffic.bytes_sent += 2 * (self.size - 1) * nbytes // self.size
             self.traffic.messages += steps
             self.traffic.rounds += steps
-        return self._allreduce_sum(tensor)
+
+    def _allreduce_sum_into(self, tensor, out):
+        """Sum ``tensor`` over all ranks into ``out``; this default copies, then sums in place."""
+        if out.data_ptr() != tensor.data_ptr():
+            out.copy_(tensor)
+        return self._allreduce_sum(out)
 
     def barrier(self) -> None:
         """Block until every rank has reached this call."""

@@ -96,6 +96,13 @@ class MPITransport(Transport):
         MPI.Request.Waitall([request for request, _ in handles])
         self._send_slots = 0
 
+    def _allreduce_sum_into(self, tensor, out):
+        direct = out.device.type == "cpu" or self.device_buffers_ok
+        if not direct or out.data_ptr() == tensor.data_ptr():
+            return super()._allreduce_sum_into(tensor, out)
+        self.comm.Allreduce(self._buffer(tensor.contiguous()), self._buffer(out), op=MPI.SUM)
+        return out
+
     def _allreduce_sum(self, tensor):
         staged = self._host_view(tensor, 0)
         self.comm.Allreduce(MPI.IN_PLACE, self._buffer(staged), op=MPI.SUM)
@@ -127,9 +134,16 @@ def report_and_abort(comm: MPI.Comm, message: str) -> None:
 
 def abort_on_uncaught_exception(comm: MPI.Comm = MPI.COMM_WORLD) -> None:
     """Make an uncaught exception on this rank print its traceback and abort the whole job,
-    as ``python -m mpi4py`` does, so that no other rank waits forever."""
+    as ``python -m mpi4py`` does, so that no other rank waits forever. ``KeyboardInterrupt``
+    (Ctrl-C, which ``mpiexec`` forwards to every rank) ends the rank with status 130 instead,
+    after one line from rank 0."""
 
     def hook(kind, value, tb):
+        if issubclass(kind, KeyboardInterrupt):  # Ctrl-C is no crash: one word, status 130
+            if comm.Get_rank() == 0:
+                sys.stderr.write("interrupted\n")
+            sys.stderr.flush()
+            os._exit(130)  # finalizing MPI would wait for ranks the launcher is ending
         text = "".join(traceback.format_exception(kind, value, tb))
         report_and_abort(comm, f"[rank {comm.Get_rank()}] uncaught exception, aborting the job:\n{text}")
 

@@ -72,8 +72,17 @@ class RecordingTransport(Transport):
         return message
 
     def allreduce_sum_(self, tensor):
+        return self._logged(super().allreduce_sum_, tensor)
+
+    def allreduce_sum(self, tensor, out=None):
+        if out is None:  # the base class goes through allreduce_sum_, logged above
+            return super().allreduce_sum(tensor)
+        return self._logged(super().allreduce_sum, tensor, out)
+
+    def _logged(self, allreduce, tensor, *out):
+        """Run ``allreduce(tensor, *out)`` and log it as one event."""
         first_round, sent_before = self.traffic.rounds, self.traffic.bytes_sent
-        result = super().allreduce_sum_(tensor)
+        result = allreduce(tensor, *out)
         rounds = self.traffic.rounds - first_round
         if rounds:
             self.events.append(Event("allreduce", first_round, None,
@@ -99,6 +108,9 @@ class RecordingTransport(Transport):
 
     def _allreduce_sum(self, tensor):
         return self.inner._allreduce_sum(tensor)
+
+    def _allreduce_sum_into(self, tensor, out):
+        return self.inner._allreduce_sum_into(tensor, out)
 
     def _barrier(self):
         return self.inner._barrier()

@@ -14,6 +14,11 @@ class Dense(Synchronizer):
 
     def __init__(self, comm, numel: int, density: float = 1.0, dense_warmup: int = 0) -> None:
         super().__init__(comm, numel, density, dense_warmup)
+        self._nnz = 0
 
     def _synchronize(self, accumulated, timer):
-        return self._dense_average(accumulated, timer), self._residual
+        result, self._nnz = self._dense_average(accumulated, timer)
+        return result, self._residual
+
+    def _count_nonzero(self, result):
+        return self._nnz  # counted in the division's pass

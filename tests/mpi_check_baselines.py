@@ -32,7 +32,7 @@ def gradients(call, numel):
 def expected_rounds(method, call):
     if method in ("topk", "gaussiank"):
         return log
-    if method == "gtopk":
+    if method in ("gtopk", "dense"):
         return 2 * log
     if method == "topkdsa":
         return workers - 1 + 3 * log
@@ -70,10 +70,25 @@ def check(method, numel, density, calls=3):
             assert sync.stats["bytes_sent"] == 8 * k * (workers - 1), sync.stats
 
 
-for method in ("topk", "gtopk", "oktopk", "gaussiank", "topkdsa"):
+def check_dense_buffers(numel):
+    """dense gives the same bits into a new tensor, into ``out`` and into the gradient itself
+    (MPI's out-of-place and in-place all-reduce), and counts the result's non-zeros."""
+    sync = compressors.create("dense", world, numel=numel)
+    grad = gradients(7, numel)[rank].clone()
+    grad[::3] = 0.0  # coordinates zero on every rank stay zero
+    fresh = sync.allreduce(grad)
+    into = sync.allreduce(grad, out=torch.empty(numel))
+    assert torch.equal(grad, gradients(7, numel)[rank].masked_fill(torch.arange(numel) % 3 == 0, 0.0))
+    in_place = sync.allreduce(grad, out=grad)
+    assert in_place is grad and torch.equal(fresh, into) and torch.equal(fresh, in_place), "dense buffers differ"
+    assert sync.stats["nnz"] == int(torch.count_nonzero(fresh)) < numel, sync.stats
+
+
+for method in ("dense", "topk", "gtopk", "oktopk", "gaussiank", "topkdsa"):
     for numel in (workers - 1 or 1, 5003):
         for density in (0.02, 1.0):
             check(method, numel, density)
+check_dense_buffers(300_001)
 world.Barrier()
 if rank == 0:
     print(f"mpi baseline checks passed on {workers} ranks")

@@ -1,0 +1,69 @@
+"""How much ``dense`` costs over a bare ``MPI.Allreduce`` of the same buffer, from one interleaved run.
+
+    OMP_NUM_THREADS=1 .venv/bin/mpiexec -n 8 .venv/bin/python scripts/dense_overhead.py --numel 14728266
+
+Each repetition times, on every rank after a barrier, first a bare in-place ``Allreduce`` (sum) of
+a float32 buffer of ``--numel`` entries, then ``dense``'s ``allreduce(grad, out=out)`` of the same
+length (as training calls it: the gradient and the result in buffers of their own). A
+repetition's time is the slowest rank's. Rank 0 prints the medians and their ratio; the first
+``--warmup`` repetitions are left out. Nothing is asserted: the ratio is a measurement.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+from mpi4py import MPI
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import compressors  # noqa: E402
+from comm.mpi import MPITransport  # noqa: E402
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def timed(comm, work) -> float:
+    """Seconds ``work()`` took on the slowest rank, every rank starting after a barrier."""
+    comm.Barrier()
+    start = time.perf_counter()
+    work()
+    return comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--numel", type=positive, default=14_728_266, help="entries of the gradient")
+    parser.add_argument("--repeats", type=positive, default=20, help="timed repetitions of each")
+    parser.add_argument("--warmup", type=int, default=2, help="repetitions left out first")
+    args = parser.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    torch.manual_seed(comm.Get_rank())
+    grad = torch.randn(args.numel)
+    bare, out = torch.empty(args.numel), torch.empty(args.numel)
+    sync = compressors.create("dense", MPITransport(comm), numel=args.numel)
+    times = {"bare": [], "dense": []}
+    for repeat in range(args.warmup + args.repeats):
+        bare.copy_(grad)  # untimed: the bare call sums its buffer in place
+        pair = (timed(comm, lambda: comm.Allreduce(MPI.IN_PLACE, bare.numpy(), op=MPI.SUM)),
+                timed(comm, lambda: sync.allreduce(grad, out=out)))
+        if repeat >= args.warmup:
+            times["bare"].append(pair[0])
+            times["dense"].append(pair[1])
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    if comm.Get_rank() == 0:
+        print(f"P = {comm.Get_size()}, n = {args.numel}: bare Allreduce {1e3 * medians['bare']:.1f} ms, "
+              f"dense {1e3 * medians['dense']:.1f} ms, ratio {medians['dense'] / medians['bare']:.3f}")
+    return medians
+
+
+if __name__ == "__main__":
+    main()

@@ -11,10 +11,15 @@
 #   PYTHON          interpreter (default .venv/bin/python if present, else python3)
 #   DATA_DIR        data directory (default: main_trainer.py's, data)
 #   DENSITY         kept fraction for sparse methods (default 0.01)
-#   DENSE_WARMUP    dense iterations before sparsifying (default 512, as the authors)
+#   DENSE_WARMUP    dense iterations before sparsifying, the same for every method (for a
+#                   controlled comparison); default: each method's own, as its released code
+#                   runs it: spardl and dense 0 (SparDL's code has none); oktopk, topk, gtopk,
+#                   gaussiank and topkdsa (all run from Ok-Topk's code) 512 on CNNs (its VGG
+#                   code; it has no ResNet runs), 128 on lstm* models, 0 on bert*
 #   TEAMS, SAG      SparDL's Spar-All-Gather teams and variant (default 1, bruck)
-#   RUN_ROOT        logs go to RUN_ROOT/MODEL_METHOD_pN (plus _densityD, _teamsT, _sagS for
-#                   settings other than the defaults), checkpoints below it (default runs)
+#   RUN_ROOT        logs go to RUN_ROOT/MODEL_METHOD_pN (plus _densityD, _teamsT, _sagS,
+#                   _warmupW for settings other than the defaults), checkpoints below it
+#                   (default runs)
 # Relative paths given in DATA_DIR, HOSTFILE and RUN_ROOT are taken from the directory it is
 # started in; the defaults are the repository's data/ and runs/.
 set -euo pipefail
@@ -35,12 +40,19 @@ nworkers=${NWORKERS:-6}
 python=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
 mpiexec=${MPIEXEC:-$([ -x .venv/bin/mpiexec ] && echo .venv/bin/mpiexec || echo mpiexec)}
 density=${DENSITY:-0.01} teams=${TEAMS:-1} sag=${SAG:-bruck}
+case "$method:$model" in
+  spardl:* | dense:* | *:bert*) own_warmup=0 ;;
+  *:lstm*) own_warmup=128 ;;
+  *) own_warmup=512 ;;
+esac
+dense_warmup=${DENSE_WARMUP:-$own_warmup}
 # One directory per setting: a run resumes only its own checkpoints.
 run_dir=${run_root:-runs}/${model}_${method}_p${nworkers}
 if [ "$method" != dense ]; then
   [ "$density" = 0.01 ] || run_dir+=_density$density
   [ "$teams" = 1 ] || run_dir+=_teams$teams
   [ "$sag" = bruck ] || run_dir+=_sag$sag
+  [ "$dense_warmup" = "$own_warmup" ] || run_dir+=_warmup$dense_warmup
 fi
 
 launch=("$mpiexec" -n "$nworkers")
@@ -67,7 +79,9 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export MPIR_CVAR_POLLS_BEFORE_YIELD=${MPIR_CVAR_POLLS_BEFORE_YIELD:-1}
 export MPIR_CVAR_ENABLE_HEAVY_YIELD=${MPIR_CVAR_ENABLE_HEAVY_YIELD:-1}
 
+echo "$method on $model: $dense_warmup dense warm-up steps ($([ -n "${DENSE_WARMUP:-}" ] \
+  && echo "DENSE_WARMUP" || echo "the method's own; DENSE_WARMUP=N sets N for every method"))" >&2
 set -x
 exec "${launch[@]}" "$python" main_trainer.py --dnn "$model" --nworkers "$nworkers" \
-  "${data[@]}" "${sync[@]}" --dense-warmup "${DENSE_WARMUP:-512}" \
+  "${data[@]}" "${sync[@]}" --dense-warmup "$dense_warmup" \
   --log-dir "$run_dir" --checkpoint-dir "$run_dir/checkpoints" --resume "$@"

@@ -11,10 +11,16 @@ import pytest
 import torch
 
 import compressors
+from comm import local_group
+from entry_points import load_script
 from mpirun import ROOT, mpiexec
+from syncbench import plan
+from syncbench.floor import FloorRun
+from syncbench.gradients import SyntheticGradients
+from syncbench.summary import summarize
+from syncbench.timing import MethodRun, cosine
 
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import bench_allreduce as bench  # noqa: E402
+bench = load_script("bench_allreduce")
 
 CONTRACT_KEYS = {"method", "workers", "numel", "density", "median_ms", "bytes_per_rank", "rounds",
                  "nnz", "cosine"}
@@ -34,7 +40,7 @@ def dense_density_rows(tmp_path_factory):
 @pytest.mark.mpi
 def test_json_rows_have_the_contract_keys(dense_density_rows):
     rows, stdout = dense_density_rows
-    expected = [label for label, _, _ in bench.method_runs(compressors.available(), [1, 3], 3)]
+    expected = [label for label, _, _ in plan.method_runs(compressors.available(), [1, 3], 3)]
     assert [row["label"] for row in rows] == expected + ["floor", "floor+ef"]
     for row in rows:
         assert CONTRACT_KEYS <= set(row), row
@@ -42,6 +48,9 @@ def test_json_rows_have_the_contract_keys(dense_density_rows):
         assert row["min_ms"] <= row["median_ms"] <= row["max_ms"]
         assert row["rounds"] >= 1 and row["bytes_per_rank"] > 0
         assert row["label"] in stdout
+        assert row["network"] == (os.environ.get("SPARDL_NETWORK_RATE") or "loopback")
+        assert len(row["threads"]) == 3 and min(row["threads"]) >= 1
+    assert f"network: {rows[0]['network']}" in stdout
 
 
 @pytest.mark.mpi
@@ -57,9 +66,11 @@ def test_density_one_gives_the_exact_average(dense_density_rows):
 
 
 @pytest.mark.mpi
-def test_interleaved_and_sequential_order_give_the_same_numbers(tmp_path):
+def test_interleaved_and_sequential_order_give_the_same_numbers(tmp_path, monkeypatch):
     """The order of the timed calls changes timings only: every method sees the same gradients
-    and keeps its own state, so traffic, nnz and cosine agree row by row."""
+    and keeps its own state, so traffic, nnz and cosine agree row by row. The rows record the
+    shaped network's rate the environment names."""
+    monkeypatch.setenv("SPARDL_NETWORK_RATE", "10gbit")
     rows = {}
     for order in ("interleaved", "sequential"):
         path = tmp_path / f"{order}.json"
@@ -71,6 +82,7 @@ def test_interleaved_and_sequential_order_give_the_same_numbers(tmp_path):
     keys = ("label", "bytes_per_rank", "messages", "rounds", "nnz", "cosine")
     assert [[row[k] for k in keys] for row in rows["interleaved"]] == \
         [[row[k] for k in keys] for row in rows["sequential"]]
+    assert {row["network"] for order in rows.values() for row in order} == {"10gbit"}
 
 
 @pytest.mark.mpi
@@ -83,6 +95,7 @@ def test_replay_counts_what_the_mpi_run_counts(dense_density_rows):
     assert [[row[k] for k in keys] for row in replayed] == [[row[k] for k in keys] for row in rows]
     for live, alone in zip(rows, replayed):  # ranks may differ in bytes: rank 0's is one of them
         assert alone["replay"] == 3 and live["replay"] is None
+        assert alone["network"] == "none" and len(alone["threads"]) == 1
         assert 0 < alone["bytes_per_rank"] <= live["bytes_max_rank"], live["label"]
         if live["cosine"] is None:
             assert alone["cosine"] is None
@@ -127,7 +140,7 @@ def test_floor_with_error_feedback_does_what_every_residual_method_does():
     """floor+ef's work: the top-k of residual + gradient goes / P into the zeroed result and out
     of the residual, which keeps all the rest; the plain floor only selects."""
     generator = torch.Generator().manual_seed(0)
-    run = bench.FloorRun(SimpleNamespace(size=4), [], 1000, 0.05, error_feedback=True)
+    run = FloorRun(SimpleNamespace(size=4), [], 1000, 0.05, error_feedback=True)
     out = torch.full((1000,), 7.0)
     for _ in range(3):
         grad = torch.randn(1000, generator=generator)
@@ -143,7 +156,7 @@ def test_floor_with_error_feedback_does_what_every_residual_method_does():
     run.restore(saved)
     assert torch.equal(run.residual, saved)
     before = out.clone()
-    plain = bench.FloorRun(SimpleNamespace(size=4), [], 1000, 0.05)
+    plain = FloorRun(SimpleNamespace(size=4), [], 1000, 0.05)
     plain.local_work(grad, out)
     assert plain.state() is None and torch.equal(out, before)
 
@@ -153,6 +166,9 @@ def test_floor_with_error_feedback_does_what_every_residual_method_does():
     (["--density", "1.5"], "density must lie in"),
     (["--teams", "1,x"], "--teams takes comma-separated integers"),
     (["--teams", "0"], "--teams takes integers >= 1"),
+    (["--srs", "rounds,steps"], "--srs takes a comma-separated list of rounds, blocks"),
+    (["--sag", "ring"], "--sag takes a comma-separated list of bruck, recursive"),
+    (["--replay", "2", "--lost-mass"], "--lost-mass needs the ranks' exchange"),
     (["--replay", "0"], "--replay >= 1"),
     (["--json", "/no/such/dir/rows.json"], "--json /no/such/dir/rows.json: no directory"),
     (["--csv", "."], "--csv .: is a directory"),
@@ -203,23 +219,67 @@ def test_no_method_left_to_time_is_an_error(capsys):
     ([float("inf"), 1.0], [1.0, 1.0], float("nan")),
 ])
 def test_cosine_shows_a_zero_or_non_finite_result(result, exact, expected):
-    value = bench.cosine(torch.tensor(result), torch.tensor(exact))
+    value = cosine(torch.tensor(result), torch.tensor(exact))
     assert value == pytest.approx(expected, nan_ok=True)
 
 
 def test_synthetic_gradients_are_seeded_and_heavy_tailed():
-    source = bench.SyntheticGradients(50_000, seed=3)
+    source = SyntheticGradients(50_000, seed=3)
     first = source.get(1, 2)
-    assert torch.equal(first, bench.SyntheticGradients(50_000, seed=3).get(1, 2))
+    assert torch.equal(first, SyntheticGradients(50_000, seed=3).get(1, 2))
     assert not torch.equal(first, source.get(0, 2)) and not torch.equal(first, source.get(1, 3))
     kurtosis = float(((first - first.mean()) ** 4).mean() / first.var() ** 2)
     assert kurtosis > 6  # a Gaussian has 3
 
 
 def test_method_runs_keep_team_counts_that_divide_the_workers():
-    runs = bench.method_runs(["dense", "spardl"], [1, 2, 3], workers=4)
-    assert runs == [("dense", "dense", {}), ("spardl", "spardl", {"teams": 1}),
-                    ("spardl(d=2)", "spardl", {"teams": 2})]
+    runs = plan.method_runs(["dense", "spardl"], [1, 2, 3], workers=4)
+    assert runs == [("dense", "dense", {}), ("spardl", "spardl", {"teams": 1, "srs": "rounds", "sag": "bruck"}),
+                    ("spardl(d=2)", "spardl", {"teams": 2, "srs": "rounds", "sag": "bruck"})]
+
+
+def test_spardl_variants_are_labelled_and_those_that_do_not_apply_skipped():
+    runs = plan.method_runs(["spardl"], [1, 2, 3, 4], workers=6, srs=("rounds", "blocks"),
+                            sag=("bruck", "recursive"))
+    assert [label for label, _, _ in runs] == [
+        "spardl", "spardl(blocks)", "spardl(d=2)", "spardl(d=2,blocks)", "spardl(d=2,recursive)",
+        "spardl(d=2,blocks,recursive)", "spardl(d=3)", "spardl(d=3,blocks)"]
+    assert runs[5][2] == {"teams": 2, "srs": "blocks", "sag": "recursive"}
+    assert plan.skipped(["spardl"], [1, 2, 3, 4], 6, ("bruck", "recursive")) == [
+        "--sag recursive skipped at d=1: it needs a team count d > 1 that is a power of two",
+        "--sag recursive skipped at d=3: it needs a team count d > 1 that is a power of two",
+        "--teams 4 skipped: a team count must divide P = 6"]
+    assert plan.skipped(["topk"], [4], 6) == [] and plan.method_runs(["spardl"], [1], 4, sag=("recursive",)) == []
+
+
+def test_replayed_variants_run_and_synchronize_alike_at_density_one():
+    rows = bench.main(["--replay", "4", "--numel", "2003", "--density", "1", "--iters", "1", "--warmup", "0",
+                       "--methods", "spardl", "--teams", "1,4", "--srs", "rounds,blocks", "--sag", "recursive"])
+    assert [row["label"] for row in rows] == ["spardl(d=4,recursive)", "spardl(d=4,blocks,recursive)",
+                                              "floor", "floor+ef"]
+    assert [(row["srs"], row["sag"], row["teams"]) for row in rows[:2]] == [("rounds", "recursive", 4),
+                                                                           ("blocks", "recursive", 4)]
+    assert all(row["cosine"] == pytest.approx(1.0, abs=1e-6) for row in rows[:2])
+
+
+def test_lost_mass_is_measured_outside_the_timed_call():
+    """gtopk measures its lost mass only when asked, after the clock stopped; other methods
+    ignore the request."""
+    grads = [SyntheticGradients(3000, 0).get(rank, 0) for rank in range(4)]
+    exact = torch.stack(grads).mean(0)
+
+    def body(transport):
+        records = []
+        for name in ("gtopk", "topk"):
+            for lost_mass in (False, True):
+                run = MethodRun(transport, name, {}, 3000, 0.05, lost_mass)
+                records.append((name, lost_mass, run.time(grads[transport.rank], exact, torch.empty(3000))))
+        return records
+
+    for name, lost_mass, record in local_group(4).run(body)[0]:
+        assert ("lost_mass" in record) == (lost_mass and name == "gtopk"), (name, lost_mass)
+        if "lost_mass" in record:
+            assert record["lost_mass"] >= 0 and record["rounds"] == 2 * 2  # the measurement is not counted
 
 
 def test_summarize_takes_the_slowest_rank_of_each_call_and_its_split():
@@ -232,7 +292,7 @@ def test_summarize_takes_the_slowest_rank_of_each_call_and_its_split():
     per_rank = [[record(0.010, 100, 0.009), record(0.030, 100, 0.005), record(0.020, 100, 0.010)],
                 [record(0.040, 300, 0.010), record(0.029, 100, 0.029), record(0.020, 200, 0.020)]]
     args = bench.parse_args(["--density", "0.5", "--methods", "dense"])
-    row = bench.summarize("x", "x", {}, per_rank, args, workers=2, numel=10)
+    row = summarize("x", "x", {}, per_rank, args, workers=2, numel=10)
     assert row["median_ms"] == pytest.approx(30.0) and row["max_ms"] == pytest.approx(40.0)
     assert row["select_ms"] == pytest.approx(10.0) and row["comm_ms"] == pytest.approx(25.0)
     assert row["bytes_per_rank"] == pytest.approx((200 + 100 + 150) / 3)

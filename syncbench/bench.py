@@ -1,0 +1,88 @@
+"""The benchmark's two ways to time every row: under MPI, each rank synchronizing its own
+gradients (:func:`mpi_rows`), or one rank's share replayed alone in this process
+(:func:`replay_rows`, see :mod:`syncbench.replay`). ``args`` is the parsed command line of
+``scripts/bench_allreduce.py``.
+
+Every row records the network it ran on (:func:`network_label`) and each rank's torch thread
+count (``threads``, a list in rank order), so tables of different settings never mix unseen.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+import torch
+
+from . import plan
+from .floor import FLOOR_RUNS, FLOORS, FloorRun, spardl_events
+from .replay import replay_runs
+from .summary import summarize
+from .timing import MethodRun, mpi_gradients, time_runs
+
+NETWORK_VARIABLE = "SPARDL_NETWORK_RATE"  # set by scripts/shaped_network.sh to its --rate
+
+
+def network_label(replayed: bool = False) -> str:
+    """The network a run times: the shaped link's rate as ``SPARDL_NETWORK_RATE`` gives it (e.g.
+    ``1gbit``), else ``loopback``; ``none`` for a replay, which sends nothing."""
+    if replayed:
+        return "none"
+    return os.environ.get(NETWORK_VARIABLE) or "loopback"
+
+
+def runs_to_time(args, workers: int, speaks: bool) -> list:
+    """:func:`plan.method_runs` at P = ``workers``, the skipped SparDL settings said on stderr
+    if ``speaks``; exit status 2 when no row is left to time."""
+    if speaks:
+        for note in plan.skipped(args.methods, args.teams, workers, args.sag):
+            print(f"note: {note}", file=sys.stderr)
+    runs = plan.method_runs(args.methods, args.teams, workers, args.srs, args.sag)
+    if not runs:
+        if speaks:
+            print(f"bench_allreduce.py: nothing to time at P = {workers} (see the note above)", file=sys.stderr)
+        sys.exit(2)
+    return runs
+
+
+def mpi_rows(args) -> list:
+    """Time every row under MPI on ``MPI.COMM_WORLD``; the rows on rank 0, [] elsewhere."""
+    from mpi4py import MPI
+    from comm.mpi import MPITransport, abort_on_uncaught_exception
+    from comm.placement import place_rank
+    abort_on_uncaught_exception()
+    comm = MPI.COMM_WORLD
+    place_rank(comm, "cpu")  # torch threads: this host's cores shared by its ranks, as in training
+    threads = comm.gather(torch.get_num_threads(), root=0)
+    source = args.source
+    workers = comm.Get_size()
+    runs = runs_to_time(args, workers, speaks=comm.Get_rank() == 0)
+    factories = [lambda name=name, options=options: MethodRun(MPITransport(comm), name, options,
+                                                              source.numel, args.density, args.lost_mass)
+                 for _, name, options in runs]
+
+    spardl_call = functools.cache(lambda: spardl_events(MPITransport(comm), source, args.density))
+
+    def floor(error_feedback: bool) -> FloorRun:
+        return FloorRun(MPITransport(comm), spardl_call(), source.numel, args.density, error_feedback)
+
+    factories += [lambda feedback=feedback: floor(feedback) for feedback in FLOORS.values()]
+    records = time_runs(factories, mpi_gradients(comm, source), args.warmup + args.iters, args.sequential)
+    rows = []
+    for (label, name, options), run_records in zip(runs + FLOOR_RUNS, records):
+        per_rank = comm.gather(run_records[args.warmup:], root=0)
+        if comm.Get_rank() == 0:
+            rows.append(dict(summarize(label, name, options, per_rank, args, workers, source.numel),
+                             network=network_label(), threads=threads))
+    return rows if comm.Get_rank() == 0 else []
+
+
+def replay_rows(args) -> list:
+    """Time every row's rank 0 alone in this process (``--replay P``, :mod:`syncbench.replay`)."""
+    source = args.source
+    runs = runs_to_time(args, args.replay, speaks=True)
+    factories, gradient = replay_runs(runs, source, args.replay, args.warmup, args.density)
+    records = time_runs(factories, gradient, args.warmup + args.iters, args.sequential)
+    return [dict(summarize(label, name, options, [run_records[args.warmup:]], args, args.replay, source.numel),
+                 network=network_label(replayed=True), threads=[torch.get_num_threads()])
+            for (label, name, options), run_records in zip(runs + FLOOR_RUNS, records)]

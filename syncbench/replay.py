@@ -1,0 +1,86 @@
+"""Record and replay: one rank's share of a call timed alone in this process, free of the
+network and of other ranks competing for the cores and memory.
+
+Every row's call number ``warmup`` is recorded on P in-process ranks (``comm.recording``), then
+rank 0's share of it is timed in this process, its received messages played back, its state
+restored before each call, and its result checked against the recorded one.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+import compressors
+from comm import local_group
+from comm.recording import RecordingTransport, ReplayTransport
+
+from .floor import FLOORS, FloorRun
+from .timing import MethodRun
+
+
+class Replayed:
+    """A :class:`MethodRun` or :class:`FloorRun` on a :class:`ReplayTransport`, started over
+    before every call: the transport rewound and the run's state as before the recorded call
+    (``state``: a synchronizer's ``state_dict``, a floor's :meth:`FloorRun.state`); a method's
+    result must equal the recorded one (``result``)."""
+
+    def __init__(self, run, transport: ReplayTransport, state=None, result: torch.Tensor = None) -> None:
+        self.run, self.transport, self.state, self.result = run, transport, state, result
+
+    def time(self, grad: torch.Tensor, exact: torch.Tensor, out: torch.Tensor) -> dict:
+        """One replayed call; raises ``RuntimeError`` if it does not repeat the recorded one."""
+        self.transport.rewind()
+        self.run.restore(self.state)
+        record = self.run.time(grad, exact, out)
+        if self.result is not None and not torch.equal(out, self.result):
+            raise RuntimeError(f"the replay of {self.run.sync.name} differs from the recorded call")
+        return record
+
+
+def record_call(name: str, options: dict, grads: list, density: float) -> tuple:
+    """Run ``name`` on ``len(grads[0])`` in-process ranks, ``grads[c][r]`` being rank r's
+    gradient at call c, and record rank 0's last call: its state before that call, its events
+    (with payloads) and its result."""
+
+    def body(transport):
+        recorder = RecordingTransport(transport, keep_payloads=True)
+        sync = compressors.create(name, recorder, numel=grads[0][0].numel(), density=density, **options)
+        for call in grads[:-1]:
+            sync.allreduce(call[transport.rank])
+        recorder.take()
+        state = sync.state_dict()
+        result = sync.allreduce(grads[-1][transport.rank])
+        return (state, recorder.take(), result) if transport.rank == 0 else None
+
+    return local_group(len(grads[0])).run(body)[0]
+
+
+def replay_runs(runs: list, source, workers: int, warmup: int, density: float) -> tuple:
+    """``(factories, gradient)`` for ``timing.time_runs``: each of ``runs`` (``(label, name,
+    options)``, then the two floors) with its call number ``warmup`` recorded on ``workers``
+    in-process ranks, then replayed as rank 0 alone; the floors replay SparDL's (d = 1) messages
+    of that call, floor+ef from the residual its local work left after the calls before."""
+    grads = [[source.get(rank, call) for rank in range(workers)] for call in range(warmup + 1)]
+    exact = torch.stack(grads[-1]).mean(0)
+
+    def method(name: str, options: dict) -> Replayed:
+        state, events, result = record_call(name, options, grads, density)
+        transport = ReplayTransport(events, 0, workers)
+        return Replayed(MethodRun(transport, name, options, source.numel, density), transport, state, result)
+
+    spardl_call = functools.cache(lambda: record_call("spardl", {}, grads, density)[1])
+
+    def floor(error_feedback: bool) -> Replayed:
+        events = spardl_call()
+        transport = ReplayTransport(events, 0, workers)
+        run = FloorRun(transport, events, source.numel, density, error_feedback)
+        scratch = torch.empty(source.numel)
+        for call in grads[:-1]:
+            run.local_work(call[0], scratch)
+        return Replayed(run, transport, run.state())
+
+    # Each row is recorded when it is built: with --sequential one row's recording at a time.
+    factories = [lambda name=name, options=options: method(name, options) for _, name, options in runs]
+    factories += [lambda feedback=feedback: floor(feedback) for feedback in FLOORS.values()]
+    return factories, lambda call: (grads[-1][0], exact)

@@ -1,0 +1,216 @@
+"""Predict synchronization time at scale from the real methods run on an in-process group.
+
+Every method runs for real on P threads of one process on the benchmark's heavy-tailed
+gradients, at a modest n so that data-dependent sizes (gtopk merges, oktopk regions, SAG
+unions) are real. A :class:`comm.recording.RecordingTransport` logs every message with its
+round, and a :class:`SelectionCounter` logs how many entries each rank hands to the selector.
+
+The model, per call; the prediction is the mean over the recorded calls after the warm-up, with
+each kind of call at its share of the method's period (:func:`call_weights`):
+
+- simulated n: the requested n rounded up to P*B entries with B*density at or just above a
+  whole number (:func:`simulated_numel`), so that SparDL's per-block budget max(1, int(B*density))
+  keeps the density's share as it does at the model's n.
+- scale factor s = model_numel / n: bytes and scanned entries grow linearly with n; message and
+  round counts do not (exact for fixed-size messages; an approximation where sizes depend on
+  the data, and it ignores the few count words that lead variable-size messages).
+- network: the rounds run in lock step; each round costs what the network model says of what
+  every rank sends in it (:mod:`syncbench.network`); the network time is the sum over rounds.
+  Messages a method leaves out of its own traffic count are left out here too. A dense
+  all-reduce counted as R rounds is spread evenly over its R rounds, one message per round.
+- selection: max over ranks of the summed time of that rank's selections, each a vector of s
+  times the recorded length, priced by a :class:`SelectionCost`.
+- predicted time = network + selection. Packing, scatter-adds and copies are not modelled.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+
+import compressors
+from comm.local import LocalGroup, LocalTransport
+from comm.recording import RecordingTransport
+
+from .gradients import SyntheticGradients
+from .network import SharedLink
+from .selection_cost import SelectionCost, SelectionCounter
+from .summary import summarize_counts
+
+VGG16_NUMEL = 14_728_266
+
+
+class SharedSumGroup(LocalGroup):
+    """The in-process group with an all-reduce that needs O(n) memory, not O(P^2 n).
+
+    The stock in-process all-reduce copies every rank's tensor to every peer, which at P = 256
+    does not fit in memory for the dense method. Here rank 0 sums the P tensors in rank order
+    (the same bits on every rank) and every rank copies the sum. Traffic is counted as before.
+    """
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.slots: list = [None] * size
+        self.total = None
+
+    def rank(self, rank: int) -> "SharedSumTransport":
+        return SharedSumTransport(self, rank)
+
+
+class SharedSumTransport(LocalTransport):
+    """One rank of a :class:`SharedSumGroup`."""
+
+    def _allreduce_sum(self, tensor):
+        group = self.group
+        group.slots[self.rank] = tensor
+        self._barrier()
+        if self.rank == 0:
+            group.total = _ordered_sum(group.slots)
+        self._barrier()
+        tensor.copy_(group.total)
+        self._barrier()  # nobody starts the next all-reduce before every rank has its copy
+        return tensor
+
+
+def _ordered_sum(tensors: list) -> torch.Tensor:
+    """tensors[0] + tensors[1] + ... in that order, in a new tensor."""
+    total = tensors[0].clone()
+    for tensor in tensors[1:]:
+        total += tensor
+    return total
+
+
+def record_calls(name: str, options: dict, workers: int, numel: int, density: float, calls: int,
+                 seed: int = 0, source=None, warmup: int = 0) -> list:
+    """Run ``calls`` synchronizations of method ``name`` on an in-process group of ``workers``,
+    the first ``warmup`` of them warm-up.
+
+    Returns ``per_rank[r][c]``: rank r's record of call c with the keys the benchmark records
+    (``bytes``, ``messages``, ``rounds``, ``nnz``) plus ``events`` (its logged messages),
+    ``selections`` (the lengths of the vectors handed to the selector, per kind) and ``weight``
+    (its weight in the mean over one period, :func:`call_weights`). Rank r's gradient at call c
+    is ``source.get(r, c)``, by default the benchmark's synthetic gradients of ``seed``.
+    """
+    source = source or SyntheticGradients(numel, seed)
+
+    def body(transport, counter):
+        recorder = RecordingTransport(transport)
+        sync = compressors.create(name, recorder, numel=numel, density=density, **options)
+        records = []
+        for call, weight in enumerate(call_weights(sync, warmup, calls)):
+            grad = source.get(transport.rank, call)
+            counter.take()
+            sync.allreduce(grad)
+            stats = sync.stats
+            records.append({"bytes": stats["bytes_sent"], "messages": stats["messages"],
+                            "rounds": stats["rounds"], "nnz": stats["nnz"],
+                            "events": recorder.take(), "selections": counter.take(), "weight": weight})
+        return records
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with SelectionCounter() as counter:
+            return SharedSumGroup(workers).run(body, counter)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def call_weights(sync, warmup: int, calls: int) -> list:
+    """The weights of calls 0 .. ``calls``-1 of ``sync`` in the mean over one period of its call
+    kinds (:meth:`Synchronizer.call_kind`), so that a method's periodic extra work (Ok-Topk's
+    exact calls: 1 in 32) is priced at its share. Each kind's share of the period goes in equal
+    parts to the calls of that kind after the ``warmup``, else to the warm-up calls of that
+    kind, else to call 0 (which does all the periodic work: a slight over-estimate).
+    """
+    kinds = [sync.call_kind(step) for step in range(calls)]
+    period = [sync.call_kind(step) for step in range(sync.kind_period)]
+    weights = [0.0] * calls
+    for kind in dict.fromkeys(period):
+        holders = ([c for c in range(warmup, calls) if kinds[c] == kind]
+                   or [c for c in range(min(warmup, calls)) if kinds[c] == kind] or [0])
+        for call in holders:
+            weights[call] += period.count(kind) / len(period) / len(holders)
+    return weights
+
+
+def traffic_per_round(records: list) -> tuple:
+    """``(messages, sent)``: arrays of shape (ranks, rounds), what each rank sends in each round
+    of one call, from every rank's record of it (the counted rounds only)."""
+    length = max(r["rounds"] for r in records)
+    messages = np.zeros((len(records), length))
+    sent = np.zeros((len(records), length))
+    for rank, record in enumerate(records):
+        for event in record["events"]:
+            if event.round >= length:
+                continue  # traffic the method does not count
+            if event.kind == "send":
+                messages[rank, event.round] += 1
+                sent[rank, event.round] += event.nbytes
+            elif event.kind == "allreduce":
+                span = slice(event.round, event.round + event.rounds)
+                messages[rank, span] += 1
+                sent[rank, span] += event.nbytes / event.rounds
+    return messages, sent
+
+
+def predict_call(records: list, network, scale: float, cost: SelectionCost) -> dict:
+    """Predicted seconds of one call from every rank's record of it (model: module docstring);
+    ``network`` is one of :mod:`syncbench.network`'s models."""
+    messages, sent = traffic_per_round(records)
+    net = float(network.round_seconds(messages, sent * scale).sum())
+    select = max(sum(cost.seconds(kind, np.multiply(lengths, scale)) for kind, lengths in r["selections"].items())
+                 for r in records)
+    return {"network": net, "select": select, "total": net + select}
+
+
+def predict(per_rank: list, network, scale: float, cost: SelectionCost) -> dict:
+    """The mean of :func:`predict_call` over one period of call kinds (the records' ``weight``);
+    ``per_rank[r][c]`` as :func:`record_calls` returns."""
+    calls = [(predict_call([r[c] for r in per_rank], network, scale, cost), per_rank[0][c]["weight"])
+             for c in range(len(per_rank[0])) if per_rank[0][c]["weight"]]
+    return {key: sum(call[key] * weight for call, weight in calls) for key in calls[0][0]}
+
+
+def simulated_numel(numel: int, workers: int, density: float) -> int:
+    """``numel`` rounded up to ``workers * B`` where ``B * density`` is a whole number or a little
+    more (less than 1/B of it): the smallest B >= ceil(numel / workers) whose block keeps
+    ceil(ceil(numel / workers) * density) entries. Then every block of every team count keeps
+    its share of the density, as the model's large blocks do (module docstring)."""
+    kept = math.ceil(math.ceil(numel / workers) * density)
+    return workers * math.ceil(kept / density)
+
+
+def simulate_row(label: str, name: str, options: dict, workers: int, settings, networks: list,
+                 cost: SelectionCost) -> list:
+    """Record one method at one P and return one row per network. ``settings`` gives ``numel``
+    (simulated), ``model_numel`` (predicted), ``density``, ``warmup``, ``calls`` and ``seed``."""
+    start = time.perf_counter()
+    numel = simulated_numel(settings.numel, workers, settings.density)
+    per_rank = record_calls(name, options, workers, numel, settings.density,
+                            settings.warmup + settings.calls, settings.seed, warmup=settings.warmup)
+    print(f"  simulated {label} at P={workers}, n={numel:,} in {time.perf_counter() - start:.1f} s",
+          file=sys.stderr, flush=True)
+    timed = [records[settings.warmup:] for records in per_rank]
+    scale = settings.model_numel / numel
+    counts = summarize_counts(timed)
+    scanned = statistics.fmean(sum(record["weight"] * sum(map(sum, record["selections"].values()))
+                                   for record in records) for records in per_rank)  # as predict weighs
+    rows = []
+    for network in networks:
+        predicted = predict(per_rank, network, scale, cost)
+        rows.append({"method": name, "label": label, "teams": options.get("teams", 1),
+                     "srs": options.get("srs"), "sag": options.get("sag"),
+                     "workers": workers, "numel": numel, "model_numel": settings.model_numel,
+                     "density": settings.density, "network": network.name, "alpha": network.alpha,
+                     "beta": network.beta, "shared_link": isinstance(network, SharedLink),
+                     "predicted_ms": predicted["total"] * 1e3,
+                     "network_ms": predicted["network"] * 1e3, "select_ms": predicted["select"] * 1e3,
+                     "select_rate": cost.fixed_rate,
+                     **counts, "model_bytes_per_rank": counts["bytes_per_rank"] * scale,
+                     "scanned_per_rank": scanned, "calls": settings.calls, "seed": settings.seed})
+    return rows

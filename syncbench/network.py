@@ -71,8 +71,10 @@ class SharedLink:
 PRESETS = {"ethernet": Network("ethernet", 25e-6, 1 / 1.25e9),
            "infiniband": Network("infiniband", 1.5e-6, 1 / 12.5e9)}
 SHARED = "shared"
-# The testbed's cost per message: MPICH over TCP on one host's loopback, the ranks' wait for a
-# small message from a peer (scripts/shaped_network.sh; see the performance documentation).
+# The default cost per message of shared:RATE: an estimate for MPICH over TCP on one host's
+# loopback with a core per rank. The cost on a given machine and P is what
+# ``python -m syncbench.latency`` measures under mpiexec inside scripts/shaped_network.sh;
+# pass it as scripts/simulate.py --message-cost.
 TESTBED_ALPHA = 50e-6
 
 

@@ -335,3 +335,11 @@ def test_compare_predicts_each_bench_row_on_the_network_it_ran_on(tmp_path, caps
     assert exit_.value.code == 2 and "ran on loopback, which has no rate" in capsys.readouterr().err
     rows, _ = simulate.main(["--compare", str(path), "--numel", "4096", "--network", "shared:10gbit,ethernet"])
     assert [r["network"] for r in rows] == ["shared:10gbit", "ethernet"]
+
+
+@pytest.mark.mpi
+def test_the_per_message_cost_is_measured_under_mpiexec():
+    result = mpiexec(2, "-m", "syncbench.latency", "--rounds", "20", "--warmup", "2", timeout=60)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.fullmatch(r"per-message cost on \S+ at P = 2: median [0-9.]+ us per round \(quartiles .*\); "
+                        r"use it as simulate.py --message-cost \S+\n", result.stdout)

@@ -1,0 +1,70 @@
+"""The per-message cost of a network as the synchronizers see it: P ranks exchange small
+messages in rounds, each rank sending one to its right neighbour and receiving one from its left
+(as a round of SparDL's reduce-scatter does), through the project's MPI transport.
+
+    .venv/bin/mpiexec -n 4 .venv/bin/python -m syncbench.latency
+    scripts/shaped_network.sh --rate 1gbit -- .venv/bin/mpiexec -n 4 .venv/bin/python -m syncbench.latency
+
+The median seconds per round is the ``alpha`` of the simulator's ``shared:RATE`` networks
+(``scripts/simulate.py --message-cost``): it includes the ranks' scheduling on a shared machine,
+which a ping-pong between two idle ranks would miss.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+
+def round_seconds(transport, rounds: int, numel: int = 2) -> list:
+    """Seconds of each of ``rounds`` exchange rounds of ``numel`` int32 entries, timed on this
+    rank (rounds start together after a barrier every 10 rounds)."""
+    message = torch.zeros(numel, dtype=torch.int32)
+    right, left = (transport.rank + 1) % transport.size, (transport.rank - 1) % transport.size
+    seconds = []
+    for number in range(rounds):
+        if number % 10 == 0:
+            transport.barrier()
+        start = time.perf_counter()
+        handle = transport.isend(message, right, number)
+        transport.recv(left, number, torch.int32, message.device)
+        transport.waitall([handle])
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def main(argv=None) -> float:
+    """Measure under mpiexec; print the median and quartiles of the slowest rank's round times on
+    rank 0 and return the median (on every rank)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=2000, help="timed rounds (default: %(default)s)")
+    parser.add_argument("--warmup", type=int, default=200, help="untimed rounds first (default: %(default)s)")
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or args.warmup < 0:
+        parser.error("--rounds must be >= 1 and --warmup >= 0")
+    from mpi4py import MPI
+
+    from comm.mpi import MPITransport
+    from comm.placement import place_rank
+    from .bench import network_label
+    comm = MPI.COMM_WORLD
+    if comm.Get_size() < 2:
+        parser.error("run it under mpiexec with at least 2 ranks")
+    place_rank(comm, "cpu")
+    transport = MPITransport(comm)
+    round_seconds(transport, args.warmup)
+    mine = torch.tensor(round_seconds(transport, args.rounds), dtype=torch.float64)
+    slowest = mine.clone()
+    comm.Allreduce(MPI.IN_PLACE, slowest.numpy(), op=MPI.MAX)
+    q1, median, q3 = statistics.quantiles(slowest.tolist(), n=4)
+    if comm.Get_rank() == 0:
+        print(f"per-message cost on {network_label()} at P = {comm.Get_size()}: median {median * 1e6:.1f} us "
+              f"per round (quartiles {q1 * 1e6:.1f}-{q3 * 1e6:.1f} us, slowest rank of each of "
+              f"{args.rounds} rounds); use it as simulate.py --message-cost {median:.3g}")
+    return median
+
+
+if __name__ == "__main__":
+    main()

@@ -8,8 +8,9 @@ One synchronization of worker w = (team t, position r), teams of m = P/d contigu
 2. Spar-Reduce-Scatter inside the team (``allreducers.srs``): ceil(log2 m) rounds, one message
    per round (``srs="rounds"``), or the same rounds one block per step, m-1 messages and m-1
    waits (``srs="blocks"``, as the authors' released code runs it; the same bits); each block is
-   cut to its top-k_b (k_b = max(1, int(B*density))) right before it is sent. The cut only reads the block: a sent block is never touched again, so its dense copy
-   keeps what the cut dropped, and the cut's columns are kept to tell what it sent on.
+   cut to its top-k_b (k_b = max(1, int(B*density))) right before it is sent. The cut only reads
+   the block: a sent block is never touched again, so its dense copy keeps what the cut dropped,
+   and the cut's columns are kept to tell what it sent on.
 3. The own block r, now summed over the team, is cut to its top-h (h = k_b when d = 1 and for
    R-SAG). With d = 1 that list is final and step 6 sets the residual at all its columns to 0.
 4. d > 1 only, Spar-All-Gather among the d workers holding block r (one per team):
@@ -17,12 +18,15 @@ One synchronization of worker w = (team t, position r), teams of m = P/d contigu
      rounds, about (d-1) h entries sent), duplicates summed in team order, the top-k_b of the
      union kept; h adapts so that the union tracks k_b (:class:`HeightAdapter`).
    - R-SAG (``sag="recursive"``, d a power of two): a recursive pairwise reduction of their
-     k_b-entry lists (``allreducers.halving``; log2(d) rounds, k_b entries per message). In each
-     step partners exchange their current lists, sum them (the lower group's list first, so
-     both get the same bits) and keep the top-k_b of the union. The pair's sum already speaks for
-     2^(s+1) holders in step s, all of which compute the same cut: each keeps 1/2^(s+1) of every
-     dropped value (half in the first step, as the authors' code keeps ``dropped / 2``), so
-     that together they keep it once.
+     k_b-entry lists (``allreducers.halving``; log2(d) rounds, k_b entries per message). In step
+     s the holder of team t pairs with team t XOR d/2^(s+1) (d = 8: 0-4 1-5 2-6 3-7, then 0-2
+     1-3 4-6 5-7, then 0-1 2-3 4-5 6-7); partners exchange their current lists, sum them (the
+     lower team's list first, so both get the same bits) and keep the top-k_b of the union.
+     After step s the 2^(s+1) holders of a group hold the same list, so in step s all of them
+     compute the same cut: each keeps 1/2^(s+1) of every dropped value, and together they keep
+     it once. In step 0 that is the authors' ``dropped / 2``; their code keeps half in every
+     step, which from step 1 on counts a drop 2^s times (it matters from d = 8 on: what the last
+     step drops never reaches the final list, see step 6).
 5. Bruck all-gather of the m block lists inside the team; result = values / P, unpadded.
 6. Global residual collection: at every coordinate present in the result the new residual is what
    this worker's cuts dropped there (0 where its cut sent the entry on, else the block's value

@@ -1,8 +1,8 @@
 """The transport interface every schedule runs on, and its traffic accounting.
 
 A transport moves 1-D tensors between ranks. Schedules only need three primitives (a non-blocking
-send, a blocking receive of a message whose size the sender decides, and a wait for sends) plus a
-dense sum all-reduce for the ``dense`` method. Every transport counts the traffic it carries the
+send, a receive of a message whose size the sender decides, blocking or started early and waited
+for later, and a wait for sends) plus a dense sum all-reduce for the ``dense`` method. Every transport counts the traffic it carries the
 same way, in a :class:`Traffic` record, so byte and round counts never depend on the transport.
 """
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -29,6 +30,16 @@ class Traffic:
     def reset(self) -> None:
         """Zero every counter (called at the start of each synchronization)."""
         self.bytes_sent = self.messages = self.rounds = 0
+
+
+class PendingReceive(NamedTuple):
+    """A receive started by :meth:`Transport.irecv` that the library has not begun yet: it is
+    done when it is waited for."""
+
+    source: int
+    tag: int
+    dtype: torch.dtype
+    device: torch.device
 
 
 class Transport(abc.ABC):
@@ -55,6 +66,16 @@ class Transport(abc.ABC):
         """Receive one message from ``source`` (its length is whatever was sent) as a new 1-D
         tensor of ``dtype`` on ``device``."""
         return self._recv(source, tag, dtype, device)
+
+    def irecv(self, source: int, tag: int, dtype: torch.dtype, device: torch.device):
+        """Start receiving one message from ``source`` (as :meth:`recv`); :meth:`wait_recv` of
+        the returned handle gives it. Several may be outstanding, to several sources; messages
+        from one source with one tag arrive in the order they were sent."""
+        return self._irecv(source, tag, dtype, device)
+
+    def wait_recv(self, handle) -> torch.Tensor:
+        """The message of a receive started by :meth:`irecv`, once it has arrived."""
+        return self._wait_recv(handle)
 
     def waitall(self, handles) -> None:
         """Wait until the sends behind ``handles`` have completed."""
@@ -91,6 +112,14 @@ class Transport(abc.ABC):
             self.traffic.bytes_sent += 2 * (self.size - 1) * nbytes // self.size
             self.traffic.messages += steps
             self.traffic.rounds += steps
+
+    def _irecv(self, source, tag, dtype, device):
+        """Start a receive; this default leaves it to :meth:`_wait_recv` (a transport whose
+        messages travel once sent, as the in-process one's, loses nothing by it)."""
+        return PendingReceive(source, tag, dtype, device)
+
+    def _wait_recv(self, handle):
+        return self._recv(*handle)
 
     def _allreduce_sum_into(self, tensor, out):
         """Sum ``tensor`` over all ranks into ``out``; this default copies, then sums in place."""

@@ -14,7 +14,7 @@ import traceback
 import torch
 from mpi4py import MPI
 
-from .base import Transport
+from .base import PendingReceive, Transport
 
 _MPI_TYPES = {torch.int32: MPI.INT32_T, torch.float32: MPI.FLOAT, torch.float64: MPI.DOUBLE,
               torch.int64: MPI.INT64_T, torch.uint8: MPI.BYTE}
@@ -64,7 +64,7 @@ class MPITransport(Transport):
         self.device_buffers_ok = cuda_aware()
         self._staging = _PinnedPool()
         self._recv_staging = _PinnedPool()
-        self._send_slots = 0
+        self._busy_slots: set = set()  # staging slots of sends not yet waited for
 
     def _host_view(self, tensor: torch.Tensor, slot: int) -> torch.Tensor:
         if tensor.device.type == "cpu" or self.device_buffers_ok:
@@ -79,9 +79,10 @@ class MPITransport(Transport):
         return [data, _MPI_TYPES[tensor.dtype]]
 
     def _isend(self, tensor, dest, tag):
-        staged = self._host_view(tensor.contiguous(), self._send_slots)
-        self._send_slots += 1
-        return self.comm.Isend(self._buffer(staged), dest=dest, tag=tag), staged
+        slot = next(s for s in range(len(self._busy_slots) + 1) if s not in self._busy_slots)
+        self._busy_slots.add(slot)
+        staged = self._host_view(tensor.contiguous(), slot)
+        return self.comm.Isend(self._buffer(staged), dest=dest, tag=tag), staged, slot
 
     def _recv(self, source, tag, dtype, device):
         status = MPI.Status()
@@ -93,8 +94,27 @@ class MPITransport(Transport):
         return out if direct else out.to(device)
 
     def _waitall(self, handles):
-        MPI.Request.Waitall([request for request, _ in handles])
-        self._send_slots = 0
+        MPI.Request.Waitall([request for request, _, _ in handles])
+        self._busy_slots.difference_update(slot for _, _, slot in handles)
+
+    def _irecv(self, source, tag, dtype, device):
+        """Begin the receive now if its message is announced (a matched probe, then a
+        non-blocking receive into a buffer of its size); otherwise when it is waited for. Staged
+        device receives always wait (they share one staging buffer)."""
+        if device.type == "cpu" or self.device_buffers_ok:
+            status = MPI.Status()
+            message = self.comm.Improbe(source=source, tag=tag, status=status)
+            if message is not None:
+                out = torch.empty(status.Get_count(_MPI_TYPES[dtype]), dtype=dtype, device=device)
+                return message.Irecv(self._buffer(out)), out
+        return PendingReceive(source, tag, dtype, device)
+
+    def _wait_recv(self, handle):
+        if isinstance(handle, PendingReceive):
+            return self._recv(*handle)
+        request, out = handle
+        request.Wait()
+        return out
 
     def _allreduce_sum_into(self, tensor, out):
         direct = out.device.type == "cpu" or self.device_buffers_ok

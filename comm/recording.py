@@ -65,7 +65,17 @@ class RecordingTransport(Transport):
         return super().isend(tensor, dest, tag)
 
     def recv(self, source, tag, dtype, device):
-        message = super().recv(source, tag, dtype, device)
+        return self._log_recv(super().recv(source, tag, dtype, device), source, dtype)
+
+    def irecv(self, source, tag, dtype, device):
+        return super().irecv(source, tag, dtype, device), source, dtype
+
+    def wait_recv(self, handle):
+        """The message, logged now (when it is handed over, as :meth:`recv` logs)."""
+        inner, source, dtype = handle
+        return self._log_recv(super().wait_recv(inner), source, dtype)
+
+    def _log_recv(self, message, source, dtype):
         self.events.append(Event("recv", self.traffic.rounds, source,
                                  message.numel() * message.element_size(), dtype,
                                  payload=self._copy(message)))
@@ -105,6 +115,12 @@ class RecordingTransport(Transport):
 
     def _waitall(self, handles):
         return self.inner._waitall(handles)
+
+    def _irecv(self, source, tag, dtype, device):
+        return self.inner._irecv(source, tag, dtype, device)
+
+    def _wait_recv(self, handle):
+        return self.inner._wait_recv(handle)
 
     def _allreduce_sum(self, tensor):
         return self.inner._allreduce_sum(tensor)

@@ -15,7 +15,10 @@ counted), k = max(1, int(n * density)):
    points that split its sorted S_w evenly; one integer all-reduce averages them.
 3. **Split-and-reduce** (``allreducers.rotation``): in step j = 1..P-1 worker r sends its
    entries of region r+j to r+j and receives its own region's entries from r-j; the owner adds
-   them (own entries first, then in step order) into its region. Afterwards: if fewer than 2k/3
+   them (own entries first, then in step order) into its region. As the authors run it, up to
+   ``in_flight`` (4) steps travel at once (:func:`run_windowed`): each received region is added
+   while the next steps' messages travel; the sums are those of one step at a time, to the
+   bit. Afterwards: if fewer than 2k/3
    entries were selected the local threshold is divided by ``local_scale`` (1.012), if more
    than 5k/4 it is multiplied (for the next call).
 4. **Global selection.** The candidates of region r are the indices anyone sent there. If
@@ -40,10 +43,11 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections import deque
 
 import torch
 
-from allreducers import allgather_lists, bruck_allgather_schedule, pack, rotation_schedule, run_schedule
+from allreducers import allgather_lists, bruck_allgather_schedule, pack, rotation_schedule
 
 from . import register
 from .base import Synchronizer, check_int
@@ -61,17 +65,54 @@ def check_scale(name: str, value) -> float:
     return float(value)
 
 
+def run_windowed(transport, steps, produce, consume, device, timer, window: int) -> None:
+    """Run ``steps`` as :func:`allreducers.run_schedule` does (``consume`` in step order, one
+    round per step, tag = step number), but with up to ``window`` steps in flight.
+
+    The first ``window`` steps' sends and receives are started at once. Then, per step in
+    order: wait for its message and for its send, start the step ``window`` further on, and
+    only then ``consume`` the message, so that the reduction overlaps the next messages'
+    travel (``produce`` must therefore not depend on what ``consume`` did). ``window=1`` is
+    one blocking exchange per step.
+    """
+    posted = deque()
+
+    def post(number):
+        step = steps[number]
+        message = produce(step) if step.send_to is not None else None
+        with timer("comm"):
+            send = [transport.isend(message, step.send_to, number)] if message is not None else []
+            receive = (transport.irecv(step.recv_from, number, torch.int32, device)
+                       if step.recv_from is not None else None)
+        posted.append((step, send, receive))
+
+    for number in range(min(window, len(steps))):
+        post(number)
+    for number in range(len(steps)):
+        step, send, receive = posted.popleft()
+        with timer("comm"):
+            message = transport.wait_recv(receive) if receive is not None else None
+            transport.waitall(send)
+        transport.traffic.rounds += 1
+        if number + window < len(steps):
+            post(number + window)
+        if message is not None:
+            consume(step, message)
+
+
 class RegionReducer:
     """Split-and-reduce over contiguous regions (shared by ``oktopk`` and ``topkdsa``).
 
     ``reduce(indices, values, boundaries)`` sends this rank's sorted global (indices, values)
     of every other region to its owner and returns the owner's candidates: the ascending global
-    indices (int32) that any rank sent into this rank's region, and their sums.
+    indices (int32) that any rank sent into this rank's region, and their sums. ``in_flight``:
+    how many of the P-1 exchanges may travel at once (:func:`run_windowed`).
     """
 
-    def __init__(self, transport) -> None:
+    def __init__(self, transport, in_flight: int = 1) -> None:
         self.transport = transport
         self.rank, self.size = transport.rank, transport.size
+        self.in_flight = in_flight
         self.steps = rotation_schedule(self.rank, list(range(self.size)))
         self._sums = torch.empty(0)
         self._present = torch.empty(0, dtype=torch.bool)
@@ -96,7 +137,7 @@ class RegionReducer:
                 received, received_values = one_list(message)
                 self._add(sums, present, received.long() - start, received_values)
 
-        run_schedule(self.transport, self.steps, produce, consume, device, timer)
+        run_windowed(self.transport, self.steps, produce, consume, device, timer, self.in_flight)
         with timer("accumulate"):
             local = flat_nonzero(present)
             return (local + start).to(torch.int32), sums.index_select(0, local)
@@ -128,7 +169,9 @@ class OkTopK(Synchronizer):
     between exact local thresholds, exact global thresholds and region re-splits;
     ``raise_scale`` (1.03) and ``raise_limit`` (5): the raise of a reused local threshold that
     lets more than 4k/3 entries pass; ``local_scale`` (1.012) and ``global_scale`` (1.008):
-    the per-call corrections of the two thresholds; ``dense_warmup`` (see :class:`Synchronizer`).
+    the per-call corrections of the two thresholds; ``in_flight`` (4): split-and-reduce
+    exchanges travelling at once, at most P-1 (1: one blocking exchange per step); ``dense_warmup``
+    (see :class:`Synchronizer`).
     """
 
     adds_residual = True  # the local selection's pass adds the residual
@@ -136,7 +179,7 @@ class OkTopK(Synchronizer):
     def __init__(self, comm, numel: int, density: float, local_interval: int = 32,
                  global_interval: int = 32, region_interval: int = 64, raise_scale: float = 1.03,
                  raise_limit: int = 5, local_scale: float = 1.012, global_scale: float = 1.008,
-                 dense_warmup: int = 0) -> None:
+                 in_flight: int = 4, dense_warmup: int = 0) -> None:
         super().__init__(comm, numel, density, dense_warmup)
         self.local_interval = check_int("local_interval", local_interval)
         self.global_interval = check_int("global_interval", global_interval)
@@ -145,6 +188,7 @@ class OkTopK(Synchronizer):
         self.raise_scale = check_scale("raise_scale", raise_scale)
         self.local_scale = check_scale("local_scale", local_scale)
         self.global_scale = check_scale("global_scale", global_scale)
+        self.in_flight = check_int("in_flight", in_flight)
         self.k = budget(numel, self.density)
         self.everything = self.k >= numel
         self.step = 0
@@ -152,7 +196,7 @@ class OkTopK(Synchronizer):
         self.global_threshold = 0.0
         self.boundaries = equal_cuts(numel, self.size)
         self.gather_steps = bruck_allgather_schedule(self.rank, list(range(self.size)))
-        self.reducer = RegionReducer(self.transport)
+        self.reducer = RegionReducer(self.transport, self.in_flight)
         self.selector = Selector()
         self._nnz = 0
         self._counts = {}

@@ -336,10 +336,10 @@ def test_download_only_fetches_what_does_not_load(tmp_path, monkeypatch):
     fetched = []
     monkeypatch.setattr(datasets, "download", lambda name, directory: fetched.append(name))
     args = SimpleNamespace(data_dir=str(tmp_path), download=True)
-    split = main_trainer.load_data(args, {"dataset": "digits"}, MPI.COMM_SELF)
+    split = main_trainer.load_data(args, {"dataset": "digits", "data_options": {}}, MPI.COMM_SELF)
     assert len(split.train) == 1437 and fetched == []
     with pytest.raises(UsageError, match="MNIST not found"):  # the stand-in fetched nothing
-        main_trainer.load_data(args, {"dataset": "mnist"}, MPI.COMM_SELF)
+        main_trainer.load_data(args, {"dataset": "mnist", "data_options": {}}, MPI.COMM_SELF)
     assert fetched == ["mnist"]
 
 

@@ -30,7 +30,7 @@ def test_time_table_split_and_speedups():
     assert "| run | density | teams | sag | ms/iter |" in text
     (spardl_time, spardl_acc), (topk_time, _), (dense_time, dense_acc) = (
         table_rows(text, name) for name in ("spardl", "topk", "dense"))
-    assert spardl_time == ["spardl", "0.01", "-", "-", "200.0", "100.0", "40.0", "50.0", "10.0", "100.0",
+    assert spardl_time == ["spardl", "0.01", "-", "-", "200.0", "100.0", "40.0", "50.0", "10.0", "100.0", "0.0",
                            "0.100", "1.00x", "1.00x"]
     assert topk_time[4] == "300.0" and topk_time[-2:] == ["1.50x", "2.00x"]
     assert dense_time[4] == "400.0" and dense_time[-2:] == ["2.00x", "3.00x"]
@@ -221,3 +221,13 @@ def test_the_script_without_the_package_says_to_install_it(tmp_path):
                             timeout=60)
     assert result.returncode == 2 and "run `pip install -e .`" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_measured_compute_splits_off_the_rest_of_an_iteration(tmp_path):
+    """spardl: 200 ms per iteration, 100 ms of it synchronization; with compute_seconds 0.6 s per
+    10-iteration epoch, 60 ms is compute and 40 ms the rest (loading, optimizer, start-up)."""
+    rows = [dict(row, compute_seconds=0.6) for row in spardl_rows()]
+    text = cli.main([write_rows(tmp_path / "spardl", rows)])
+    assert "| ms/iter | compute | select | comm | other sync | sync | rest | MB/iter |" in text
+    assert table_rows(text, "spardl")[0][4:12] == ["200.0", "60.0", "40.0", "50.0", "10.0", "100.0", "40.0",
+                                                   "0.100"]

@@ -44,7 +44,7 @@ def plot(runs: list, out_dir: str, reference: str, target: float = None) -> list
     fig, axes = plt.subplots(1, len(grouped), figsize=(width * len(grouped), 4), squeeze=False)
     for axis, (key, members) in zip(axes[0], grouped):
         bottom = [0.0] * len(members)
-        for part in ("compute", "select", "comm", "other"):
+        for part in ("compute", "select", "comm", "other", "rest"):
             heights = [run.per_iteration()[part] * 1e3 for run in members]
             axis.bar([run.label for run in members], heights, bottom=bottom, label=part)
             bottom = [b + h for b, h in zip(bottom, heights)]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 REQUIRED = ("epoch", "epoch_seconds", "sync_seconds", "select_seconds", "comm_seconds", "bytes_sent_per_rank")
 #: Keys the report computes with, where a row has them: numbers ...
-NUMBERS = REQUIRED + ("iters", "epoch_iters", "max_epochs", "eval_seconds")
+NUMBERS = REQUIRED + ("iters", "epoch_iters", "max_epochs", "eval_seconds", "compute_seconds")
 #: ... and numbers or null (an epoch without evaluation).
 NULLABLE = ("test_acc", "test_loss", "train_loss")
 
@@ -42,15 +42,22 @@ class Run:
         return counts
 
     def per_iteration(self) -> dict:
-        """Mean seconds (and bytes) per iteration over the run: total, compute, select, comm, other
-        (the rest of synchronization: packing, accumulation), sync, bytes."""
+        """Mean seconds (and bytes) per iteration over the run: total, compute (forward and
+        backward passes), select, comm, other (the rest of synchronization: packing,
+        accumulation), sync, rest (what is neither compute nor synchronization: loading
+        batches, the optimizer step, start-up), bytes.
+
+        Compute is ``compute_seconds`` where every row records it; rows of older trainers do
+        not, and their compute is all that is not synchronization (rest 0)."""
         iters = sum(self.epoch_iters())  # >= 1: load_run checks
         total = sum(r["epoch_seconds"] for r in self.rows) / iters
         sync = sum(r["sync_seconds"] for r in self.rows) / iters
         select = sum(r["select_seconds"] for r in self.rows) / iters
         comm = sum(r["comm_seconds"] for r in self.rows) / iters
-        return {"total": total, "compute": total - sync, "select": select, "comm": comm,
-                "other": sync - select - comm, "sync": sync,
+        compute = sum(r["compute_seconds"] for r in self.rows) / iters \
+            if all("compute_seconds" in r for r in self.rows) else total - sync
+        return {"total": total, "compute": compute, "select": select, "comm": comm,
+                "other": sync - select - comm, "sync": sync, "rest": total - compute - sync,
                 "bytes": sum(r["bytes_sent_per_rank"] for r in self.rows) / iters}
 
     def wall_times(self) -> list:

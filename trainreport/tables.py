@@ -41,21 +41,21 @@ def speedups(runs: list, reference: str) -> dict:
 
 
 def time_table(runs: list, reference: str) -> str:
-    """Time per iteration and its split, the settings, megabytes sent per rank, and the
-    reference method's speed-up over each run (the group's first run of that method, named
-    above the table when there are several)."""
+    """Time per iteration and its split (``Run.per_iteration``), the settings, megabytes sent
+    per rank, and the reference method's speed-up over each run (the group's first run of that
+    method, named above the table when there are several)."""
     base = reference_run(runs, reference)
     which = f" ({base.label})" if sum(run.method == reference for run in runs) > 1 else ""
     settings = shown_settings(runs)
     ratios = speedups(runs, reference)
-    header = ["run", *settings, "ms/iter", "compute", "select", "comm", "other sync", "sync", "MB/iter",
+    header = ["run", *settings, "ms/iter", "compute", "select", "comm", "other sync", "sync", "rest", "MB/iter",
               f"{reference} speedup", f"{reference} sync speedup"]
     lines = [f"Time per iteration (ms); speedup = this run's time / {reference}{which}'s.\n",
              "| " + " | ".join(header) + " |", "|---|" + "---|" * len(settings) + "---:|" * (len(header) - 1 - len(settings))]
     for run in runs:
         t = run.per_iteration()
         cells = [run.label, *(format_setting(run.setting(key)) for key in settings),
-                 *(f"{t[key] * 1e3:.1f}" for key in ("total", "compute", "select", "comm", "other", "sync")),
+                 *(f"{t[key] * 1e3:.1f}" for key in ("total", "compute", "select", "comm", "other", "sync", "rest")),
                  f"{t['bytes'] / 1e6:.3f}", *(_ratio(value) for value in ratios.get(run.label, (None, None)))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -2,8 +2,9 @@
 
 A transport moves 1-D tensors between ranks. Schedules only need three primitives (a non-blocking
 send, a receive of a message whose size the sender decides, blocking or started early and waited
-for later, and a wait for sends) plus a dense sum all-reduce for the ``dense`` method. Every transport counts the traffic it carries the
-same way, in a :class:`Traffic` record, so byte and round counts never depend on the transport.
+for later, and a wait for sends) plus a dense sum all-reduce for the ``dense`` method. Every
+transport counts the traffic it carries the same way, in a :class:`Traffic` record, so byte and
+round counts never depend on the transport.
 """
 from __future__ import annotations
 
@@ -69,8 +70,8 @@ class Transport(abc.ABC):
 
     def irecv(self, source: int, tag: int, dtype: torch.dtype, device: torch.device):
         """Start receiving one message from ``source`` (as :meth:`recv`); :meth:`wait_recv` of
-        the returned handle gives it. Several may be outstanding, to several sources; messages
-        from one source with one tag arrive in the order they were sent."""
+        the returned handle gives it. Several may be outstanding, to several sources; receives
+        of one source and tag are waited for in the order they were started."""
         return self._irecv(source, tag, dtype, device)
 
     def wait_recv(self, handle) -> torch.Tensor:

@@ -14,7 +14,7 @@ import traceback
 import torch
 from mpi4py import MPI
 
-from .base import PendingReceive, Transport
+from .base import Transport
 
 _MPI_TYPES = {torch.int32: MPI.INT32_T, torch.float32: MPI.FLOAT, torch.float64: MPI.DOUBLE,
               torch.int64: MPI.INT64_T, torch.uint8: MPI.BYTE}
@@ -46,6 +46,16 @@ class _PinnedPool:
         return self._buffers[slot][:nbytes].view(dtype)
 
 
+class _Receive:
+    """A receive of :meth:`MPITransport.irecv`: ``request`` and ``out`` once it is matched."""
+
+    __slots__ = ("source", "tag", "dtype", "device", "request", "out")
+
+    def __init__(self, source, tag, dtype, device) -> None:
+        self.source, self.tag, self.dtype, self.device = source, tag, dtype, device
+        self.request = self.out = None
+
+
 class MPITransport(Transport):
     """One rank of an ``mpi4py`` communicator.
 
@@ -65,6 +75,7 @@ class MPITransport(Transport):
         self._staging = _PinnedPool()
         self._recv_staging = _PinnedPool()
         self._busy_slots: set = set()  # staging slots of sends not yet waited for
+        self._unmatched: list = []  # started receives whose message was not announced yet
 
     def _host_view(self, tensor: torch.Tensor, slot: int) -> torch.Tensor:
         if tensor.device.type == "cpu" or self.device_buffers_ok:
@@ -98,23 +109,40 @@ class MPITransport(Transport):
         self._busy_slots.difference_update(slot for _, _, slot in handles)
 
     def _irecv(self, source, tag, dtype, device):
-        """Begin the receive now if its message is announced (a matched probe, then a
-        non-blocking receive into a buffer of its size); otherwise when it is waited for. Staged
-        device receives always wait (they share one staging buffer)."""
+        """A receive whose data moves as soon as its message is announced: every ``irecv`` and
+        ``wait_recv`` matches the announced messages of the started receives (a non-blocking
+        probe, then a non-blocking receive into a buffer of the message's size). Staged device
+        receives are done when waited for (they share one staging buffer)."""
+        receive = _Receive(source, tag, dtype, device)
         if device.type == "cpu" or self.device_buffers_ok:
-            status = MPI.Status()
-            message = self.comm.Improbe(source=source, tag=tag, status=status)
-            if message is not None:
-                out = torch.empty(status.Get_count(_MPI_TYPES[dtype]), dtype=dtype, device=device)
-                return message.Irecv(self._buffer(out)), out
-        return PendingReceive(source, tag, dtype, device)
+            self._unmatched.append(receive)
+            self._match()
+        return receive
 
-    def _wait_recv(self, handle):
-        if isinstance(handle, PendingReceive):
-            return self._recv(*handle)
-        request, out = handle
-        request.Wait()
-        return out
+    def _match(self) -> None:
+        """Start, in the order they were started, the receives whose message is announced."""
+        waiting, missed = [], set()
+        for receive in self._unmatched:
+            status = MPI.Status()
+            key = (receive.source, receive.tag)
+            message = None if key in missed else self.comm.Improbe(source=key[0], tag=key[1], status=status)
+            if message is None:  # a later receive of the same source and tag must not overtake
+                missed.add(key)
+                waiting.append(receive)
+                continue
+            receive.out = torch.empty(status.Get_count(_MPI_TYPES[receive.dtype]), dtype=receive.dtype,
+                                      device=receive.device)
+            receive.request = message.Irecv(self._buffer(receive.out))
+        self._unmatched = waiting
+
+    def _wait_recv(self, receive):
+        self._match()
+        if receive.request is None:
+            if receive in self._unmatched:
+                self._unmatched.remove(receive)
+            return self._recv(receive.source, receive.tag, receive.dtype, receive.device)
+        receive.request.Wait()
+        return receive.out
 
     def _allreduce_sum_into(self, tensor, out):
         direct = out.device.type == "cpu" or self.device_buffers_ok

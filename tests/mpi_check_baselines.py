@@ -84,11 +84,25 @@ def check_dense_buffers(numel):
     assert sync.stats["nnz"] == int(torch.count_nonzero(fresh)) < numel, sync.stats
 
 
+def check_oktopk_in_flight(numel, calls=4):
+    """Ok-Topk's exchanges in flight (MPI's matched non-blocking receives) give the bits of one
+    blocking exchange per step."""
+    overlapped, blocking = (compressors.create("oktopk", world, numel=numel, density=0.02, in_flight=window,
+                                               **OPTIONS["oktopk"]) for window in (4, 1))
+    for call in range(calls):
+        grad = gradients(call + 20, numel)[rank]
+        assert torch.equal(overlapped.allreduce(grad), blocking.allreduce(grad)), "in flight changed the result"
+        assert torch.equal(overlapped.residual, blocking.residual), "in flight changed the residual"
+        assert overlapped.stats["rounds"] == blocking.stats["rounds"]
+        assert overlapped.stats["bytes_sent"] == blocking.stats["bytes_sent"]
+
+
 for method in ("dense", "topk", "gtopk", "oktopk", "gaussiank", "topkdsa"):
     for numel in (workers - 1 or 1, 5003):
         for density in (0.02, 1.0):
             check(method, numel, density)
 check_dense_buffers(300_001)
+check_oktopk_in_flight(50_000)
 world.Barrier()
 if rank == 0:
     print(f"mpi baseline checks passed on {workers} ranks")

@@ -58,7 +58,10 @@ fail() { echo "paper_tables.sh: $1" >&2; exit 2; }
 [ ${#rates[@]} -gt 0 ] && [ ${#methods[@]} -gt 0 ] && [ ${#tables[@]} -gt 0 ] || \
     fail "RATES, METHODS and TABLES must each name at least one"
 for table in "${tables[@]}"; do
-    case "$table" in vgg16|fashion-mnist) ;; *) fail "unknown table '$table' in TABLES; choose vgg16, fashion-mnist" ;; esac
+    case "$table" in
+        vgg16|fashion-mnist) ;;
+        *) fail "unknown table '$table' in TABLES; choose vgg16, fashion-mnist" ;;
+    esac
 done
 for rate in "${rates[@]}"; do  # the shaping script checks the rate, root and tc, then cleans up
     [ "$rate" = loopback ] || scripts/shaped_network.sh --rate "$rate" -- true || \

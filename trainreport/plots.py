@@ -26,7 +26,8 @@ def plot(runs: list, out_dir: str, reference: str, target: float = None) -> list
         fig, axes = plt.subplots(1, len(grouped), figsize=(5.5 * len(grouped), 4), squeeze=False)
         for axis, (key, members) in zip(axes[0], grouped):
             for run in members:
-                points = [(x, row["test_acc"]) for x, row in zip(x_of(run), run.rows) if row.get("test_acc") is not None]
+                points = [(x, row["test_acc"]) for x, row in zip(x_of(run), run.rows)
+                          if row.get("test_acc") is not None]
                 if points:
                     axis.plot(*zip(*points), marker=".", label=run.label)
             axis.set(xlabel="epoch" if name.endswith("epoch") else "wall time (s)", ylabel="test accuracy",

@@ -51,7 +51,8 @@ def time_table(runs: list, reference: str) -> str:
     header = ["run", *settings, "ms/iter", "compute", "select", "comm", "other sync", "sync", "rest", "MB/iter",
               f"{reference} speedup", f"{reference} sync speedup"]
     lines = [f"Time per iteration (ms); speedup = this run's time / {reference}{which}'s.\n",
-             "| " + " | ".join(header) + " |", "|---|" + "---|" * len(settings) + "---:|" * (len(header) - 1 - len(settings))]
+             "| " + " | ".join(header) + " |",
+             "|---|" + "---|" * len(settings) + "---:|" * (len(header) - 1 - len(settings))]
     for run in runs:
         t = run.per_iteration()
         cells = [run.label, *(format_setting(run.setting(key)) for key in settings),
@@ -106,7 +107,8 @@ def network_sweep(runs: list, reference: str) -> str:
         ratios = speedups(members, reference)
         cells = {run.label: f"{run.per_iteration()['total'] * 1e3:.1f}"
                  + (f" ({_ratio(ratios[run.label][0])})" if run.label in ratios else "") for run in members}
-        lines.append(f"| {dict(key).get('network', '-')} | " + " | ".join(cells.get(label, "-") for label in labels) + " |")
+        lines.append(f"| {dict(key).get('network', '-')} | "
+                     + " | ".join(cells.get(label, "-") for label in labels) + " |")
     return "\n".join(lines) + "\n"
 
 

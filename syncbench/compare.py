@@ -43,12 +43,14 @@ def compare(bench_rows: list, settings, cost, networks: list = None, message_cos
     """One row per benchmark row and network (``networks``, else the row's own,
     :func:`measured_network`): ``measured_ms`` (the row's median), ``predicted_ms``,
     ``error_pct`` = 100 (predicted - measured) / measured, and both splits. ``settings`` gives the
-    simulated ``numel``, ``warmup``, ``calls`` and ``seed``; n and density are the row's."""
+    simulated ``numel`` (at most the row's n), ``warmup``, ``calls`` and ``seed``; the predicted n
+    and the density are the row's."""
     out = []
     for row in bench_rows:
         spardl = row["method"] == "spardl"
         options = {key: row[key] for key in ("teams", "srs", "sag") if spardl and row.get(key) is not None}
-        local = argparse.Namespace(numel=settings.numel, model_numel=row["numel"], density=row["density"],
+        local = argparse.Namespace(numel=min(settings.numel, row["numel"]), model_numel=row["numel"],
+                                   density=row["density"],
                                    warmup=settings.warmup, calls=settings.calls, seed=settings.seed)
         targets = networks or [measured_network(row, message_cost)]
         for predicted in simulate_row(row["label"], row["method"], options, row["workers"], local, targets, cost):

@@ -7,7 +7,9 @@ With no flags it trains a small CNN on scikit-learn's 8x8 digits (offline, about
 2 CPU cores). Every flag is described by ``--help`` and in docs/TRAINING.md. This file only
 parses, validates, builds and runs; the training loop lives in ``trainer``.
 Bad input ends every rank with exit status 2 and one message from rank 0; a failure during
-training prints the failing rank's traceback and aborts the whole job.
+training prints the failing rank's traceback and aborts the whole job. A diverged run (a loss or
+gradient not finite) ends every rank at the same step with status 1 and one line from rank 0;
+Ctrl-C likewise, with status 130 and a line naming the step and the last complete checkpoint.
 """
 import argparse
 import math
@@ -15,6 +17,7 @@ import os
 import random
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
@@ -30,11 +33,13 @@ from trainer.config import DEFAULTS, ConfigError, config_path, load_config, merg
 from trainer.data import make_loaders, smallest_training_batch
 from trainer.distributed import UsageError, abort_on_error, agree, broadcast_tensors, place_rank
 from trainer.loop import Trainer
+from trainer.stopping import INTERRUPTED, Stopped
 from trainer.metrics import MetricsLog
 from trainer.schedule import make_scheduler
 
 DEFAULT_MODEL = "cnn"
 DEFAULT_DATA_DIR = "data"
+_LINE_SECONDS = 0.5  # ranks other than 0, interrupted outside training, wait this before exiting
 #: The options of a method that its saved state depends on: part of a run's ``run_info``.
 STRUCTURE = ("teams", "sag")
 
@@ -464,18 +469,59 @@ def build_trainer(argv, comm):
 
 
 def main(argv=None):
-    """Run the trainer; return the process exit status (0, or 2 for bad input)."""
+    """Run the trainer; return the process exit status (0; 2 for bad input; 1 for a diverged
+    run; 130 when interrupted)."""
     comm = MPI.COMM_WORLD
-    with abort_on_error(comm):
-        try:
-            trainer = build_trainer(argv, comm)
-        except UsageError as error:
-            if comm.Get_rank() == 0:
-                print(f"main_trainer.py: error: {error}", file=sys.stderr, flush=True)
-            return 2
-        trainer.fit()
+    trainer = None
+    try:
+        with abort_on_error(comm):
+            try:
+                trainer = build_trainer(argv, comm)
+            except UsageError as error:
+                _say(comm, f"error: {error}")
+                return 2
+            try:
+                trainer.fit()
+            except Stopped as stop:  # on every rank, at the same step
+                _say(comm, str(stop))
+                return stop.status
+    except KeyboardInterrupt:  # outside training, or a second Ctrl-C: no step to agree on
+        _exit_interrupted(comm, trainer)
     return 0
 
 
+def _say(comm, line):
+    if comm.Get_rank() == 0:
+        print(f"main_trainer.py: {line}", file=sys.stderr, flush=True)
+
+
+def _exit_interrupted(comm, trainer):
+    """End this rank at once with status 130 after rank 0's one line.
+
+    Other ranks may be waiting inside an MPI call, where they cannot see the signal: a rank that
+    exits without finalizing MPI makes the launcher end them. Ranks other than 0 wait a moment
+    first, so that rank 0's line is out before the launcher ends it.
+    """
+    _say(comm, trainer.interrupted_line() if trainer else
+         "interrupted before training started; no checkpoint was written")
+    if comm.Get_rank() != 0:
+        time.sleep(_LINE_SECONDS)
+    _exit_at_once(INTERRUPTED, finalize=False)
+
+
+def _exit_at_once(status, finalize):
+    """End the process with ``status`` now, skipping the interpreter's teardown (seconds with
+    torch loaded, on a busy machine): what a user who pressed Ctrl-C waits for.
+    ``finalize``: every rank stopped at the same step and finalizes MPI with the others."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if finalize:
+        MPI.Finalize()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    if status == INTERRUPTED:
+        _exit_at_once(status, finalize=True)
+    sys.exit(status)

@@ -12,6 +12,7 @@ from trainer.distributed import broadcast_tensors
 from trainer.evaluation import evaluate, prediction_loss, predictions
 from trainer.gradients import GradientBuffer
 from trainer.metrics import EpochMeter
+from trainer.stopping import DIVERGED, INTERRUPTED, Interrupt, Stopped, agree_flags
 
 
 PROGRESS_SECONDS = 30.0  # between rank 0's progress lines when stdout is not a terminal
@@ -32,6 +33,8 @@ class Trainer:
     5. the optimizer steps (SGD's momentum and weight decay act on the synchronized gradient,
        as in the authors' code), then the learning-rate schedule.
     Since all ranks start from rank 0's weights and apply the same update, weights stay equal.
+    Between steps 2 and 3 the ranks agree whether to stop (``trainer.stopping``): on Ctrl-C, or
+    when any loss or gradient is not finite, every rank raises ``Stopped`` at the same step.
     After each epoch, rank 0's buffers (batch-norm statistics) are copied to all ranks, the test
     set is evaluated once across ranks, a row is logged and, with ``checkpoints``, saved.
 
@@ -59,12 +62,26 @@ class Trainer:
         self.averaged = torch.empty(self.gradients.numel, device=device)  # reused result buffer
         self.epoch = 0
         self.global_step = 0
+        self.interrupt = Interrupt()
+        self.position = None  # "epoch E, iteration I" of the latest agreement
+        self.saved_epoch = None  # this rank's newest checkpoint (saved, or resumed from)
+        self.complete_epoch = None  # the newest checkpoint every rank is known to have
         self.show_progress = comm.Get_rank() == 0 and sys.stdout.isatty()
         # Under mpiexec stdout is a pipe even from a terminal: rank 0 then prints a line now and then.
         self.progress_lines = comm.Get_rank() == 0 and not self.show_progress
 
     def fit(self):
-        """Train from ``self.epoch`` up to ``max_epochs``, evaluating and logging every epoch."""
+        """Train from ``self.epoch`` up to ``max_epochs``, evaluating and logging every epoch.
+
+        ``Stopped`` on every rank at the same step if interrupted (Ctrl-C, SIGINT) or diverged.
+        """
+        try:
+            with self.interrupt.deferred():
+                self._fit()
+        finally:
+            self.log.close()
+
+    def _fit(self):
         for epoch in range(self.epoch, self.max_epochs):
             self.train_loader.sampler.set_epoch(epoch)
             self.model.train()
@@ -83,7 +100,9 @@ class Trainer:
             self.log.log(row)
             if self.checkpoints is not None:
                 self.checkpoints.save(self.epoch, self.state_dict())
-        self.log.close()
+                self.saved_epoch = self.epoch
+            if self.epoch < self.max_epochs:  # a Ctrl-C during evaluation stops here
+                self._agree(f"the end of epoch {self.epoch}")
 
     def _train_epoch(self, epoch):
         # Every rank starts the epoch's clock together: otherwise the time rank 0 spent logging
@@ -104,11 +123,9 @@ class Trainer:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
             computed = self._now()
             value = loss.item()
-            if not math.isfinite(value):
-                raise FloatingPointError(f"the training loss is {value} at epoch {epoch + 1}, "
-                                         f"iteration {meter.iterations + 1}: the run diverged "
-                                         "(a lower --lr, or more --warmup-epochs?)")
-            averaged = self.synchronizer.allreduce(self.gradients.gather(), out=self.averaged)
+            flat = self.gradients.gather()
+            self._agree(f"epoch {epoch + 1}, iteration {meter.iterations + 1}", value, flat)
+            averaged = self.synchronizer.allreduce(flat, out=self.averaged)
             self.gradients.scatter(averaged)
             synchronized = self._now()
             last_lr = self.optimizer.param_groups[0]["lr"]
@@ -123,6 +140,29 @@ class Trainer:
                       f"{(synchronized - epoch_start) / meter.iterations * 1e3:.0f} ms each, "
                       f"loss {value:.4f}", flush=True)
         return meter, last_lr
+
+    def _agree(self, position, loss=0.0, gradient=None):
+        """Raise ``Stopped`` on every rank if any rank was interrupted, or its ``loss`` or
+        ``gradient`` is not finite (collective; ``position`` names the step)."""
+        interrupted, bad_loss, bad_gradient = agree_flags(self.comm, self.interrupt.requested,
+                                                          loss, gradient)
+        # Every rank got here, so every rank has finished writing its checkpoints.
+        self.position, self.complete_epoch = position, self.saved_epoch
+        if bad_loss or bad_gradient:
+            what = (f"the training loss is {loss}" if not math.isfinite(loss) else
+                    "the training loss is not finite on another worker" if bad_loss else
+                    "the gradient holds NaN or inf")
+            raise Stopped(f"error: the run diverged at {position}: {what} (a lower --lr, or more "
+                          "--warmup-epochs?)", DIVERGED)
+        if interrupted:
+            raise Stopped(self.interrupted_line(), INTERRUPTED)
+
+    def interrupted_line(self):
+        """What to say when interrupted now: where, and the newest checkpoint every rank has."""
+        where = f"at {self.position}" if self.position else "before training started"
+        last = (f"the last checkpoint is {self.checkpoints.path(self.complete_epoch).parent}"
+                if self.complete_epoch is not None else "no checkpoint was written")
+        return f"interrupted {where}; {last}"
 
     def _now(self):
         """Wall time after the device finished its queued work (so phases are timed right)."""
@@ -156,6 +196,8 @@ class Trainer:
         restore_rng(state["rng"])
         self.epoch = state["epoch"]
         self.global_step = state["global_step"]
+        if self.checkpoints is not None:  # every rank read its file of this epoch
+            self.saved_epoch = self.complete_epoch = self.epoch
         step = self.scheduler.last_epoch = self.epoch * self.iters_per_epoch
         for group, base, factor in zip(self.optimizer.param_groups, self.scheduler.base_lrs,
                                        self.scheduler.lr_lambdas):

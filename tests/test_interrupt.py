@@ -1,0 +1,50 @@
+"""Ctrl-C during training ends every rank within seconds: exit status 130, one line naming the
+step and the last complete checkpoint, no traceback; with and without mpiexec."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.mpirun import ROOT, command, environment
+
+pytestmark = pytest.mark.mpi
+
+
+def _train_until_epoch_logged(argv, log_dir, timeout=120):
+    """Start ``argv`` (a long run logging to ``log_dir``); return it once an epoch is logged."""
+    process = subprocess.Popen(argv, cwd=ROOT, env=environment(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    metrics, deadline = log_dir / "metrics.jsonl", time.monotonic() + timeout
+    while not (metrics.is_file() and metrics.read_text().strip()):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"training did not log an epoch: {process.communicate()}")
+        time.sleep(0.2)
+    return process
+
+
+@pytest.mark.parametrize("workers", [None, 4])
+def test_ctrl_c_ends_every_rank_with_one_line_and_status_130(tmp_path, workers):
+    flags = ["main_trainer.py", "--max-epochs", "1000", "--log-dir", str(tmp_path / "log"),
+             "--checkpoint-dir", str(tmp_path / "ckpt")]
+    argv = command(workers, *flags) if workers else [sys.executable, *flags]
+    process = _train_until_epoch_logged(argv, tmp_path / "log")
+    process.send_signal(signal.SIGINT)
+    started = time.monotonic()
+    try:
+        stdout, stderr = process.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        pytest.fail(f"still running 10 s after SIGINT: {process.communicate()}")
+    assert time.monotonic() - started < 10
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr + stdout
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("main_trainer.py: interrupted at "), stderr
+    assert f"; the last checkpoint is {tmp_path / 'ckpt'}/epoch-" in lines[0]
+    epoch = int(lines[0].rsplit("epoch-", 1)[1])
+    assert epoch >= 1 and (tmp_path / "ckpt" / f"epoch-{epoch:04d}").is_dir()

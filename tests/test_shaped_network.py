@@ -109,3 +109,13 @@ def test_the_bench_runs_shaped_and_records_its_network(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     rows = json.loads(output.read_text())
     assert rows and all(row["network"] == "100mbit" for row in rows), rows[0]
+
+
+@needs_shaping
+@pytest.mark.slow
+def test_the_trainer_runs_shaped_and_its_rows_record_the_network(tmp_path):
+    result = shaped("--rate", "1gbit", "--", sys.executable, os.path.join(ROOT, "main_trainer.py"),
+                    "--max-epochs", "1", "--max-iters", "2", "--log-dir", str(tmp_path), timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [row["network"] for row in rows] == ["1gbit"]

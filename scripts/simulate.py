@@ -13,8 +13,9 @@ Networks (``--network``, comma-separated): ``ethernet`` (10 Gb/s: alpha 25 us, b
 per rank) and ``infiniband`` (100 Gb/s: alpha 1.5 us, beta 1/12.5e9 s/B per rank), alpha-beta
 models where every rank has its own link; ``shared:RATE`` (e.g. ``shared:1gbit``), this
 project's testbed: all ranks on one host sharing ONE link of RATE (tc's units), so a round costs
-``--message-cost`` times the busiest rank's messages plus the bytes of all ranks over RATE
-(``syncbench.network``); ``--alpha``/``--beta`` add a ``custom`` alpha-beta network.
+``--message-cost`` times the busiest rank's messages plus the bytes of all ranks over RATE, and
+with ``--host-cores N`` the ranks also share N cores (``syncbench.network``);
+``--alpha``/``--beta`` add a ``custom`` alpha-beta network.
 
 Selection: a fixed ``--select-rate`` in entries per second (default 1e9, the same on every
 machine, so that tables are reproducible), or ``--select-rate measured`` to time this
@@ -62,9 +63,9 @@ def select_rate(text: str):
     return rate
 
 
-def networks(text: str, message_cost: float) -> list:
+def networks(text: str, message_cost: float, cores) -> list:
     """The models named by ``--network`` (:func:`syncbench.network.parse_network`), repeats dropped."""
-    return [parse_network(spec, message_cost) for spec in dict.fromkeys(text.split(",")) if spec]
+    return [parse_network(spec, message_cost, cores) for spec in dict.fromkeys(text.split(",")) if spec]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -97,6 +98,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                              f"{','.join(PRESETS)}; with --compare, each row's own)")
     parser.add_argument("--message-cost", type=float, default=TESTBED_ALPHA,
                         help="seconds per message of shared:RATE networks" + default)
+    parser.add_argument("--host-cores", type=int,
+                        help="cores the ranks of shared:RATE networks share; their selections take "
+                             "max(1, P / cores) times as long (default: a core per rank)")
     parser.add_argument("--alpha", type=float, help="latency per message in seconds of a custom network (with --beta)")
     parser.add_argument("--beta", type=float, help="seconds per byte of a custom network (with --alpha)")
     parser.add_argument("--select-rate", default=f"{DEFAULT_SELECT_RATE:g}",
@@ -124,8 +128,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     cli.usage_checked(parser, compressors.base.check_density, args.density)
     if not 0 <= args.message_cost < math.inf:
         parser.error(f"--message-cost must be a finite number of seconds >= 0, got {args.message_cost:g}")
+    if args.host_cores is not None and args.host_cores < 1:
+        parser.error(f"--host-cores must be >= 1, got {args.host_cores}")
     default_networks = ",".join(PRESETS) if not args.compare else ""
-    args.networks = cli.usage_checked(parser, networks, args.network or default_networks, args.message_cost)
+    args.networks = cli.usage_checked(parser, networks, args.network or default_networks, args.message_cost,
+                                      args.host_cores)
     if args.select_device == "cuda" and not torch.cuda.is_available():
         parser.error("--select-device cuda: no CUDA device here")
     if args.numel < 1 or args.model_numel < 1:
@@ -161,7 +168,8 @@ def selection_cost(args) -> SelectionCost:
 def main_compare(args) -> list:
     """``--compare``: predicted beside measured for every benchmark row; returns the rows."""
     try:
-        rows = compare(args.bench_rows, args, selection_cost(args), args.networks or None, args.message_cost)
+        rows = compare(args.bench_rows, args, selection_cost(args), args.networks or None, args.message_cost,
+                       args.host_cores)
     except ValueError as error:
         print(f"simulate.py: {error}", file=sys.stderr)
         sys.exit(2)

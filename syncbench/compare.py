@@ -27,7 +27,7 @@ def load_bench_rows(path: str) -> list:
     return [row for row in rows if row["method"] not in FLOORS]
 
 
-def measured_network(row: dict, message_cost: float = TESTBED_ALPHA):
+def measured_network(row: dict, message_cost: float = TESTBED_ALPHA, cores: int | None = None):
     """The testbed model of the network a benchmark row ran on: ``shared:RATE`` for a row whose
     ``network`` is a shaped rate; ``ValueError`` for loopback, a replay or a row without one
     (those have no rate to model: give networks to compare them with)."""
@@ -36,12 +36,13 @@ def measured_network(row: dict, message_cost: float = TESTBED_ALPHA):
         raise ValueError(f"--compare: the row {row['label']} at P={row['workers']} ran on "
                          f"{name or 'an unrecorded network'}, which has no rate: name the networks to "
                          f"predict it on with --network")
-    return parse_network(f"shared:{name}", message_cost)
+    return parse_network(f"shared:{name}", message_cost, cores)
 
 
-def compare(bench_rows: list, settings, cost, networks: list = None, message_cost: float = TESTBED_ALPHA) -> list:
+def compare(bench_rows: list, settings, cost, networks: list = None, message_cost: float = TESTBED_ALPHA,
+            cores: int | None = None) -> list:
     """One row per benchmark row and network (``networks``, else the row's own,
-    :func:`measured_network`): ``measured_ms`` (the row's median), ``predicted_ms``,
+    :func:`measured_network`, with ``message_cost`` and ``cores``): ``measured_ms`` (the row's median), ``predicted_ms``,
     ``error_pct`` = 100 (predicted - measured) / measured, and both splits. ``settings`` gives the
     simulated ``numel`` (at most the row's n), ``warmup``, ``calls`` and ``seed``; the predicted n
     and the density are the row's."""
@@ -52,7 +53,7 @@ def compare(bench_rows: list, settings, cost, networks: list = None, message_cos
         local = argparse.Namespace(numel=min(settings.numel, row["numel"]), model_numel=row["numel"],
                                    density=row["density"],
                                    warmup=settings.warmup, calls=settings.calls, seed=settings.seed)
-        targets = networks or [measured_network(row, message_cost)]
+        targets = networks or [measured_network(row, message_cost, cores)]
         for predicted in simulate_row(row["label"], row["method"], options, row["workers"], local, targets, cost):
             out.append({"label": row["label"], "method": row["method"], "workers": row["workers"],
                         "numel": row["numel"], "density": row["density"],

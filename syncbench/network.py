@@ -8,7 +8,9 @@ sends in it.
   link of rate R (scripts/shaped_network.sh shapes a namespace's loopback with ``tc tbf``, and
   every byte any rank sends takes tokens from that one bucket). A round costs
   ``alpha * (messages of its busiest rank) + (bytes all ranks send in it) / R``: the bytes
-  serialize through the link, while the ranks pay their per-message costs side by side.
+  serialize through the link, while the ranks pay their per-message costs side by side. With
+  ``cores`` given, the P ranks also share that many cores, so each rank's computing (its
+  selections) takes max(1, P / cores) times as long as on a core of its own.
 
 Every round costs at least one ``alpha`` (a round is a wait for a message).
 """
@@ -38,6 +40,10 @@ class Network:
         busiest = (messages * self.alpha + sent * self.beta).max(axis=0, initial=0.0)
         return np.maximum(busiest, self.alpha)
 
+    def compute_share(self, workers: int) -> float:
+        """How many times longer a rank computes than on a core of its own: 1 (a host per rank)."""
+        return 1.0
+
     def describe(self) -> str:
         """The model in a few words, for table headers."""
         return f"alpha {self.alpha * 1e6:g} us, beta {self.beta * 1e9:g} ns/B per rank"
@@ -45,12 +51,13 @@ class Network:
 
 @dataclass(frozen=True)
 class SharedLink:
-    """P ranks sharing one link of ``rate`` bytes/s, ``alpha`` seconds per message (module
-    docstring)."""
+    """P ranks sharing one link of ``rate`` bytes/s, ``alpha`` seconds per message, and
+    ``cores`` cores (``None``: a core per rank) (module docstring)."""
 
     name: str
     alpha: float
     rate: float
+    cores: int | None = None
 
     @property
     def beta(self) -> float:
@@ -63,9 +70,15 @@ class SharedLink:
         per_message = messages.max(axis=0, initial=0.0) * self.alpha
         return np.maximum(per_message + sent.sum(axis=0) / self.rate, self.alpha)
 
+    def compute_share(self, workers: int) -> float:
+        """How many times longer each of ``workers`` ranks computes than on a core of its own."""
+        return 1.0 if self.cores is None else max(1.0, workers / self.cores)
+
     def describe(self) -> str:
         """The model in a few words, for table headers."""
-        return f"one link of {self.rate * 8 / 1e9:g} Gbit/s shared by all ranks, alpha {self.alpha * 1e6:g} us"
+        cores = "a core per rank" if self.cores is None else f"{self.cores} cores shared by all ranks"
+        return (f"one link of {self.rate * 8 / 1e9:g} Gbit/s shared by all ranks, alpha {self.alpha * 1e6:g} us, "
+                f"{cores}")
 
 
 PRESETS = {"ethernet": Network("ethernet", 25e-6, 1 / 1.25e9),
@@ -88,14 +101,14 @@ def parse_rate(text: str) -> float:
     return float(match.group(1)) * _RATE_UNITS[match.group(2)]
 
 
-def parse_network(spec: str, message_cost: float = TESTBED_ALPHA):
+def parse_network(spec: str, message_cost: float = TESTBED_ALPHA, cores: int | None = None):
     """The network named by ``spec``: a preset (``ethernet``, ``infiniband``) or ``shared:RATE``,
-    this testbed's link at RATE (:func:`parse_rate`) with ``message_cost`` seconds per message;
-    ``ValueError`` naming the valid choices otherwise."""
+    this testbed's link at RATE (:func:`parse_rate`) with ``message_cost`` seconds per message
+    and ``cores`` cores shared by the ranks; ``ValueError`` naming the valid choices otherwise."""
     if spec in PRESETS:
         return PRESETS[spec]
     kind, _, rate = spec.partition(":")
     if kind == SHARED and rate:
-        return SharedLink(spec, message_cost, parse_rate(rate))
+        return SharedLink(spec, message_cost, parse_rate(rate), cores)
     raise ValueError(f"--network {spec}: unknown network; valid: {', '.join(PRESETS)}, "
                      f"{SHARED}:RATE (e.g. {SHARED}:1gbit)")

@@ -19,7 +19,8 @@ each kind of call at its share of the method's period (:func:`call_weights`):
   Messages a method leaves out of its own traffic count are left out here too. A dense
   all-reduce counted as R rounds is spread evenly over its R rounds, one message per round.
 - selection: max over ranks of the summed time of that rank's selections, each a vector of s
-  times the recorded length, priced by a :class:`SelectionCost`.
+  times the recorded length, priced by a :class:`SelectionCost`, times the network model's
+  ``compute_share`` (ranks sharing fewer cores than there are ranks compute slower).
 - predicted time = network + selection. Packing, scatter-adds and copies are not modelled.
 """
 from __future__ import annotations
@@ -164,7 +165,7 @@ def predict_call(records: list, network, scale: float, cost: SelectionCost) -> d
     messages, sent = traffic_per_round(records)
     net = float(network.round_seconds(messages, sent * scale).sum())
     select = max(sum(cost.seconds(kind, np.multiply(lengths, scale)) for kind, lengths in r["selections"].items())
-                 for r in records)
+                 for r in records) * network.compute_share(len(records))
     return {"network": net, "select": select, "total": net + select}
 
 
@@ -208,6 +209,7 @@ def simulate_row(label: str, name: str, options: dict, workers: int, settings, n
                      "workers": workers, "numel": numel, "model_numel": settings.model_numel,
                      "density": settings.density, "network": network.name, "alpha": network.alpha,
                      "beta": network.beta, "shared_link": isinstance(network, SharedLink),
+                     "compute_share": network.compute_share(workers),
                      "predicted_ms": predicted["total"] * 1e3,
                      "network_ms": predicted["network"] * 1e3, "select_ms": predicted["select"] * 1e3,
                      "select_rate": cost.fixed_rate,

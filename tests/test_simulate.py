@@ -204,6 +204,7 @@ def test_p64_runs_quickly_and_spardl_sends_least(tmp_path):
     (["--network", "shared:fast"], "'fast' is not a rate"),
     (["--network", "shared:-1gbit"], "'-1gbit' is not a rate"),
     (["--message-cost", "-1"], "--message-cost must be a finite number of seconds >= 0"),
+    (["--host-cores", "0"], "--host-cores must be >= 1, got 0"),
     (["--select-rate", "fast"], "--select-rate must be a positive number of entries/s or 'measured'"),
     (["--compare", "/no/such.json"], "--compare /no/such.json: [Errno 2]"),
     (["--srs", "x"], "--srs takes a comma-separated list of rounds, blocks"),
@@ -296,6 +297,11 @@ def test_the_testbed_model_by_hand():
     assert predicted["network"] == pytest.approx(424e-6, rel=1e-12)
     assert predicted["select"] == pytest.approx(10e-3, rel=1e-12)
     assert predicted["total"] == pytest.approx(424e-6 + 10e-3, rel=1e-12)
+    # the 3 ranks on 2 cores: each computes 3 / 2 times as long, 15 ms of selection; on 4 cores 10 ms
+    for cores, select in ((2, 15e-3), (4, 10e-3)):
+        shared_cores = parse_network("shared:1gbit", 50e-6, cores)
+        predicted = simulator.predict_call(records, shared_cores, 2.0, SelectionCost(0.01, rate=1e6))
+        assert (predicted["network"], predicted["select"]) == pytest.approx((424e-6, select), rel=1e-12)
     # the same traffic on per-rank links of that rate: the busiest rank, not the sum of all
     own_links = Network("own", 50e-6, 1 / 125e6)
     # round 0: max(2 * 50 + 2 * 1500 / 125, 50 + 2 * 2500 / 125, 50 + 2 * 1000 / 125) us = 124 us;

@@ -355,6 +355,19 @@ def build_synchronizer(args, numel, comm):
     return synchronizer
 
 
+def effective_density(synchronizer, comm):
+    """The fraction of entries ``synchronizer`` keeps per call, recorded in every metrics row;
+    a note (rank 0) where rounding to whole entries moves it more than 10% from --density (a
+    density below 1/n, or below 1/B for SparDL's blocks of B entries, keeps one entry)."""
+    effective, asked = synchronizer.effective_density, synchronizer.density
+    if abs(effective - asked) > 0.1 * asked:
+        kept = round(effective * synchronizer.numel)
+        _note(comm, f"--density {asked:g} keeps {kept:,} of the {synchronizer.numel:,} gradient "
+                    f"entries per call with {synchronizer.name}: an effective density of "
+                    f"{effective:.3g} (metrics rows record it as effective_density)")
+    return effective
+
+
 def _checkpoint_problem(checkpoints, args, size):
     """Why the checkpoints already in ``--checkpoint-dir`` forbid this run, or None (collective):
     a fresh run would mix with an earlier one, and a resume needs one complete for ``size`` ranks."""
@@ -438,6 +451,7 @@ def build_trainer(argv, comm):
     model = build_model(args, split, settings["batch_size"], comm, device)
     synchronizer = build_synchronizer(args, sum(p.numel() for p in model.parameters()
                                                 if p.requires_grad), comm)
+    run_info["effective_density"] = effective_density(synchronizer, comm)
     train_loader, test_loader = make_loaders(
         split, settings["batch_size"], settings["eval_batch_size"], rank, size, args.seed,
         loader_workers(settings, comm), device)

@@ -18,7 +18,7 @@ import torch
 from allreducers import PhaseTimer
 from comm import Transport, as_transport
 
-from .sparse_ops import count_nonzero, zero_
+from .sparse_ops import budget, count_nonzero, zero_
 
 
 def check_density(density) -> float:
@@ -111,6 +111,13 @@ class Synchronizer(abc.ABC):
     def residual(self) -> torch.Tensor:
         """This rank's error-feedback residual after the last call (zeros if unused)."""
         return self._residual
+
+    @property
+    def effective_density(self) -> float:
+        """The fraction of the n gradient entries one call keeps per worker, once the method
+        rounds its budget to whole entries: k / n for k = max(1, int(n * density)) here, so
+        a density below 1/n keeps one entry (more than asked)."""
+        return budget(self.numel, self.density) / self.numel
 
     def allreduce(self, grad: torch.Tensor, out: torch.Tensor = None) -> torch.Tensor:
         """Return the average of ``grad`` over all ranks as synchronized by this method (a new

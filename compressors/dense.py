@@ -16,6 +16,11 @@ class Dense(Synchronizer):
         super().__init__(comm, numel, density, dense_warmup)
         self._nnz = 0
 
+    @property
+    def effective_density(self) -> float:
+        """Every entry, whatever ``density`` says."""
+        return 1.0
+
     def _synchronize(self, accumulated, timer):
         result, self._nnz = self._dense_average(accumulated, timer)
         return result, self._residual

@@ -199,6 +199,12 @@ class SparDL(Synchronizer):
         self._work = torch.empty(0)
         self._nnz = 0
 
+    @property
+    def effective_density(self) -> float:
+        """k_b entries kept in each of the m blocks: min(n, k_b * m) / n (a density below 1/B
+        keeps one entry per block)."""
+        return min(self.numel, self.block_budget * self.team_size) / self.numel
+
     def _synchronize(self, grad, timer):
         budget = self.block_budget
         with timer("accumulate"):

@@ -503,3 +503,63 @@ def test_progress_lines_when_stdout_is_not_a_terminal(monkeypatch, capsys):
     trainer._train_epoch(0)
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(",")[0] for line in lines] == ["epoch 1: 1/2 iterations", "epoch 1: 2/2 iterations"]
+
+
+@pytest.mark.parametrize("method,kept", [("topk", 1), ("oktopk", 1), ("gtopk", 1), ("gaussiank", 1),
+                                         ("topkdsa", 1), ("spardl", 4), ("dense", 22_650)])
+def test_a_density_rounded_up_to_whole_entries_is_noted_and_recorded(method, kept, capsys):
+    """--density 1e-9 keeps one entry per selection (per block of SparDL's 4 at P = 4): the
+    effective density is what the method keeps, and rank 0 says so once."""
+    import compressors
+    from comm import local_group
+
+    density = 1.0 if method == "dense" else 1e-9  # what the trainer gives dense
+    effective = local_group(4).run(lambda transport: compressors.create(
+        method, transport, numel=22_650, density=density).effective_density)
+    assert effective == [kept / 22_650] * 4
+    sync = local_group(1).run(lambda transport: compressors.create(
+        method, transport, numel=22_650, density=density))[0]
+    assert main_trainer.effective_density(sync, _FirstOfSix()) == sync.effective_density
+    noted = capsys.readouterr().err
+    assert (noted.count("main_trainer.py: note:") == 1) == (method != "dense"), noted
+    if method != "dense":
+        assert f"--density 1e-09 keeps 1 of the 22,650 gradient entries per call with {method}" in noted
+
+
+def test_a_density_that_rounds_little_is_not_noted(capsys):
+    import compressors
+    from comm import local_group
+
+    sync = local_group(1).run(lambda transport: compressors.create(
+        "spardl", transport, numel=22_650, density=0.01))[0]
+    assert main_trainer.effective_density(sync, _FirstOfSix()) == 226 / 22_650
+    assert capsys.readouterr().err == ""
+
+
+def test_ranks_agree_on_stopping_flags_from_the_loss_and_the_gradient():
+    from trainer.stopping import agree_flags
+
+    finite = torch.ones(10)
+    assert agree_flags(MPI.COMM_SELF, False, 1.0, finite) == (False, False, False)
+    assert agree_flags(MPI.COMM_SELF, True, 1.0, finite) == (True, False, False)
+    assert agree_flags(MPI.COMM_SELF, False, float("nan"), finite) == (False, True, False)
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        gradient = finite.clone()
+        gradient[7] = bad
+        assert agree_flags(MPI.COMM_SELF, False, 1.0, gradient) == (False, False, True)
+    assert agree_flags(MPI.COMM_SELF, False) == (False, False, False)  # no gradient: the epoch's end
+
+
+def test_ctrl_c_is_remembered_while_deferred_and_raised_otherwise():
+    import signal
+
+    from trainer.stopping import Interrupt
+
+    interrupt = Interrupt()
+    before = signal.getsignal(signal.SIGINT)
+    with interrupt.deferred():
+        signal.raise_signal(signal.SIGINT)
+        assert interrupt.requested
+        with pytest.raises(KeyboardInterrupt):  # a second one does not wait
+            signal.raise_signal(signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is before

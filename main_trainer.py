@@ -21,21 +21,28 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
-import torch
-from mpi4py import MPI
+from comm.environment import apply_launch_defaults
 
-import compressors
-import datasets
-import models
-from trainer.checkpoint import Checkpoints, UnsafeCheckpoint
-from trainer.config import DEFAULTS, ConfigError, config_path, load_config, merge
-from trainer.data import make_loaders, smallest_training_batch
-from trainer.distributed import UsageError, abort_on_error, agree, broadcast_tensors, place_rank
-from trainer.loop import Trainer
-from trainer.stopping import INTERRUPTED, Stopped
-from trainer.metrics import MetricsLog
-from trainer.schedule import make_scheduler
+# Threads per rank and MPICH's yielding while waiting, where the user set nothing: before MPI
+# starts, which the mpi4py import below does.
+apply_launch_defaults()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+import compressors  # noqa: E402
+import datasets  # noqa: E402
+import models  # noqa: E402
+from trainer.checkpoint import Checkpoints, UnsafeCheckpoint  # noqa: E402
+from trainer.config import DEFAULTS, ConfigError, config_path, load_config, merge  # noqa: E402
+from trainer.data import make_loaders, smallest_training_batch  # noqa: E402
+from trainer.distributed import (UsageError, abort_on_error, agree, broadcast_tensors,  # noqa: E402
+                                 place_rank)
+from trainer.loop import Trainer  # noqa: E402
+from trainer.metrics import MetricsLog  # noqa: E402
+from trainer.schedule import make_scheduler  # noqa: E402
+from trainer.stopping import INTERRUPTED, Stopped  # noqa: E402
 
 DEFAULT_MODEL = "cnn"
 DEFAULT_DATA_DIR = "data"

@@ -1,0 +1,62 @@
+"""Thread and MPI progress defaults for ranks that share a host's cores.
+
+Ranks that outnumber the cores they run on slow each other down twice over: each rank's
+OpenMP pool (torch's intra-op threads) starts one thread per core, and MPICH's ranks busy-poll
+while they wait for a message, taking the core that the rank they wait for needs. Call
+:func:`apply_launch_defaults` at the start of a program, before MPI starts (before the first
+``from mpi4py import MPI``) and preferably before ``import torch``; every variable the user set
+stays as it is.
+
+The number of ranks on this host is read from the launcher's environment, since MPI cannot be
+asked before it starts: ``MPI_LOCALNRANKS`` (MPICH's Hydra), ``OMPI_COMM_WORLD_LOCAL_SIZE``
+(Open MPI), ``SLURM_NTASKS_PER_NODE`` (srun), else ``PMI_SIZE`` (all ranks, as if on one host),
+else 1 (started without a launcher).
+"""
+import os
+import sys
+
+#: Launcher variables holding the number of ranks on this host, most specific first.
+LOCAL_RANK_COUNTS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE",
+                     "PMI_SIZE")
+#: MPICH's waiting ranks yield the core after one poll, and yield it to other processes.
+YIELD = {"MPIR_CVAR_POLLS_BEFORE_YIELD": "1", "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}
+
+
+def local_ranks(environ=os.environ) -> int:
+    """The number of ranks on this host, from the first launcher variable that holds a number."""
+    for name in LOCAL_RANK_COUNTS:
+        value = environ.get(name, "").split("(")[0]  # SLURM may write "4(x2)"
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return 1
+
+
+def launch_defaults(cores: int, ranks: int) -> dict:
+    """The defaults for ``ranks`` ranks on ``cores`` cores: ``OMP_NUM_THREADS`` the cores'
+    share of each rank (at least 1), and MPICH's yield settings when the ranks outnumber the
+    cores."""
+    defaults = {"OMP_NUM_THREADS": str(max(1, cores // ranks))}
+    if ranks > cores:
+        defaults.update(YIELD)
+    return defaults
+
+
+def apply_launch_defaults(environ=os.environ) -> dict:
+    """Set :func:`launch_defaults` for this host in ``environ`` where the user set nothing;
+    return the variables set.
+
+    ``RuntimeError`` if MPI has already started (MPICH read its settings then). If torch is
+    already imported, its OpenMP pool was sized when it loaded: the thread count is then also
+    applied through ``torch.set_num_threads``.
+    """
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized():
+        raise RuntimeError("apply_launch_defaults() must run before MPI starts (before the first "
+                           "'from mpi4py import MPI')")
+    cores = len(os.sched_getaffinity(0))
+    chosen = {name: value for name, value in launch_defaults(cores, local_ranks(environ)).items()
+              if name not in environ}
+    environ.update(chosen)
+    if "OMP_NUM_THREADS" in chosen and "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(int(chosen["OMP_NUM_THREADS"]))
+    return chosen

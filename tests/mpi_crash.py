@@ -2,14 +2,10 @@
 
 The script installs no exception hook of its own: creating a synchronizer on an MPI
 communicator does (as a library user's program would rely on)."""
-import os
-import sys
-
 import torch
 from mpi4py import MPI
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import compressors  # noqa: E402
+import compressors
 
 world = MPI.COMM_WORLD
 sync = compressors.create("spardl", world, numel=1000, density=0.01)

@@ -23,9 +23,10 @@ from pathlib import Path
 
 from comm.environment import apply_launch_defaults
 
-# Threads per rank and MPICH's yielding while waiting, where the user set nothing: before MPI
-# starts, which the mpi4py import below does.
-apply_launch_defaults()
+if __name__ == "__main__":
+    # Threads per rank and MPICH's yielding while waiting, where the user set nothing: before
+    # MPI starts, which the mpi4py import below does.
+    apply_launch_defaults()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

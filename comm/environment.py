@@ -42,21 +42,22 @@ def launch_defaults(cores: int, ranks: int) -> dict:
 
 
 def apply_launch_defaults(environ=os.environ) -> dict:
-    """Set :func:`launch_defaults` for this host in ``environ`` where the user set nothing;
-    return the variables set.
+    """Set :func:`launch_defaults` for this host in ``environ`` (this process's environment, or
+    a dict to fill) where the user set nothing; return the variables set.
 
-    ``RuntimeError`` if MPI has already started (MPICH read its settings then). If torch is
-    already imported, its OpenMP pool was sized when it loaded: the thread count is then also
-    applied through ``torch.set_num_threads``.
+    For this process's environment: ``RuntimeError`` if MPI has already started (MPICH read
+    its settings then); if torch is already imported, its OpenMP pool was sized when it loaded,
+    so the thread count is also applied through ``torch.set_num_threads``.
     """
     mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized():
+    own = environ is os.environ
+    if own and mpi is not None and mpi.Is_initialized():
         raise RuntimeError("apply_launch_defaults() must run before MPI starts (before the first "
                            "'from mpi4py import MPI')")
     cores = len(os.sched_getaffinity(0))
     chosen = {name: value for name, value in launch_defaults(cores, local_ranks(environ)).items()
               if name not in environ}
     environ.update(chosen)
-    if "OMP_NUM_THREADS" in chosen and "torch" in sys.modules:
+    if own and "OMP_NUM_THREADS" in chosen and "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(int(chosen["OMP_NUM_THREADS"]))
     return chosen

@@ -38,21 +38,27 @@ def test_too_late_once_mpi_started():
     from mpi4py import MPI
     assert MPI.Is_initialized()
     with pytest.raises(RuntimeError, match="before MPI starts"):
-        apply_launch_defaults({})
+        apply_launch_defaults()  # this process's environment: nothing is changed
 
 
 @pytest.mark.mpi
-def test_the_trainer_sets_them_before_mpi_starts():
+def test_the_trainer_sets_them_before_mpi_starts(tmp_path):
     """Twice as many ranks as cores, started with none of the variables set: one thread each,
-    and MPICH told to yield."""
-    probe = ("import main_trainer, os, torch\n"
-             "from mpi4py import MPI\n"
-             "print(os.environ['OMP_NUM_THREADS'], os.environ.get('MPIR_CVAR_POLLS_BEFORE_YIELD'),"
-             " torch.get_num_threads())\n")
+    and MPICH told to yield (each rank writes what it saw to a file of its own)."""
+    probe = ("import os, runpy, sys\n"
+             "sys.argv = ['main_trainer.py', '--help']\n"
+             "try:\n"
+             "    runpy.run_path('main_trainer.py', run_name='__main__')\n"
+             "except SystemExit:\n"
+             "    pass\n"
+             "import torch\n"
+             f"with open(os.path.join({str(tmp_path)!r}, os.environ['PMI_RANK']), 'w') as seen:\n"
+             "    seen.write(f\"{os.environ['OMP_NUM_THREADS']} \"\n"
+             "               f\"{os.environ.get('MPIR_CVAR_POLLS_BEFORE_YIELD')} {torch.get_num_threads()}\")\n")
     environ = {key: value for key, value in os.environ.items()
                if key not in ("OMP_NUM_THREADS", *YIELD)}
     ranks = 2 * len(os.sched_getaffinity(0))
     result = subprocess.run(command(ranks, "-c", probe), cwd=ROOT, capture_output=True, text=True,
                             timeout=120, env=dict(environ, PYTHONPATH=ROOT))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split("\n")[:-1] == ["1 1 1"] * ranks, result.stdout
+    assert [(tmp_path / str(rank)).read_text() for rank in range(ranks)] == ["1 1 1"] * ranks

@@ -563,3 +563,34 @@ def test_ctrl_c_is_remembered_while_deferred_and_raised_otherwise():
         with pytest.raises(KeyboardInterrupt):  # a second one does not wait
             signal.raise_signal(signal.SIGINT)
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_every_synchronizer_state_loads_with_weights_only():
+    """A checkpoint is read with torch.load(weights_only=True): each method's state (residuals,
+    thresholds, counters after calls) must be tensors and plain values."""
+    import io
+
+    import compressors
+    from tests.ranks import run_calls
+
+    for method in compressors.available():
+        _, states = run_calls(method, 2, 3000, 0.01, calls=2)
+        buffer = io.BytesIO()
+        torch.save(states[1], buffer)
+        buffer.seek(0)
+        assert torch.load(buffer, weights_only=True).keys() == states[1].keys(), method
+
+
+def test_a_checkpoint_holding_another_object_is_refused_unread(tmp_path):
+    import fractions
+
+    from trainer.checkpoint import UnsafeCheckpoint
+
+    checkpoints = Checkpoints(tmp_path, MPI.COMM_SELF)
+    checkpoints.save(1, {"rng": rng_state(), "weights": torch.zeros(2)})
+    assert checkpoints.load(1)["weights"].tolist() == [0.0, 0.0]
+    checkpoints.save(2, {"weights": torch.zeros(2), "extra": fractions.Fraction(1, 3)})
+    refused = (r"holds something other than tensors and plain values \(it names "
+               r"fractions.Fraction\): refused, since loading it could run code")
+    with pytest.raises(UnsafeCheckpoint, match=refused):
+        checkpoints.load(2)

@@ -46,7 +46,11 @@ def runs_to_time(args, workers: int, speaks: bool) -> list:
 
 
 def mpi_rows(args) -> list:
-    """Time every row under MPI on ``MPI.COMM_WORLD``; the rows on rank 0, [] elsewhere."""
+    """Time every row under MPI on ``MPI.COMM_WORLD``; the rows on rank 0, [] elsewhere. Threads
+    per rank and MPICH's yielding get the host's defaults where the user set nothing, before MPI
+    starts (``comm.environment``)."""
+    from comm.environment import apply_launch_defaults
+    apply_launch_defaults()
     from mpi4py import MPI
     from comm.mpi import MPITransport, abort_on_uncaught_exception
     from comm.placement import place_rank

@@ -583,6 +583,7 @@ def test_every_synchronizer_state_loads_with_weights_only():
 
 def test_a_checkpoint_holding_another_object_is_refused_unread(tmp_path):
     import fractions
+    import pickle
 
     from trainer.checkpoint import UnsafeCheckpoint
 
@@ -593,4 +594,7 @@ def test_a_checkpoint_holding_another_object_is_refused_unread(tmp_path):
     refused = (r"holds something other than tensors and plain values \(it names "
                r"fractions.Fraction\): refused, since loading it could run code")
     with pytest.raises(UnsafeCheckpoint, match=refused):
+        checkpoints.load(2)
+    checkpoints.path(2).write_text("garbage\n")  # damaged: torch's reason, not its advice
+    with pytest.raises(pickle.UnpicklingError, match="^Unsupported operand 103$"):
         checkpoints.load(2)

@@ -23,6 +23,7 @@ import torch
 _EPOCH_DIR = re.compile(r"epoch-(\d+)$")
 _KEPT_EPOCHS = 2
 _GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+_REASON = re.compile(r"WeightsUnpickler error:\s*(\S[^\n]*)")
 
 
 class UnsafeCheckpoint(Exception):
@@ -71,10 +72,13 @@ class Checkpoints:
             return torch.load(path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as error:  # torch's message: a page of advice, one name
             named = _GLOBAL.search(str(error))
+            if named is None:  # a damaged file: torch's reason, without its advice to unpickle
+                reason = _REASON.search(str(error))
+                raise pickle.UnpicklingError(reason.group(1) if reason else str(error)) from None
             raise UnsafeCheckpoint(
-                f"checkpoint {path} holds something other than tensors and plain values"
-                f"{f' (it names {named.group(1)})' if named else ''}: refused, since loading it "
-                "could run code; was it written by this trainer?") from None
+                f"checkpoint {path} holds something other than tensors and plain values (it "
+                f"names {named.group(1)}): refused, since loading it could run code; was it "
+                "written by this trainer?") from None
 
     def _own_epochs(self):
         if not self.directory.is_dir():

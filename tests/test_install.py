@@ -9,7 +9,7 @@ import sysconfig
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LIBRARY = ["compressors", "allreducers", "comm", "hooks", "syncbench"]
+LIBRARY = ["compressors", "allreducers", "comm", "hooks", "syncbench", "trainreport"]
 NOT_INSTALLED = ["datasets", "models", "trainer", "main_trainer"]
 # Where each name resolves, or None; run from a folder outside the repository.
 PROBE = ("import importlib.util, json, sys; "

@@ -9,8 +9,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # Built from pieces, so that this file does not match itself.
-OUTSIDE = re.compile("|".join(re.escape(piece) for piece in
-                              ("../" + "shared", "/" + "work/", "SPEC" + ".md", "CONTRACT" + ".md")))
+SHARED, WORK, SPEC, CONTRACT = "../" + "shared", "/" + "work/", "SPEC" + ".md", "CONTRACT" + ".md"
+OUTSIDE = re.compile("|".join(re.escape(piece) for piece in (SHARED, WORK, SPEC, CONTRACT)))
 SYS_PATH = re.compile(r"\bsys\." + r"path\s*(\.\s*(insert|append|extend|remove)\b|\[|[+]?=)")
 SYS_PATH_ALLOWED = {"tests/conftest.py"}
 
@@ -48,7 +48,8 @@ def test_only_the_test_setup_changes_sys_path():
 
 
 def test_the_checks_find_what_they_look_for():
-    outside = "see ../" + "shared/SPEC" + ".md\nand /" + "work/main\n"
-    assert _hits(OUTSIDE, [("x", outside)]) == ["x:1: ../shared", "x:1: SPEC.md", "x:2: /work/"]
+    outside = f"see {SHARED}/{SPEC}\nand {WORK}main, {CONTRACT}\n"
+    assert _hits(OUTSIDE, [("x", outside)]) == [f"x:1: {SHARED}", f"x:1: {SPEC}", f"x:2: {WORK}",
+                                                f"x:2: {CONTRACT}"]
     assert len(_hits(SYS_PATH, [("x", "sys." + "path.insert(0, ROOT)\nsys." + "path += [d]\n")])) == 2
     assert _hits(SYS_PATH, [("x", "print(sys." + "path)\n")]) == []

@@ -35,11 +35,11 @@ from mpi4py import MPI  # noqa: E402
 import compressors  # noqa: E402
 import datasets  # noqa: E402
 import models  # noqa: E402
+from comm.placement import place_rank  # noqa: E402
 from trainer.checkpoint import Checkpoints, UnsafeCheckpoint  # noqa: E402
 from trainer.config import DEFAULTS, ConfigError, config_path, load_config, merge  # noqa: E402
 from trainer.data import make_loaders, smallest_training_batch  # noqa: E402
-from trainer.distributed import (UsageError, abort_on_error, agree, broadcast_tensors,  # noqa: E402
-                                 place_rank)
+from trainer.distributed import UsageError, abort_on_error, agree, broadcast_tensors  # noqa: E402
 from trainer.loop import Trainer  # noqa: E402
 from trainer.metrics import MetricsLog  # noqa: E402
 from trainer.schedule import make_scheduler  # noqa: E402
@@ -49,7 +49,7 @@ DEFAULT_MODEL = "cnn"
 DEFAULT_DATA_DIR = "data"
 _LINE_SECONDS = 0.5  # ranks other than 0, interrupted outside training, wait this before exiting
 #: The options of a method that its saved state depends on: part of a run's ``run_info``.
-STRUCTURE = ("teams", "sag")
+STRUCTURE = ("teams", "sag", "srs")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -135,8 +135,13 @@ def build_parser(rank=0):
     sync.add_argument("--teams", type=int, default=1, metavar="d",
                       help="spardl: teams d for Spar-All-Gather, a divisor of N (default: 1)")
     sync.add_argument("--sag", choices=["bruck", "recursive"], default="bruck",
-                      help="spardl: Spar-All-Gather variant; recursive needs d a power of two "
-                           "(default: bruck)")
+                      help="spardl: Spar-All-Gather variant, bruck (a Bruck gather of adaptive "
+                           "top-h lists) or recursive (the authors' pairwise reduction; d a power "
+                           "of two) (default: bruck)")
+    sync.add_argument("--srs", choices=["rounds", "blocks"], default="rounds",
+                      help="spardl: Spar-Reduce-Scatter execution, rounds (one message per round) "
+                           "or blocks (one block per step, as the authors' code; same numbers, "
+                           "more messages) (default: rounds)")
     sync.add_argument("--dense-warmup", type=int, default=0, metavar="STEPS",
                       help="synchronize densely for the first STEPS iterations (default: 0)")
 
@@ -345,7 +350,7 @@ def build_model(args, split, batch_size, comm, device):
 
 def build_synchronizer(args, numel, comm):
     """Create the synchronizer with the options its method accepts (collective)."""
-    given = {"teams": args.teams, "sag": args.sag, "dense_warmup": args.dense_warmup}
+    given = {"teams": args.teams, "sag": args.sag, "srs": args.srs, "dense_warmup": args.dense_warmup}
     options = {key: value for key, value in given.items()
                if key in compressors.options(args.compressor)}
     parser = build_parser()

@@ -15,8 +15,6 @@ import time
 from collections import defaultdict
 from typing import Callable
 
-import torch
-
 from .base import Transport
 
 

@@ -11,17 +11,14 @@ repetition's time is the slowest rank's. Rank 0 prints the medians and their rat
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import time
 
 import torch
 from mpi4py import MPI
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import compressors  # noqa: E402
-from comm.mpi import MPITransport  # noqa: E402
+import compressors
+from comm.mpi import MPITransport
 
 
 def positive(text: str) -> int:

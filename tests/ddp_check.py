@@ -8,8 +8,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import hooks  # noqa: E402
+import hooks
 
 dist.init_process_group("gloo")
 rank, workers = dist.get_rank(), dist.get_world_size()
@@ -172,8 +171,9 @@ def raises(action, fragment):
 
 
 # A state saved with options spelled out (defaults, a NumPy integer) fits one that leaves them out.
-spelled = hooks.SparDLState(density=0.05, method="spardl", teams=numpy.int64(1), sag="bruck", dense_warmup=0)
-assert spelled.options == {"teams": 1, "sag": "bruck", "dense_warmup": 0}
+spelled = hooks.SparDLState(density=0.05, method="spardl", teams=numpy.int64(1), sag="bruck", srs="rounds",
+                            dense_warmup=0)
+assert spelled.options == {"teams": 1, "sag": "bruck", "srs": "rounds", "dense_warmup": 0}
 assert type(spelled.options["teams"]) is int
 scaled = hooks.SparDLState(density=0.05, method="oktopk", raise_scale=numpy.float64(1.05))
 assert type(scaled.options["raise_scale"]) is float

@@ -4,16 +4,13 @@ Every rank derives every rank's gradients from the seed, so it can check the exa
 average itself. Any failed check raises, which aborts the whole job with a non-zero status.
 """
 import math
-import os
-import sys
 
 import numpy as np
 import torch
 from mpi4py import MPI
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import compressors  # noqa: E402
-from comm.mpi import abort_on_uncaught_exception  # noqa: E402
+import compressors
+from comm.mpi import abort_on_uncaught_exception
 
 abort_on_uncaught_exception()
 torch.set_num_threads(1)

@@ -1,7 +1,6 @@
 """Thread and MPICH yield defaults, chosen from the launcher's environment before MPI starts."""
 import os
 import subprocess
-import sys
 
 import pytest
 

@@ -1,6 +1,5 @@
 """Ctrl-C during training ends every rank within seconds: exit status 130, one line naming the
 step and the last complete checkpoint, no traceback; with and without mpiexec."""
-import os
 import signal
 import subprocess
 import sys

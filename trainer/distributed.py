@@ -1,6 +1,6 @@
 """Collective helpers of the trainer: agreeing on usage errors, aborting on failures,
-broadcasting tensors and summing numbers over ranks; ``place_rank`` (cores and devices) comes
-from ``comm.placement``, where the bench uses it too.
+broadcasting tensors and summing numbers over ranks (``comm.placement`` places a rank on
+cores and devices).
 
 All of them take an ``mpi4py`` communicator and are called by every rank.
 """
@@ -8,7 +8,6 @@ import traceback
 from contextlib import contextmanager
 
 from comm.mpi import report_and_abort
-from comm.placement import place_rank  # noqa: F401 - the trainer's import of it
 from datasets.split import DataError
 
 

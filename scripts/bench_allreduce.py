@@ -62,8 +62,7 @@ except ModuleNotFoundError as missing:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    """The command line (see the module docstring and the README's "Benchmarks, simulator,
-    reports")."""
+    """The command line (see the module docstring and docs/PERFORMANCE.md#how-to-measure)."""
     parser = cli.RankZeroParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Two reference rows follow the methods: 'floor' (SparDL's messages with no method work,\n"

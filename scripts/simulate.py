@@ -69,8 +69,7 @@ def networks(text: str, message_cost: float, cores) -> list:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    """The command line (see the module docstring and the README's "Benchmarks, simulator,
-    reports")."""
+    """The command line (see the module docstring and docs/PERFORMANCE.md#how-to-measure)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     default = " (default: %(default)s)"

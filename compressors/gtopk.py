@@ -30,7 +30,7 @@ produces anyway), and :meth:`GTopK.measure_lost_mass`, called by every rank afte
 returned, combines every rank's drops with one all-reduce of these three numbers and adds them to
 ``stats``. That all-reduce is in none of ``seconds``, ``bytes_sent``, ``messages`` and
 ``rounds``; a caller that times ``allreduce`` from outside calls it after stopping its clock.
-Cost (SPEC 6): 2 ceil(log2 P) rounds; at most 2k words per message.
+Cost (docs/DESIGN.md, cost table): 2 ceil(log2 P) rounds; at most 2k words per message.
 """
 from __future__ import annotations
 

@@ -36,8 +36,9 @@ counted), k = max(1, int(n * density)):
 
 At density 1 (k = n) every threshold is 0: all entries are selected and kept, which gives the
 dense average. Thresholds are never below the smallest positive float on reuse calls, so zeros
-are never sent. Cost (SPEC 6): (P-1) + ceil(log2 P) rounds, plus 2 ceil(log2 P) for the
-boundary all-reduce; on calls that reuse both thresholds about 2(P-1)/P (|S_w| + kept) words.
+are never sent. Cost (docs/DESIGN.md, cost table): (P-1) + ceil(log2 P) rounds, plus
+2 ceil(log2 P) for the boundary all-reduce; on calls that reuse both thresholds about
+2(P-1)/P (|S_w| + kept) words.
 """
 from __future__ import annotations
 

@@ -2,11 +2,13 @@
 
     OMP_NUM_THREADS=1 .venv/bin/mpiexec -n 8 .venv/bin/python scripts/dense_overhead.py --numel 14728266
 
-Each repetition times, on every rank after a barrier, first a bare in-place ``Allreduce`` (sum) of
-a float32 buffer of ``--numel`` entries, then ``dense``'s ``allreduce(grad, out=out)`` of the same
-length (as training calls it: the gradient and the result in buffers of their own). A
-repetition's time is the slowest rank's. Rank 0 prints the medians and their ratio; the first
-``--warmup`` repetitions are left out. Nothing is asserted: the ratio is a measurement.
+Each repetition times, on every rank after a barrier, a bare in-place ``Allreduce`` (sum) of a
+float32 buffer of ``--numel`` entries (its input copied in untimed), a bare out-of-place
+``Allreduce`` from the gradient into a buffer of its own (what an average that leaves the
+gradient alone needs at least), then ``dense``'s ``allreduce(grad, out=out)`` of the same length
+(as training calls it). A repetition's time is the slowest rank's. Rank 0 prints the medians and
+dense's ratio to each; the first ``--warmup`` repetitions are left out. Nothing is asserted: the
+ratios are measurements.
 """
 from __future__ import annotations
 
@@ -45,20 +47,22 @@ def main(argv=None) -> dict:
     comm = MPI.COMM_WORLD
     torch.manual_seed(comm.Get_rank())
     grad = torch.randn(args.numel)
-    bare, out = torch.empty(args.numel), torch.empty(args.numel)
+    bare, apart, out = torch.empty(args.numel), torch.empty(args.numel), torch.empty(args.numel)
     sync = compressors.create("dense", MPITransport(comm), numel=args.numel)
-    times = {"bare": [], "dense": []}
+    times = {"bare": [], "apart": [], "dense": []}
     for repeat in range(args.warmup + args.repeats):
         bare.copy_(grad)  # untimed: the bare call sums its buffer in place
-        pair = (timed(comm, lambda: comm.Allreduce(MPI.IN_PLACE, bare.numpy(), op=MPI.SUM)),
-                timed(comm, lambda: sync.allreduce(grad, out=out)))
+        measured = {"bare": timed(comm, lambda: comm.Allreduce(MPI.IN_PLACE, bare.numpy(), op=MPI.SUM)),
+                    "apart": timed(comm, lambda: comm.Allreduce(grad.numpy(), apart.numpy(), op=MPI.SUM)),
+                    "dense": timed(comm, lambda: sync.allreduce(grad, out=out))}
         if repeat >= args.warmup:
-            times["bare"].append(pair[0])
-            times["dense"].append(pair[1])
+            for name, seconds in measured.items():
+                times[name].append(seconds)
     medians = {name: statistics.median(values) for name, values in times.items()}
     if comm.Get_rank() == 0:
-        print(f"P = {comm.Get_size()}, n = {args.numel}: bare Allreduce {1e3 * medians['bare']:.1f} ms, "
-              f"dense {1e3 * medians['dense']:.1f} ms, ratio {medians['dense'] / medians['bare']:.3f}")
+        print(f"P = {comm.Get_size()}, n = {args.numel}: bare Allreduce in place {1e3 * medians['bare']:.1f} ms, "
+              f"out of place {1e3 * medians['apart']:.1f} ms, dense {1e3 * medians['dense']:.1f} ms; dense / in place "
+              f"{medians['dense'] / medians['bare']:.3f}, dense / out of place {medians['dense'] / medians['apart']:.3f}")
     return medians
 
 

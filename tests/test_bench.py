@@ -22,7 +22,7 @@ from syncbench.timing import MethodRun, cosine
 
 bench = load_script("bench_allreduce")
 
-CONTRACT_KEYS = {"method", "workers", "numel", "density", "median_ms", "bytes_per_rank", "rounds",
+REQUIRED_KEYS = {"method", "workers", "numel", "density", "median_ms", "bytes_per_rank", "rounds",
                  "nnz", "cosine"}
 SCRIPT = os.path.join("scripts", "bench_allreduce.py")
 
@@ -43,7 +43,7 @@ def test_json_rows_have_the_contract_keys(dense_density_rows):
     expected = [label for label, _, _ in plan.method_runs(compressors.available(), [1, 3], 3)]
     assert [row["label"] for row in rows] == expected + ["floor", "floor+ef"]
     for row in rows:
-        assert CONTRACT_KEYS <= set(row), row
+        assert REQUIRED_KEYS <= set(row), row
         assert row["workers"] == 3 and row["numel"] == 3001 and row["density"] == 1.0
         assert row["min_ms"] <= row["median_ms"] <= row["max_ms"]
         assert row["rounds"] >= 1 and row["bytes_per_rank"] > 0

@@ -201,7 +201,7 @@ def test_dense_warmup_runs_dense_then_sparse():
 
 def test_height_adapter_tracks_the_budget_within_bounds():
     adapter = HeightAdapter(block_budget=50, teams=4, block_size=5000)
-    assert adapter.value == 12 and adapter.step == 1  # small blocks still move (SPEC 8.4)
+    assert adapter.value == 12 and adapter.step == 1  # small blocks still move (the authors froze them)
     seen = []
     for _ in range(60):  # a union of about 3.5 h entries: the fixed point is h = 14 or 15
         adapter.update(int(3.5 * adapter.value))

@@ -10,7 +10,7 @@ from tests.mpirun import ROOT, mpiexec
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
-CONTRACT_KEYS = {"epoch", "iters", "train_loss", "test_loss", "test_acc", "lr", "epoch_seconds",
+REQUIRED_KEYS = {"epoch", "iters", "train_loss", "test_loss", "test_acc", "lr", "epoch_seconds",
                  "sync_seconds", "comm_seconds", "select_seconds", "bytes_sent_per_rank",
                  "compressor", "density", "nworkers", "compute_seconds"}
 CNN_DIGITS_PARAMETERS = 22_650
@@ -34,7 +34,7 @@ def test_default_run_writes_metrics_and_keeps_ranks_identical(tmp_path, workers,
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("epoch   1/1") == 1  # one line per epoch, from rank 0 only
     (row,) = read_rows(tmp_path / "log")
-    assert CONTRACT_KEYS <= set(row)
+    assert REQUIRED_KEYS <= set(row)
     assert row["epoch"] == 1 and row["nworkers"] == workers
     assert row["compressor"] == ("spardl" if flags else "dense")
     assert row["density"] == (float(flags[4]) if flags else 1.0)

@@ -4,6 +4,7 @@
     .venv/bin/python scripts/simulate.py --workers 16,32,64,128,256 --plot sim.png --json sim.json
     .venv/bin/python scripts/simulate.py --workers 4,8 --network shared:1gbit,shared:10gbit
     .venv/bin/python scripts/simulate.py --compare bench.json      # predicted beside measured
+    .venv/bin/python scripts/simulate.py --compare bench.json --local-work replay --host-cores 2
 
 Every method runs for real on P threads of one process at a modest n (``--numel``, 2^18 by
 default; the model: ``syncbench.simulator``), and its messages and selections are priced by a
@@ -20,6 +21,13 @@ with ``--host-cores N`` the ranks also share N cores (``syncbench.network``);
 Selection: a fixed ``--select-rate`` in entries per second (default 1e9, the same on every
 machine, so that tables are reproducible), or ``--select-rate measured`` to time this
 machine's selector (``--select-threads``, ``--select-device``); the output states the rate used.
+
+Local work: ``--local-work select`` (the default) adds the selection alone to the network time;
+``--local-work replay`` adds each rank's whole local work instead (selection, accumulation,
+packing, scatter-adds, copies), rank 0's share of each call timed alone in this process with its
+messages played back, at the simulated n (or ``--local-numel``) and a quarter of it, fitted as
+fixed + per-entry seconds and evaluated at ``--model-numel`` (``syncbench.local_work``; it
+depends on this machine). The output states which was used; rows carry ``local_ms``.
 
 ``--compare FILE ...`` reads benchmark JSON files (``scripts/bench_allreduce.py --json``) and
 predicts every method row at its own P, n, density and SparDL settings on the network it ran on
@@ -39,6 +47,7 @@ try:
     import compressors
     from syncbench import cli, plan, predictions
     from syncbench.compare import compare, format_comparison, load_bench_rows
+    from syncbench.local_work import MODES as LOCAL_WORK_MODES, ReplayedLocalWork, describe_select
     from syncbench.network import PRESETS, TESTBED_ALPHA, Network, parse_network
     from syncbench.selection_cost import DEFAULT_SELECT_RATE, SelectionCost
     from syncbench.simulator import VGG16_NUMEL, simulate_row
@@ -109,6 +118,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="threads of the selection timing (--select-rate measured)" + default)
     parser.add_argument("--select-device", default="cpu", choices=["cpu", "cuda"],
                         help="where to time selection (--select-rate measured)" + default)
+    parser.add_argument("--local-work", default="select", metavar="MODEL",
+                        help="each rank's local work added to the network time: 'select' (selection "
+                             "alone, at --select-rate) or 'replay' (rank 0's whole share of each call "
+                             "replayed alone on this machine at two sizes, fitted fixed + per entry)" + default)
+    parser.add_argument("--local-numel", type=int,
+                        help="the larger replay size of --local-work replay, the smaller being a quarter "
+                             "of it (default: the simulated n; with --compare at most each row's n)")
     parser.add_argument("--compare", nargs="+", metavar="BENCH_JSON",
                         help="predict every method row of these benchmark JSON files and print "
                              "measured beside predicted (--workers, --methods, --teams, --sweep unused)")
@@ -147,6 +163,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.select_threads < 1:
         parser.error(f"--select-threads must be >= 1, got {args.select_threads}")
     args.select_rate = cli.usage_checked(parser, select_rate, args.select_rate)
+    if args.local_work not in LOCAL_WORK_MODES:
+        parser.error(f"--local-work must be one of {', '.join(LOCAL_WORK_MODES)}, got {args.local_work!r}")
+    if args.local_numel is not None and (args.local_work != "replay" or args.local_numel < 1):
+        parser.error(f"--local-numel must be >= 1 and goes with --local-work replay, got {args.local_numel} "
+                     f"with --local-work {args.local_work}")
     cli.usage_checked(parser, cli.check_seed, args.seed)
     if args.json:
         cli.usage_checked(parser, cli.output_file, args.json, "--json")
@@ -164,11 +185,19 @@ def selection_cost(args) -> SelectionCost:
     return cost
 
 
+def local_work(args):
+    """The local-work model (``--local-work``): a ``ReplayedLocalWork``, or ``None`` for selection
+    only; its line printed."""
+    model = ReplayedLocalWork(args.local_numel) if args.local_work == "replay" else None
+    print(describe_select() if model is None else model.describe(), flush=True)
+    return model
+
+
 def main_compare(args) -> list:
     """``--compare``: predicted beside measured for every benchmark row; returns the rows."""
     try:
         rows = compare(args.bench_rows, args, selection_cost(args), args.networks or None, args.message_cost,
-                       args.host_cores)
+                       args.host_cores, local_work(args))
     except ValueError as error:
         print(f"simulate.py: {error}", file=sys.stderr)
         sys.exit(2)
@@ -194,17 +223,22 @@ def main(argv=None) -> tuple:
         print("simulate.py: nothing to simulate: no method runs at any P (see the notes above)", file=sys.stderr)
         sys.exit(2)
     cost = selection_cost(args)
+    local = local_work(args)
     rows, sweep = [], []
     for workers, (label, name, options) in runs:
-        rows += simulate_row(label, name, options, workers, args, args.networks, cost)
+        rows += simulate_row(label, name, options, workers, args, args.networks, cost, local)
     for workers in args.sweep:
         for teams in (d for d in range(1, workers + 1) if workers % d == 0):
             sweep += simulate_row(plan.spardl_label(teams), "spardl", {"teams": teams}, workers, args,
-                                  args.networks, cost)
+                                  args.networks, cost, local)
     models = {network.name: network.describe() for network in args.networks}
+    terms, left_out = ("selection", "selection") if local is None else ("replayed local work", "local work")
     if rows:
-        print(predictions.format_tables(rows, "predicted_ms", "predicted ms per call (network + selection)", models))
-        print(predictions.format_tables(rows, "network_ms", "network ms per call (selection excluded)", models))
+        print(predictions.format_tables(rows, "predicted_ms", f"predicted ms per call (network + {terms})", models))
+        print(predictions.format_tables(rows, "network_ms", f"network ms per call ({left_out} excluded)", models))
+        if local is not None:
+            print(predictions.format_tables(rows, "local_ms", "local work ms per call (replayed, times the compute "
+                                            "share)", models))
         references = dict.fromkeys(r["label"] for r in rows if r["method"] == "spardl")  # every team count
         print("\n" + "\n".join(line for reference in references for line in predictions.crossovers(rows, reference)))
     if sweep:

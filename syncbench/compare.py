@@ -40,12 +40,13 @@ def measured_network(row: dict, message_cost: float = TESTBED_ALPHA, cores: int 
 
 
 def compare(bench_rows: list, settings, cost, networks: list = None, message_cost: float = TESTBED_ALPHA,
-            cores: int | None = None) -> list:
+            cores: int | None = None, local_work=None) -> list:
     """One row per benchmark row and network (``networks``, else the row's own,
     :func:`measured_network`, with ``message_cost`` and ``cores``): ``measured_ms`` (the row's median), ``predicted_ms``,
     ``error_pct`` = 100 (predicted - measured) / measured, and both splits. ``settings`` gives the
     simulated ``numel`` (at most the row's n), ``warmup``, ``calls`` and ``seed``; the predicted n
-    and the density are the row's."""
+    and the density are the row's. ``local_work``: the simulator's replayed local-work model
+    (its larger replay size at most the row's n), ``None`` for selection only."""
     out = []
     for row in bench_rows:
         spardl = row["method"] == "spardl"
@@ -54,7 +55,8 @@ def compare(bench_rows: list, settings, cost, networks: list = None, message_cos
                                    density=row["density"],
                                    warmup=settings.warmup, calls=settings.calls, seed=settings.seed)
         targets = networks or [measured_network(row, message_cost, cores)]
-        for predicted in simulate_row(row["label"], row["method"], options, row["workers"], local, targets, cost):
+        for predicted in simulate_row(row["label"], row["method"], options, row["workers"], local, targets, cost,
+                                      local_work):
             out.append({"label": row["label"], "method": row["method"], "workers": row["workers"],
                         "numel": row["numel"], "density": row["density"],
                         "measured_network": row.get("network"), "network": predicted["network"],
@@ -62,15 +64,18 @@ def compare(bench_rows: list, settings, cost, networks: list = None, message_cos
                         "error_pct": 100 * (predicted["predicted_ms"] - row["median_ms"]) / row["median_ms"],
                         "predicted_network_ms": predicted["network_ms"],
                         "predicted_select_ms": predicted["select_ms"],
+                        "local_work": predicted["local_work"], "predicted_local_ms": predicted["local_ms"],
                         "measured_comm_ms": row.get("comm_ms"), "measured_select_ms": row.get("select_ms")})
     return out
 
 
 def format_comparison(rows: list) -> str:
-    """The comparison as a text table, and per method the mean absolute error over its rows."""
+    """The comparison as a text table, and per method the mean absolute error over its rows.
+    ``pred local`` is the local-work term added to ``pred net`` (``--local-work select``: the
+    selection, ``pred sel``; ``replay``: the replayed local work, ``pred sel`` being part of it)."""
     width = max(14, 2 + max(len(r["label"]) for r in rows))
     header = (f"{'method':<{width}}{'P':>4}{'network':>16}{'measured ms':>13}{'predicted ms':>14}{'error %':>9}"
-              f"{'pred net':>10}{'pred sel':>10}{'meas comm':>11}{'meas sel':>10}")
+              f"{'pred net':>10}{'pred sel':>10}{'pred local':>12}{'meas comm':>11}{'meas sel':>10}")
     lines = [header, "-" * len(header)]
 
     def ms(value):
@@ -79,7 +84,7 @@ def format_comparison(rows: list) -> str:
     for r in rows:
         lines.append(f"{r['label']:<{width}}{r['workers']:>4}{r['network']:>16}{r['measured_ms']:>13.1f}"
                      f"{r['predicted_ms']:>14.1f}{r['error_pct']:>+9.1f}{r['predicted_network_ms']:>10.1f}"
-                     f"{r['predicted_select_ms']:>10.1f}{ms(r['measured_comm_ms']):>11}"
+                     f"{r['predicted_select_ms']:>10.1f}{r['predicted_local_ms']:>12.1f}{ms(r['measured_comm_ms']):>11}"
                      f"{ms(r['measured_select_ms']):>10}")
     errors = {}
     for r in rows:

@@ -38,10 +38,10 @@ class Replayed:
         return record
 
 
-def record_call(name: str, options: dict, grads: list, density: float) -> tuple:
-    """Run ``name`` on ``len(grads[0])`` in-process ranks, ``grads[c][r]`` being rank r's
-    gradient at call c, and record rank 0's last call: its state before that call, its events
-    (with payloads) and its result."""
+def record_call(name: str, options: dict, grads: list, density: float, group=None) -> tuple:
+    """Run ``name`` on ``len(grads[0])`` in-process ranks (``group``, by default
+    ``comm.local_group``), ``grads[c][r]`` being rank r's gradient at call c, and record rank
+    0's last call: its state before that call, its events (with payloads) and its result."""
 
     def body(transport):
         recorder = RecordingTransport(transport, keep_payloads=True)
@@ -53,7 +53,14 @@ def record_call(name: str, options: dict, grads: list, density: float) -> tuple:
         result = sync.allreduce(grads[-1][transport.rank])
         return (state, recorder.take(), result) if transport.rank == 0 else None
 
-    return local_group(len(grads[0])).run(body)[0]
+    return (group or local_group(len(grads[0]))).run(body)[0]
+
+
+def replay_method(name: str, options: dict, grads: list, density: float, group=None) -> Replayed:
+    """Rank 0's last call of ``grads`` (:func:`record_call`), ready to be replayed alone."""
+    state, events, result = record_call(name, options, grads, density, group)
+    transport = ReplayTransport(events, 0, len(grads[0]))
+    return Replayed(MethodRun(transport, name, options, grads[0][0].numel(), density), transport, state, result)
 
 
 def replay_runs(runs: list, source, workers: int, warmup: int, density: float) -> tuple:
@@ -63,11 +70,6 @@ def replay_runs(runs: list, source, workers: int, warmup: int, density: float) -
     of that call, floor+ef from the residual its local work left after the calls before."""
     grads = [[source.get(rank, call) for rank in range(workers)] for call in range(warmup + 1)]
     exact = torch.stack(grads[-1]).mean(0)
-
-    def method(name: str, options: dict) -> Replayed:
-        state, events, result = record_call(name, options, grads, density)
-        transport = ReplayTransport(events, 0, workers)
-        return Replayed(MethodRun(transport, name, options, source.numel, density), transport, state, result)
 
     spardl_call = functools.cache(lambda: record_call("spardl", {}, grads, density)[1])
 
@@ -81,6 +83,7 @@ def replay_runs(runs: list, source, workers: int, warmup: int, density: float) -
         return Replayed(run, transport, run.state())
 
     # Each row is recorded when it is built: with --sequential one row's recording at a time.
-    factories = [lambda name=name, options=options: method(name, options) for _, name, options in runs]
+    factories = [lambda name=name, options=options: replay_method(name, options, grads, density)
+                 for _, name, options in runs]
     factories += [lambda feedback=feedback: floor(feedback) for feedback in FLOORS.values()]
     return factories, lambda call: (grads[-1][0], exact)

@@ -22,6 +22,11 @@ each kind of call at its share of the method's period (:func:`call_weights`):
   times the recorded length, priced by a :class:`SelectionCost`, times the network model's
   ``compute_share`` (ranks sharing fewer cores than there are ranks compute slower).
 - predicted time = network + selection. Packing, scatter-adds and copies are not modelled.
+- or, with a :class:`syncbench.local_work.ReplayedLocalWork` (``--local-work replay``): predicted
+  time = network + local work, rank 0's whole share of each call (selection, accumulation,
+  packing, scatter-adds, copies, merges) replayed alone in this process at two sizes, fitted as
+  fixed + per-entry seconds, evaluated at the model's n, times ``compute_share``; the selection
+  term is then part of it, reported but not added.
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ from comm.local import LocalGroup, LocalTransport
 from comm.recording import RecordingTransport
 
 from .gradients import SyntheticGradients
+from .local_work import ReplayedLocalWork
 from .network import SharedLink
 from .selection_cost import SelectionCost, SelectionCounter
 from .summary import summarize_counts
@@ -187,15 +193,28 @@ def simulated_numel(numel: int, workers: int, density: float) -> int:
 
 
 def simulate_row(label: str, name: str, options: dict, workers: int, settings, networks: list,
-                 cost: SelectionCost) -> list:
+                 cost: SelectionCost, local_work: ReplayedLocalWork | None = None) -> list:
     """Record one method at one P and return one row per network. ``settings`` gives ``numel``
-    (simulated), ``model_numel`` (predicted), ``density``, ``warmup``, ``calls`` and ``seed``."""
+    (simulated), ``model_numel`` (predicted), ``density``, ``warmup``, ``calls`` and ``seed``;
+    ``local_work``: the replayed local-work model, ``None`` for selection only (module docstring)."""
     start = time.perf_counter()
     numel = simulated_numel(settings.numel, workers, settings.density)
     per_rank = record_calls(name, options, workers, numel, settings.density,
                             settings.warmup + settings.calls, settings.seed, warmup=settings.warmup)
     print(f"  simulated {label} at P={workers}, n={numel:,} in {time.perf_counter() - start:.1f} s",
           file=sys.stderr, flush=True)
+    local = None
+    if local_work is not None:
+        start = time.perf_counter()
+        sizes = local_work.sizes(numel, settings.model_numel, lambda n: simulated_numel(n, workers, settings.density))
+        fitted, points = local_work.measure(name, options, workers, sizes, settings.density,
+                                            [record["weight"] for record in per_rank[0]], settings.seed,
+                                            SharedSumGroup)
+        local = {"local_fixed_ms": fitted.fixed * 1e3, "local_per_entry_ns": fitted.per_entry * 1e9,
+                 "local_points": [[n, seconds * 1e3] for n, seconds in points],
+                 "local_seconds": fitted.seconds(settings.model_numel)}
+        print(f"  replayed {label}'s rank 0 at P={workers}, n={', '.join(f'{n:,}' for n in sizes)} in "
+              f"{time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
     timed = [records[settings.warmup:] for records in per_rank]
     scale = settings.model_numel / numel
     counts = summarize_counts(timed)
@@ -204,14 +223,20 @@ def simulate_row(label: str, name: str, options: dict, workers: int, settings, n
     rows = []
     for network in networks:
         predicted = predict(per_rank, network, scale, cost)
+        share = network.compute_share(workers)
+        local_seconds = predicted["select"] if local is None else local["local_seconds"] * share
+        total = predicted["total"] if local is None else predicted["network"] + local_seconds
         rows.append({"method": name, "label": label, "teams": options.get("teams", 1),
                      "srs": options.get("srs"), "sag": options.get("sag"),
                      "workers": workers, "numel": numel, "model_numel": settings.model_numel,
                      "density": settings.density, "network": network.name, "alpha": network.alpha,
                      "beta": network.beta, "shared_link": isinstance(network, SharedLink),
-                     "compute_share": network.compute_share(workers),
-                     "predicted_ms": predicted["total"] * 1e3,
+                     "compute_share": share,
+                     "predicted_ms": total * 1e3,
                      "network_ms": predicted["network"] * 1e3, "select_ms": predicted["select"] * 1e3,
+                     "local_work": "select" if local is None else "replay", "local_ms": local_seconds * 1e3,
+                     **({} if local is None else {key: value for key, value in local.items()
+                                                  if key != "local_seconds"}),
                      "select_rate": cost.fixed_rate,
                      **counts, "model_bytes_per_rank": counts["bytes_per_rank"] * scale,
                      "scanned_per_rank": scanned, "calls": settings.calls, "seed": settings.seed})

@@ -2,12 +2,13 @@
 messages in rounds, each rank sending one to its right neighbour and receiving one from its left
 (as a round of SparDL's reduce-scatter does), through the project's MPI transport.
 
-    .venv/bin/mpiexec -n 4 .venv/bin/python -m syncbench.latency
-    scripts/shaped_network.sh --rate 1gbit -- .venv/bin/mpiexec -n 4 .venv/bin/python -m syncbench.latency
+    .venv/bin/mpiexec -n 2 .venv/bin/python -m syncbench.latency
+    scripts/shaped_network.sh --rate 1gbit -- .venv/bin/mpiexec -n 2 .venv/bin/python -m syncbench.latency
 
 The median seconds per round is the ``alpha`` of the simulator's ``shared:RATE`` networks
-(``scripts/simulate.py --message-cost``): it includes the ranks' scheduling on a shared machine,
-which a ping-pong between two idle ranks would miss.
+(``scripts/simulate.py --message-cost``). Run it with no more ranks than cores: with more ranks,
+a round also waits for descheduled receivers (milliseconds, not microseconds), which the
+simulator's local-work term already prices through the ranks' share of the cores.
 """
 from __future__ import annotations
 

@@ -84,11 +84,13 @@ class SharedLink:
 PRESETS = {"ethernet": Network("ethernet", 25e-6, 1 / 1.25e9),
            "infiniband": Network("infiniband", 1.5e-6, 1 / 12.5e9)}
 SHARED = "shared"
-# The default cost per message of shared:RATE: an estimate for MPICH over TCP on one host's
-# loopback with a core per rank. The cost on a given machine and P is what
-# ``python -m syncbench.latency`` measures under mpiexec inside scripts/shaped_network.sh;
-# pass it as scripts/simulate.py --message-cost.
-TESTBED_ALPHA = 50e-6
+# The default cost per message of shared:RATE: MPICH over TCP on one host's shaped loopback with
+# a core per rank, as ``python -m syncbench.latency`` measured it with 2 ranks on 2 cores inside
+# scripts/shaped_network.sh (164 us at 1gbit). Measure it with no more ranks than cores: with
+# more, each message also waits for its receiver to be scheduled, which the local-work term
+# already prices through the compute share (counting it in both over-predicts multi-round
+# methods by up to 56%). Pass another value as scripts/simulate.py --message-cost.
+TESTBED_ALPHA = 160e-6
 
 
 def parse_rate(text: str) -> float:

@@ -67,11 +67,12 @@ done
 
 namespace="spardl-shaped-$$-$RANDOM"
 child=""
+pending=""  # a signal that came before COMMAND's process id was known
 cleanup() {
     ip netns delete "$namespace" 2>/dev/null
 }
 forward() {  # $1: the signal to pass on to COMMAND (the script ends when COMMAND does)
-    [ -n "$child" ] && kill -s "$1" "$child" 2>/dev/null
+    if [ -n "$child" ]; then kill -s "$1" "$child" 2>/dev/null; else pending="$1"; fi
 }
 trap cleanup EXIT
 trap 'forward INT' INT
@@ -96,6 +97,8 @@ export FI_PROVIDER="${FI_PROVIDER:-tcp}"
 # of a script ignores SIGINT unless it resets that, which the subshell does before the exec.
 ( trap - INT QUIT; exec ip netns exec "$namespace" "$@" ) &
 child=$!
+# On a busy machine COMMAND can start (and be signalled) before this shell has its process id.
+[ -z "$pending" ] || kill -s "$pending" "$child" 2>/dev/null
 while kill -0 "$child" 2>/dev/null; do  # wait also returns when a trapped signal arrives
     wait "$child"
 done

@@ -61,9 +61,11 @@ def test_place_rank_sets_torch_threads_from_the_host_count(monkeypatch):
         torch.set_num_threads(before)
 
 
+# Rank 0 prints every rank's row: lines printed by several ranks can interleave mid-line.
 PROBE = ("from mpi4py import MPI; import torch; from comm.placement import host_ranks, place_rank; "
-         "place_rank(MPI.COMM_WORLD, 'cpu'); "
-         "print(MPI.COMM_WORLD.Get_rank(), *host_ranks(MPI.COMM_WORLD), torch.get_num_threads(), flush=True)")
+         "comm = MPI.COMM_WORLD; place_rank(comm, 'cpu'); "
+         "rows = comm.gather((comm.Get_rank(), *host_ranks(comm), torch.get_num_threads())); "
+         "comm.Get_rank() == 0 and print('\\n'.join(' '.join(map(str, row)) for row in rows), flush=True)")
 
 
 @pytest.mark.mpi

@@ -231,3 +231,20 @@ def test_measured_compute_splits_off_the_rest_of_an_iteration(tmp_path):
     assert "| ms/iter | compute | select | comm | other sync | sync | rest | MB/iter |" in text
     assert table_rows(text, "spardl")[0][4:12] == ["200.0", "60.0", "40.0", "50.0", "10.0", "100.0", "40.0",
                                                    "0.100"]
+
+
+def test_masked_lm_runs_are_labelled_masked_token_accuracy_with_perplexity(tmp_path):
+    """BERT's rows (task masked-lm) report masked-token accuracy, the MLM loss and perplexity;
+    classification runs keep their headers."""
+    bert = [dict(row, model="bert-tiny", dataset="wikipedia", task="masked-lm", test_perplexity=2.5 + row["epoch"])
+            for row in spardl_rows()]
+    text = cli.main([write_rows(tmp_path / "bert", bert), RUNS[1]])
+    assert "| run | epochs | final masked-token acc | best masked-token acc | final train MLM loss | " \
+           "final test MLM loss | final test perplexity | wall s |" in text
+    assert "Accuracy is masked-token accuracy" in text
+    assert table_rows(text, "spardl")[1][:3] + table_rows(text, "spardl")[1][6:] == ["spardl", "3", "0.9200",
+                                                                                       "5.50", "7.5"]
+    assert "| run | epochs | final test acc | best test acc | final train loss | final test loss | wall s |" in text
+    from trainreport.runs import accuracy_name, load_run
+    assert accuracy_name([load_run(str(tmp_path / "bert"))]) == "masked-token accuracy"
+    assert accuracy_name([load_run(RUNS[1])]) == "test accuracy"

@@ -24,7 +24,9 @@ name. Within a group:
   rest of synchronization (packing, accumulation), megabytes sent per rank per iteration, and
   the speed-up of the reference method (--reference, default spardl) over every run, in total
   time and in synchronization time;
-- accuracy: final and best test accuracy, final train and test loss, epochs, wall time; with
+- accuracy: final and best test accuracy, final train and test loss, epochs, wall time (for
+  masked-LM pre-training, BERT, rows record task masked-lm: the accuracy is masked-token
+  accuracy on held-out text, the losses the masked-LM loss, plus test perplexity); with
   --target-accuracy A also the epoch and wall time at which each run first reached test
   accuracy A (the paper's time-to-accuracy), and the reference method's speed-up in that time.
 

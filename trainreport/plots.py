@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from trainreport.runs import Run
+from trainreport.runs import Run, accuracy_name
 from trainreport.settings import group_title, groups
 from trainreport.tables import speedups
 
@@ -30,7 +30,7 @@ def plot(runs: list, out_dir: str, reference: str, target: float = None) -> list
                           if row.get("test_acc") is not None]
                 if points:
                     axis.plot(*zip(*points), marker=".", label=run.label)
-            axis.set(xlabel="epoch" if name.endswith("epoch") else "wall time (s)", ylabel="test accuracy",
+            axis.set(xlabel="epoch" if name.endswith("epoch") else "wall time (s)", ylabel=accuracy_name(members),
                      title=group_title(key))
             if name.endswith("epoch"):
                 axis.xaxis.set_major_locator(MaxNLocator(integer=True))  # whole epochs only
@@ -39,7 +39,7 @@ def plot(runs: list, out_dir: str, reference: str, target: float = None) -> list
                     axis.axhline(target, color="gray", linestyle="--", linewidth=1, label=f"target {target:g}")
                 axis.legend(fontsize=8)
             else:
-                axis.text(0.5, 0.5, "no test accuracy logged", ha="center", transform=axis.transAxes)
+                axis.text(0.5, 0.5, f"no {accuracy_name(members)} logged", ha="center", transform=axis.transAxes)
         paths.append(_save(fig, plt, out_dir, name))
     width = max(4.5, 1.5 + 1.3 * max(len(m) for _, m in grouped))  # per group: room for its title
     fig, axes = plt.subplots(1, len(grouped), figsize=(width * len(grouped), 4), squeeze=False)

@@ -11,7 +11,9 @@ REQUIRED = ("epoch", "epoch_seconds", "sync_seconds", "select_seconds", "comm_se
 #: Keys the report computes with, where a row has them: numbers ...
 NUMBERS = REQUIRED + ("iters", "epoch_iters", "max_epochs", "eval_seconds", "compute_seconds")
 #: ... and numbers or null (an epoch without evaluation).
-NULLABLE = ("test_acc", "test_loss", "train_loss")
+NULLABLE = ("test_acc", "test_loss", "train_loss", "test_perplexity")
+#: The task whose test accuracy is masked-token accuracy (BERT pre-training), as rows record it.
+MASKED_LM = "masked-lm"
 
 
 @dataclass
@@ -27,6 +29,12 @@ class Run:
     def method(self) -> str:
         """The synchronization method of the run (``dense`` when none is named)."""
         return self.rows[-1].get("compressor") or "dense"
+
+    @property
+    def masked_lm(self) -> bool:
+        """Whether the run is masked-language-model pre-training: its ``test_acc`` is the
+        fraction of masked held-out tokens predicted exactly, its losses the masked-LM loss."""
+        return self.rows[-1].get("task") == MASKED_LM
 
     def setting(self, key: str):
         """The run's value of setting ``key`` (``density``, ``teams`` ...), ``None`` if not recorded."""
@@ -75,6 +83,14 @@ class Run:
             if row.get("test_acc") is not None and row["test_acc"] >= target:
                 return row["epoch"], seconds
         return None
+
+
+def accuracy_name(runs: list) -> str:
+    """What the ``test_acc`` of ``runs`` measures, for table headers and axis labels."""
+    kinds = {run.masked_lm for run in runs}
+    if kinds == {True}:
+        return "masked-token accuracy"
+    return "test accuracy" if kinds == {False} else "test accuracy (masked-token for masked-LM runs)"
 
 
 def _is_number(value) -> bool:

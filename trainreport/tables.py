@@ -5,6 +5,7 @@ group's first reference run's time, so above 1 where the reference is faster.
 """
 from __future__ import annotations
 
+from trainreport.runs import accuracy_name
 from trainreport.settings import GROUP_KEYS, format_setting, group_key, group_title, groups, shown_settings
 
 
@@ -66,11 +67,22 @@ def accuracy_table(runs: list, reference: str = "spardl", target: float = None) 
     """Final and best test accuracy, final losses, epochs ("63 of 400" for a run that stopped
     early) and wall time per run; with a ``target`` accuracy also the epoch and wall time at
     which each run first reached it and the ``reference`` method's speed-up in that time (this
-    run's time / the group's first reference run's)."""
-    header = "| run | epochs | final test acc | best test acc | final train loss | final test loss | wall s |"
+    run's time / the group's first reference run's).
+
+    For masked-language-model runs (BERT) the headers say what the numbers are: masked-token
+    accuracy on held-out text, the masked-LM loss, and a column of test perplexity."""
+    masked_lm = all(run.masked_lm for run in runs)
+    acc, loss = ("masked-token acc", "MLM loss") if masked_lm else ("test acc", "loss")
+    header = (f"| run | epochs | final {acc} | best {acc} | final train {loss} | final test {loss} |"
+              + (" final test perplexity |" if masked_lm else "") + " wall s |")
     if target is not None:
         header += f" epoch to {target:g} | wall s to {target:g} | {reference} speedup to {target:g} |"
     lines = [header, "|---|" + "---:|" * (header.count("|") - 2)]
+    if masked_lm:
+        lines.insert(0, "Accuracy is masked-token accuracy: the fraction of masked tokens of the held-out "
+                        "text that the model predicts exactly.\n")
+    elif any(run.masked_lm for run in runs):
+        lines.insert(0, f"Accuracy is {accuracy_name(runs)}.\n")
     base = reference_run(runs, reference)
     reference_time = base.time_to(target) if target is not None and base else None
     for run in runs:
@@ -79,7 +91,9 @@ def accuracy_table(runs: list, reference: str = "spardl", target: float = None) 
         epochs = f"{last['epoch']}" + (f" of {last['max_epochs']}" if last.get("max_epochs", 0) > last["epoch"] else "")
         line = (f"| {run.label} | {epochs} | {_number(last.get('test_acc'), 4)} | "
                 f"{_number(max(accuracies) if accuracies else None, 4)} | {_number(last.get('train_loss'), 4)} | "
-                f"{_number(last.get('test_loss'), 4)} | {run.wall_times()[-1]:.1f} |")
+                f"{_number(last.get('test_loss'), 4)} |"
+                + (f" {_number(last.get('test_perplexity'), 2)} |" if masked_lm else "")
+                + f" {run.wall_times()[-1]:.1f} |")
         if target is not None:
             reached = run.time_to(target)
             if reached is None:

@@ -82,6 +82,10 @@ class Synchronizer(abc.ABC):
 
     name = "base"
     uses_residual = True
+    #: True where no value is lost: summed over the ranks, gradient + residual before a call
+    #: equals P * result + residual after it (every value not in the result stays in some
+    #: rank's residual). gTop-k is the exception: its tree reduction drops values.
+    conserves_mass = True
     #: True where ``_synchronize`` adds the residual itself, fused with its first pass over the
     #: sum: it then receives the bare gradient (and still returns the new residual).
     adds_residual = False

@@ -54,6 +54,7 @@ class GTopK(Synchronizer):
     """
 
     adds_residual = True  # the selection pass adds the residual (Selector.scan)
+    conserves_mass = False  # with 3+ ranks a tree level drops sums; measure_lost_mass reports them
 
     def __init__(self, comm, numel: int, density: float, measure_loss: bool = False,
                  dense_warmup: int = 0) -> None:

@@ -1,4 +1,5 @@
-"""Shared test setup: the repository root on sys.path, and helpers to run code on P ranks."""
+"""Shared test setup: the repository root on sys.path, methods kept outside the repository
+(``SPARDL_TEST_METHODS``) registered before the tests are collected."""
 import os
 import signal
 import sys
@@ -12,3 +13,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+from tests.ranks import import_extra_methods  # noqa: E402  (needs the root on sys.path)
+
+import_extra_methods()

@@ -9,8 +9,9 @@ BIN = os.path.dirname(sys.executable)
 
 def environment():
     """The environment of a spawned run: one thread per rank, waiting ranks yield the CPU."""
+    path = os.pathsep.join(filter(None, (ROOT, os.environ.get("PYTHONPATH"))))
     return dict(os.environ, OMP_NUM_THREADS="1", MPIR_CVAR_POLLS_BEFORE_YIELD="1",
-                MPIR_CVAR_ENABLE_HEAVY_YIELD="1", PYTHONPATH=ROOT)
+                MPIR_CVAR_ENABLE_HEAVY_YIELD="1", PYTHONPATH=path)
 
 
 def command(workers, *args):

@@ -1,9 +1,26 @@
 """Helpers for tests that play several ranks in one process."""
+import importlib
+import os
+
 import numpy as np
 import torch
 
 import compressors
 from comm import local_group
+
+
+#: Comma-separated modules to import before the tests run: methods registered outside the
+#: repository then join the tests parametrized over ``compressors.available()``.
+EXTRA_METHODS = "SPARDL_TEST_METHODS"
+
+
+def import_extra_methods() -> list:
+    """Import the modules named in ``$SPARDL_TEST_METHODS`` (their ``@register`` adds their
+    methods); return their names."""
+    names = [name.strip() for name in os.environ.get(EXTRA_METHODS, "").split(",") if name.strip()]
+    for name in names:
+        importlib.import_module(name)
+    return names
 
 
 def heavy_tailed(shape, seed):

@@ -1,4 +1,6 @@
-"""The baselines on the in-process group: invariants for P = 1..12, accounting, options, state."""
+"""Every registered method on the in-process group: invariants for P = 1..12, state, warm-up and
+input checks (a newly registered name runs them with no new test code); the baselines'
+accounting and options."""
 import math
 
 import numpy as np
@@ -11,8 +13,10 @@ from comm import local_group
 from comm.recording import RecordingTransport
 from tests.ranks import heavy_tailed, mass_error
 
-BASELINES = ["topk", "gtopk", "oktopk", "gaussiank", "topkdsa"]
-CONSERVING = ["topk", "oktopk", "gaussiank", "topkdsa"]
+#: Every registered method: the invariant tests below are parametrized over the registry.
+METHODS = compressors.available()
+#: Those with an error-feedback residual (dense has none).
+SPARSE = [name for name in METHODS if compressors.resolve(name).uses_residual]
 # Short intervals so that a few calls cover every Ok-Topk path: exact and reused local and global
 # thresholds, with and without a region re-split.
 OKTOPK_SHORT = dict(local_interval=2, global_interval=3, region_interval=2)
@@ -26,8 +30,9 @@ def budget(numel, density):
 def run(method, workers, numel, density, calls, seed=0, record=False, grads=None, **options):
     """Run ``calls`` synchronizations on ``workers`` in-process ranks; per call the gradients,
     residuals before/after, results, stats and (``record``) each rank's received bytes.
-    gTop-k measures its lost mass after every call (``measure_loss``, on unless given)."""
-    if method == "gtopk":
+    A method that measures its lost mass on request (``measure_loss``: gTop-k) measures it after
+    every call unless told otherwise."""
+    if "measure_loss" in compressors.options(method):
         options.setdefault("measure_loss", True)
     grads = heavy_tailed((calls, workers, numel), seed) if grads is None else grads
 
@@ -54,36 +59,52 @@ def run(method, workers, numel, density, calls, seed=0, record=False, grads=None
 
 
 def expected_rounds(method, workers, call):
+    """Rounds of call number ``call`` where the method's count is known in closed form (with
+    this file's options), else ``None``: a new method's count is checked once added here."""
     log = ceil_log2(workers)
     if workers == 1:
         return 0
-    if method == "topk" or method == "gaussiank":
+    if method in ("topk", "gaussiank"):
         return log
-    if method == "gtopk":
+    if method in ("gtopk", "dense", "spardl"):  # SparDL: SRS and the final all-gather at d = 1
         return 2 * log
     if method == "topkdsa":
         return workers - 1 + 3 * log
-    repartition = call % OKTOPK_SHORT["region_interval"] == 0
-    return workers - 1 + log + (2 * log if repartition else 0)
+    if method == "oktopk":
+        repartition = call % OKTOPK_SHORT["region_interval"] == 0
+        return workers - 1 + log + (2 * log if repartition else 0)
+    return None
 
 
-@pytest.mark.parametrize("method", BASELINES)
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("workers", range(1, 13))
 @pytest.mark.parametrize("numel,density", [(3, 0.5), (101, 0.05), (2003, 0.01), (257, 1.0)])
 def test_invariants(method, workers, numel, density):
+    """Same bits on every rank; mass conserved (or, for a method that loses some, exactly the
+    loss it measures); density 1 is the dense average with nothing left over; ``stats``
+    consistent with the result."""
     calls = run(method, workers, numel, density, calls=4, seed=workers * 7 + numel, **OPTIONS.get(method, {}))
+    conserves = compressors.resolve(method).conserves_mass
     k = budget(numel, density)
     for number, call in enumerate(calls):
         first = call["results"][0]
         assert all(torch.equal(first, other) for other in call["results"]), "ranks disagree"
         error, scale = mass_error(call, workers)
-        if method in CONSERVING or workers <= 2:  # gTop-k can only lose mass with 3+ ranks
+        if conserves or workers <= 2:  # a tree merge of two ranks drops nothing
             assert error <= 1e-5 * scale, f"mass not conserved: {error}"
+        elif "lost_sum" in call["stats"][0]:  # what is missing is what the method says it lost
+            missing = (call["grads"] + call["before"]).double().sum(0) - workers * first.double() \
+                - call["after"].double().sum(0)
+            assert abs(float(missing.sum()) - call["stats"][0]["lost_sum"]) <= 1e-5 * scale * math.sqrt(numel)
         nnz = int(torch.count_nonzero(first))
+        rounds = expected_rounds(method, workers, number)
         for stats in call["stats"]:
             assert stats["nnz"] == nnz
-            assert stats["rounds"] == expected_rounds(method, workers, number), stats
+            assert rounds is None or stats["rounds"] == rounds, stats
             assert set(stats["seconds"]) >= {"select", "comm", "accumulate", "total"}
+            assert stats["bytes_sent"] >= 0 and stats["messages"] >= 0
+        if workers == 1:
+            assert all(s["bytes_sent"] == 0 for s in call["stats"]), "one rank has nothing to send"
         if method in ("gtopk", "oktopk"):
             assert nnz <= k or method == "oktopk" and number % OKTOPK_SHORT["global_interval"]
         if method == "topk":
@@ -248,7 +269,7 @@ def test_topkdsa_switches_to_the_dense_all_gather_by_fill_in():
     assert torch.equal(results[1.0], results[0.01])
 
 
-@pytest.mark.parametrize("method", BASELINES)
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("workers", [3, 4])
 def test_state_dict_round_trip_continues_bit_identically(method, workers):
     numel, density = 3000, 0.01
@@ -269,7 +290,7 @@ def test_state_dict_round_trip_continues_bit_identically(method, workers):
     assert all(local_group(workers).run(body))
 
 
-@pytest.mark.parametrize("method", BASELINES)
+@pytest.mark.parametrize("method", SPARSE)
 def test_dense_warmup_runs_the_dense_average_first(method):
     workers, numel = 3, 400
     grads = heavy_tailed((3, workers, numel), 4)
@@ -309,9 +330,9 @@ def test_bad_options_raise_value_error(method, options):
     assert next(iter(options)) in message
 
 
-@pytest.mark.parametrize("method", BASELINES + ["topkA"])
+@pytest.mark.parametrize("method", METHODS + ["topkA"])
 def test_registry_density_and_numel_checks(method):
-    assert {"topk", "gtopk", "oktopk", "gaussiank", "topkdsa"} <= set(compressors.available())
+    assert {"dense", "spardl", "topk", "gtopk", "oktopk", "gaussiank", "topkdsa"} <= set(METHODS)
     assert compressors.resolve("topkA") is compressors.resolve("topk")
 
     def body(transport):

@@ -27,7 +27,8 @@ class Trainer:
        authors do);
     2. every parameter's gradient is copied into one flat buffer, allocated once;
     3. ``synchronizer.allreduce`` writes the averaged gradient, identical on every rank, into
-       one result buffer, also allocated once (``sync_seconds`` covers steps 2-4; the
+       one result buffer, also allocated once (``sync_seconds`` covers steps 2-4, not the
+       agreement on stopping below, which counts in the rest of the iteration; the
        synchronizer reports selection and communication);
     4. the average is written back into the parameters' ``.grad``;
     5. the optimizer steps (SGD's momentum and weight decay act on the synchronized gradient,
@@ -124,7 +125,9 @@ class Trainer:
             computed = self._now()
             value = loss.item()
             flat = self.gradients.gather()
+            checking = self._now()
             self._agree(f"epoch {epoch + 1}, iteration {meter.iterations + 1}", value, flat)
+            checked = self._now()
             averaged = self.synchronizer.allreduce(flat, out=self.averaged)
             self.gradients.scatter(averaged)
             synchronized = self._now()
@@ -133,7 +136,7 @@ class Trainer:
             self.scheduler.step()
             self.global_step += 1
             meter.add_step(value, predictions(labels), computed - started,
-                           synchronized - computed, self.synchronizer.stats)
+                           synchronized - computed - (checked - checking), self.synchronizer.stats)
             if self.progress_lines and synchronized - last_line >= PROGRESS_SECONDS:
                 last_line = synchronized
                 print(f"epoch {epoch + 1}: {meter.iterations}/{self.iters_per_epoch} iterations, "

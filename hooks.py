@@ -114,6 +114,7 @@ class SparDLState:
     def _build(self, key: str, numbers: list, sizes: list, device) -> None:
         sync = compressors.create(self.method, self.transport, numel=sum(sizes), density=self.density,
                                   **self.options)
+        sync.count_nnz = False  # nothing reads the count: no pass over the bucket for it
         saved = self._pending.pop(key, None)
         if saved is not None:
             sync.load_state_dict(saved["state"])

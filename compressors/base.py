@@ -12,7 +12,6 @@ import numbers
 import time
 from typing import Optional
 
-import numpy as np
 import torch
 
 from allreducers import PhaseTimer
@@ -34,31 +33,6 @@ def check_density(density) -> float:
     return value
 
 
-#: Entries per piece of :func:`divide_and_count`: 256 KiB of float32, which stays in the cache.
-_PIECE = 1 << 16
-
-
-def divide_and_count(tensor: torch.Tensor, divisor: int) -> int:
-    """Divide the contiguous float32 ``tensor`` by ``divisor`` in place (the same bits as
-    ``tensor.div_(divisor)``) and return its non-zeros afterwards (-0.0 is zero, NaN is not).
-
-    On the CPU both happen piece by piece, the count reading each piece while the division has
-    just left it in the cache: one pass over memory instead of two.
-    """
-    if tensor.device.type != "cpu":
-        tensor.div_(divisor)
-        return int(torch.count_nonzero(tensor))
-    flat = tensor.numpy()
-    divisor = np.float32(divisor)
-    mask = np.empty(min(flat.size, _PIECE), dtype=bool)
-    total = 0
-    for start in range(0, flat.size, _PIECE):
-        piece = flat[start:start + _PIECE]
-        np.divide(piece, divisor, out=piece)
-        total += np.count_nonzero(np.not_equal(piece, 0, out=mask[:piece.size]))
-    return int(total)
-
-
 def check_int(name: str, value, minimum: int = 1) -> int:
     """``value`` as an int if it is a whole number (Python's or NumPy's, not a bool) >=
     ``minimum``, else ``ValueError``."""
@@ -78,6 +52,11 @@ class Synchronizer(abc.ABC):
 
     ``dense_warmup``: the first that many calls run a dense all-reduce instead (the authors'
     reproduction runs do this for 512 steps on VGG); the residual stays untouched meanwhile.
+
+    ``count_nnz`` (attribute, default True): where a call's non-zeros are not known without a
+    pass over the result (``dense``, ``topk``, ``gaussiank``, dense warm-up calls), count them
+    for ``stats["nnz"]``; set it to False to leave ``stats["nnz"]`` ``None`` there and the pass
+    out of the call (the benchmark and the trainer do: the methods' released codes count nothing).
     """
 
     name = "base"
@@ -106,6 +85,7 @@ class Synchronizer(abc.ABC):
         self.density = check_density(density)
         self.dense_warmup = check_int("dense_warmup", dense_warmup, minimum=0)
         self.calls = 0
+        self.count_nnz = True
         self._residual = torch.zeros(numel)
         self._out = None
         self.stats: dict = {"bytes_sent": 0, "messages": 0, "rounds": 0, "nnz": 0,
@@ -146,7 +126,8 @@ class Synchronizer(abc.ABC):
         self.transport.traffic.reset()
         timer = PhaseTimer(select=0.0, comm=0.0, accumulate=0.0)
         if self.calls < self.dense_warmup:
-            result, nnz = self._dense_average(grad, timer)
+            result = self._dense_average(grad, timer)
+            nnz = Synchronizer._count_nonzero(self, result)
         else:
             if self.uses_residual and not self.adds_residual:
                 with timer("accumulate"):
@@ -187,23 +168,26 @@ class Synchronizer(abc.ABC):
         """The zeroed result vector: the caller's ``out`` buffer if one was given, else a new one."""
         return zero_(self._out if self._out is not None else torch.empty(self.numel, device=device))
 
-    def _count_nonzero(self, result: torch.Tensor) -> int:
-        """Non-zeros of the last result (methods that know it cheaper override this)."""
-        return count_nonzero(result)
+    def _count_nonzero(self, result: torch.Tensor) -> Optional[int]:
+        """Non-zeros of the last result, by a pass over it; ``None`` unless ``count_nnz``
+        (methods that know the count without the pass override this)."""
+        return count_nonzero(result) if self.count_nnz else None
 
-    def _dense_average(self, grad: torch.Tensor, timer: PhaseTimer) -> tuple:
-        """``(average, non-zeros)``: the exact average of ``grad`` by the library all-reduce,
-        in ``out`` when given, as the sum divided by P.
+    def _dense_average(self, grad: torch.Tensor, timer: PhaseTimer) -> torch.Tensor:
+        """The average of ``grad`` over the ranks by the library all-reduce, in ``out`` when
+        given: sum over r of (grad_r / P), the same bits on every rank; for P a power of two,
+        bit for bit the sum divided by P.
 
-        At the speed of the bare all-reduce: the library reads ``grad`` and writes the sum
-        straight into ``out`` (no copy first), and the division and the count share one pass.
+        At the speed of the bare all-reduce of the gradient into a buffer of its own: the
+        division writes ``grad / P`` into the result buffer, the copy that such an out-of-place
+        all-reduce makes anyway, and the library then sums that buffer in place.
         """
         in_out = self._out is not None and self._out.is_contiguous()  # the transports reduce contiguous buffers
         total = self._out if in_out else torch.empty(self.numel, device=grad.device)
-        with timer("comm"):
-            self.transport.allreduce_sum(grad, out=total)
         with timer("accumulate"):
-            return total, divide_and_count(total, self.size)
+            torch.div(grad, self.size, out=total)
+        with timer("comm"):
+            return self.transport.allreduce_sum_(total)
 
     def _check_gradient(self, grad, what: str = "gradient") -> None:
         if not isinstance(grad, torch.Tensor):

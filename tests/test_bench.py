@@ -298,3 +298,13 @@ def test_summarize_takes_the_slowest_rank_of_each_call_and_its_split():
     assert row["bytes_per_rank"] == pytest.approx((200 + 100 + 150) / 3)
     assert row["bytes_max_rank"] == pytest.approx((300 + 100 + 200) / 3)
     assert (row["rounds"], row["nnz"], row["cosine"]) == (2, 7, 0.5)
+
+
+@pytest.mark.mpi
+def test_dense_overhead_prints_dense_beside_the_bare_all_reduces():
+    result = mpiexec(3, "scripts/dense_overhead.py", "--numel", "10001", "--repeats", "3", "--warmup", "1",
+                     timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.fullmatch(r"P = 3, n = 10001: bare Allreduce out of place [0-9.]+ ms, dense [0-9.]+ ms "
+                        r"\([0-9.]+x\); bare Allreduce in place [0-9.]+ ms, dense in place [0-9.]+ ms "
+                        r"\([0-9.]+x\)\n", result.stdout), result.stdout

@@ -3,6 +3,7 @@ time split per iteration, and the reference method's speed-up over every run."""
 from __future__ import annotations
 
 import os
+import textwrap
 
 from trainreport.runs import Run, accuracy_name
 from trainreport.settings import group_title, groups
@@ -31,7 +32,7 @@ def plot(runs: list, out_dir: str, reference: str, target: float = None) -> list
                 if points:
                     axis.plot(*zip(*points), marker=".", label=run.label)
             axis.set(xlabel="epoch" if name.endswith("epoch") else "wall time (s)", ylabel=accuracy_name(members),
-                     title=group_title(key))
+                     title=_title(key))
             if name.endswith("epoch"):
                 axis.xaxis.set_major_locator(MaxNLocator(integer=True))  # whole epochs only
             if axis.lines:
@@ -49,7 +50,7 @@ def plot(runs: list, out_dir: str, reference: str, target: float = None) -> list
             heights = [run.per_iteration()[part] * 1e3 for run in members]
             axis.bar([run.label for run in members], heights, bottom=bottom, label=part)
             bottom = [b + h for b, h in zip(bottom, heights)]
-        axis.set(ylabel="ms per iteration", title=group_title(key))
+        axis.set(ylabel="ms per iteration", title=_title(key))
         axis.tick_params(axis="x", rotation=30)
         axis.legend(fontsize=8)
     paths.append(_save(fig, plt, out_dir, "time_split"))
@@ -68,9 +69,14 @@ def plot(runs: list, out_dir: str, reference: str, target: float = None) -> list
         else:
             axis.text(0.5, 0.5, f"no {reference} run, or nothing to compare it with", ha="center",
                       transform=axis.transAxes)
-        axis.set(ylabel=f"{reference}'s speed-up (x)", title=group_title(key))
+        axis.set(ylabel=f"{reference}'s speed-up (x)", title=_title(key))
     paths.append(_save(fig, plt, out_dir, "speedup"))
     return paths
+
+
+def _title(key: tuple) -> str:
+    """A panel's title: the group, wrapped to the width of the narrowest panel."""
+    return textwrap.fill(group_title(key), 48)
 
 
 def _save(fig, plt, out_dir: str, name: str) -> str:

@@ -12,13 +12,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIBRARY = ["compressors", "allreducers", "comm", "hooks", "syncbench", "trainreport"]
 NOT_INSTALLED = ["datasets", "models", "trainer", "main_trainer"]
 # Where each name resolves, or None; run from a folder outside the repository.
+#: The environment of the fresh venv's processes: a PYTHONPATH of the caller's (one that names this
+#: repository, say) would put the library on the path before it is installed.
+ENV = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
 PROBE = ("import importlib.util, json, sys; "
          "print(json.dumps({name: getattr(importlib.util.find_spec(name), 'origin', None) "
          "for name in sys.argv[1:]}))")
 
 
 def _origins(python, names, cwd):
-    result = subprocess.run([python, "-c", PROBE, *names], cwd=cwd, capture_output=True,
+    result = subprocess.run([python, "-c", PROBE, *names], cwd=cwd, env=ENV, capture_output=True,
                             text=True, timeout=60, check=True)
     return json.loads(result.stdout)
 
@@ -33,14 +36,14 @@ def test_editable_install_in_a_fresh_venv(tmp_path):
     # downloaded) through a path entry; .pth files in a folder added that way are not run, so
     # an install of the library here does not leak into the fresh venv.
     purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+                             env=ENV, capture_output=True, text=True, check=True, timeout=60).stdout.strip()
     with open(os.path.join(purelib, "borrowed.pth"), "w") as borrowed:
         borrowed.write(sysconfig.get_paths()["purelib"] + "\n")
     assert _origins(python, LIBRARY, elsewhere) == dict.fromkeys(LIBRARY)
 
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                     "--disable-pip-version-check", "-e", ROOT],
-                   cwd=elsewhere, capture_output=True, text=True, check=True, timeout=300)
+                   cwd=elsewhere, env=ENV, capture_output=True, text=True, check=True, timeout=300)
 
     origins = _origins(python, LIBRARY + NOT_INSTALLED, elsewhere)
     for name in LIBRARY:
@@ -49,6 +52,6 @@ def test_editable_install_in_a_fresh_venv(tmp_path):
         assert origins[name] is None or not origins[name].startswith(ROOT + os.sep), origins
     imported = subprocess.run(
         [python, "-c", "import compressors, hooks; print(sorted(compressors.available()))"],
-        cwd=elsewhere, capture_output=True, text=True, timeout=120)
+        cwd=elsewhere, env=ENV, capture_output=True, text=True, timeout=120)
     assert imported.returncode == 0, imported.stderr
     assert "spardl" in imported.stdout

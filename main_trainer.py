@@ -15,13 +15,16 @@ import argparse
 import math
 import os
 import random
+import signal
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
 
-from comm.environment import apply_launch_defaults
+if __name__ == "__main__":  # Ctrl-C during the seconds of imports below: status 130, no traceback
+    signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))
+
+from comm.environment import apply_launch_defaults  # noqa: E402
 
 if __name__ == "__main__":
     # Threads per rank and MPICH's yielding while waiting, where the user set nothing: before
@@ -35,6 +38,7 @@ from mpi4py import MPI  # noqa: E402
 import compressors  # noqa: E402
 import datasets  # noqa: E402
 import models  # noqa: E402
+from comm.mpi import end_interrupted  # noqa: E402
 from comm.placement import place_rank  # noqa: E402
 from trainer.checkpoint import Checkpoints, UnsafeCheckpoint  # noqa: E402
 from trainer.config import DEFAULTS, ConfigError, config_path, load_config, merge  # noqa: E402
@@ -45,9 +49,11 @@ from trainer.metrics import MetricsLog  # noqa: E402
 from trainer.schedule import make_scheduler  # noqa: E402
 from trainer.stopping import INTERRUPTED, Stopped  # noqa: E402
 
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on: main()'s handling
+
 DEFAULT_MODEL = "cnn"
 DEFAULT_DATA_DIR = "data"
-_LINE_SECONDS = 0.5  # ranks other than 0, interrupted outside training, wait this before exiting
 #: The options of a method that its saved state depends on: part of a run's ``run_info``.
 STRUCTURE = ("teams", "sag", "srs")
 
@@ -524,32 +530,24 @@ def _say(comm, line):
 
 
 def _exit_interrupted(comm, trainer):
-    """End this rank at once with status 130 after rank 0's one line.
-
-    Other ranks may be waiting inside an MPI call, where they cannot see the signal: a rank that
-    exits without finalizing MPI makes the launcher end them. Ranks other than 0 wait a moment
-    first, so that rank 0's line is out before the launcher ends it.
-    """
-    _say(comm, trainer.interrupted_line() if trainer else
-         "interrupted before training started; no checkpoint was written")
-    if comm.Get_rank() != 0:
-        time.sleep(_LINE_SECONDS)
-    _exit_at_once(INTERRUPTED, finalize=False)
+    """End every rank at once with status 130 after rank 0's one line (other ranks may be
+    waiting inside an MPI call, where they cannot see the signal: ``end_interrupted``)."""
+    end_interrupted(comm, "main_trainer.py: " + (trainer.interrupted_line() if trainer else
+                                                 "interrupted before training started; no checkpoint was written"))
 
 
-def _exit_at_once(status, finalize):
+def _exit_at_once(status):
     """End the process with ``status`` now, skipping the interpreter's teardown (seconds with
-    torch loaded, on a busy machine): what a user who pressed Ctrl-C waits for.
-    ``finalize``: every rank stopped at the same step and finalizes MPI with the others."""
+    torch loaded, on a busy machine): what a user who pressed Ctrl-C waits for. Every rank
+    stopped at the same step and finalizes MPI with the others."""
     sys.stdout.flush()
     sys.stderr.flush()
-    if finalize:
-        MPI.Finalize()
+    MPI.Finalize()
     os._exit(status)
 
 
 if __name__ == "__main__":
     status = main()
     if status == INTERRUPTED:
-        _exit_at_once(status, finalize=True)
+        _exit_at_once(status)
     sys.exit(status)

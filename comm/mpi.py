@@ -180,18 +180,36 @@ def report_and_abort(comm: MPI.Comm, message: str) -> None:
     comm.Abort(1)
 
 
+#: How long rank 0 gives the launcher to forward its line before :func:`end_interrupted`
+#: ends the job, and the other ranks wait longer, so that it is rank 0 that ends it.
+_LINE_SECONDS = 0.3
+
+
+def end_interrupted(comm: MPI.Comm = MPI.COMM_WORLD, line: str = "interrupted") -> None:
+    """End the whole job after Ctrl-C with exit status 130, rank 0 having written ``line``.
+
+    Ranks waiting inside an MPI call cannot see the signal, and a rank that exits alone makes
+    the launcher kill them and report a crash (exit status 9 and a banner). ``Abort(130)``
+    instead ends every rank and makes ``mpiexec`` exit with 130; the MPI library's own abort
+    message goes to /dev/null, since an interrupt is no error."""
+    if comm.Get_rank() == 0:
+        sys.stderr.write(line + "\n")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    time.sleep(_LINE_SECONDS if comm.Get_rank() == 0 else 2 * _LINE_SECONDS)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+    comm.Abort(130)
+
+
 def abort_on_uncaught_exception(comm: MPI.Comm = MPI.COMM_WORLD) -> None:
     """Make an uncaught exception on this rank print its traceback and abort the whole job,
     as ``python -m mpi4py`` does, so that no other rank waits forever. ``KeyboardInterrupt``
-    (Ctrl-C, which ``mpiexec`` forwards to every rank) ends the rank with status 130 instead,
-    after one line from rank 0."""
+    (Ctrl-C, which ``mpiexec`` forwards to every rank) ends the job with status 130 instead,
+    after one line from rank 0 (:func:`end_interrupted`)."""
 
     def hook(kind, value, tb):
         if issubclass(kind, KeyboardInterrupt):  # Ctrl-C is no crash: one word, status 130
-            if comm.Get_rank() == 0:
-                sys.stderr.write("interrupted\n")
-            sys.stderr.flush()
-            os._exit(130)  # finalizing MPI would wait for ranks the launcher is ending
+            end_interrupted(comm)
         text = "".join(traceback.format_exception(kind, value, tb))
         report_and_abort(comm, f"[rank {comm.Get_rank()}] uncaught exception, aborting the job:\n{text}")
 

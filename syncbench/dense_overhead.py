@@ -14,7 +14,6 @@ asserted: the ratios are measurements.
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
@@ -22,12 +21,7 @@ import torch
 
 import compressors
 
-
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+from .cli import RankZeroParser
 
 
 def slowest_seconds(comm, work) -> float:
@@ -42,11 +36,13 @@ def slowest_seconds(comm, work) -> float:
 def main(argv=None) -> dict:
     """Measure under mpiexec; print on rank 0 and return the median seconds of ``bare`` (in
     place), ``apart`` (out of place), ``dense`` and ``dense_in_place``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--numel", type=positive, default=14_728_266, help="entries of the gradient")
-    parser.add_argument("--repeats", type=positive, default=20, help="timed repetitions of each")
+    parser = RankZeroParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--numel", type=int, default=14_728_266, help="entries of the gradient")
+    parser.add_argument("--repeats", type=int, default=20, help="timed repetitions of each")
     parser.add_argument("--warmup", type=int, default=2, help="repetitions left out first")
     args = parser.parse_args(argv)
+    if args.numel < 1 or args.repeats < 1 or args.warmup < 0:
+        parser.error("--numel and --repeats must be >= 1 and --warmup >= 0")
     from mpi4py import MPI
 
     from comm.mpi import MPITransport

@@ -11,7 +11,7 @@ from mpi4py import MPI
 
 import compressors
 from comm.mpi import abort_on_uncaught_exception
-from tests.ranks import import_extra_methods
+from tests.ranks import import_extra_methods, measuring
 
 abort_on_uncaught_exception()
 import_extra_methods()
@@ -41,10 +41,8 @@ def expected_rounds(method, call):
 
 
 def check(method, numel, density, calls=3):
-    options = dict(OPTIONS.get(method, {}))
-    measure = "measure_loss" in compressors.options(method)  # gTop-k: its lost mass, checked below
-    if measure:
-        options["measure_loss"] = True
+    options = measuring(method, OPTIONS.get(method))
+    measure = options.get("measure_loss", False)  # gTop-k: its lost mass, checked below
     sync = compressors.create(method, world, numel=numel, density=density, **options)
     k = min(numel, max(1, int(numel * density)))
     for call in range(calls):

@@ -23,6 +23,15 @@ def import_extra_methods() -> list:
     return names
 
 
+def measuring(method: str, options: dict = None) -> dict:
+    """``options`` plus ``measure_loss=True`` for a method that measures its lost mass on request
+    (gTop-k), so that its mass can be checked against what it says it lost."""
+    options = dict(options or {})
+    if "measure_loss" in compressors.options(method):
+        options.setdefault("measure_loss", True)
+    return options
+
+
 def heavy_tailed(shape, seed):
     """Float32 Student-t values: gradient-like, with a few large entries."""
     return torch.from_numpy(np.random.default_rng(seed).standard_t(3, shape).astype(np.float32))

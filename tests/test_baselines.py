@@ -11,7 +11,7 @@ import compressors
 from allreducers import ceil_log2
 from comm import local_group
 from comm.recording import RecordingTransport
-from tests.ranks import heavy_tailed, mass_error
+from tests.ranks import heavy_tailed, mass_error, measuring
 
 #: Every registered method: the invariant tests below are parametrized over the registry.
 METHODS = compressors.available()
@@ -32,8 +32,7 @@ def run(method, workers, numel, density, calls, seed=0, record=False, grads=None
     residuals before/after, results, stats and (``record``) each rank's received bytes.
     A method that measures its lost mass on request (``measure_loss``: gTop-k) measures it after
     every call unless told otherwise."""
-    if "measure_loss" in compressors.options(method):
-        options.setdefault("measure_loss", True)
+    options = measuring(method, options)
     grads = heavy_tailed((calls, workers, numel), seed) if grads is None else grads
 
     def body(transport):

@@ -6,7 +6,7 @@ import torch
 
 import compressors
 from comm import local_group
-from tests.ranks import heavy_tailed
+from tests.ranks import heavy_tailed, measuring
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 OPTIONS = {"oktopk": dict(local_interval=2, global_interval=3, region_interval=2)}
@@ -14,8 +14,8 @@ OPTIONS = {"oktopk": dict(local_interval=2, global_interval=3, region_interval=2
 
 def synchronize(method, grads, device, density):
     calls, workers, numel = grads.shape
-    measure = "measure_loss" in compressors.options(method)  # gTop-k: its lost mass, checked below
-    options = dict(OPTIONS.get(method, {}), **({"measure_loss": True} if measure else {}))
+    options = measuring(method, OPTIONS.get(method))
+    measure = options.get("measure_loss", False)  # gTop-k: its lost mass, checked below
 
     def body(transport):
         sync = compressors.create(method, transport, numel=numel, density=density, **options)

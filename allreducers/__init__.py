@@ -6,15 +6,30 @@
 - :mod:`.halving`: recursive-halving pair exchanges (R-SAG).
 - :mod:`.engine`: :func:`run_schedule`, the sparse message format, :func:`allgather_lists`.
 """
+
 from .engine import PhaseTimer, allgather_lists, pack, run_schedule, unpack
 from .gather import bruck_allgather_schedule
 from .halving import recursive_halving_schedule
+from .rotation import rotation_schedule
 from .schedule import Step, ceil_log2, cyclic
 from .srs import srs_block_schedule, srs_round_shapes, srs_schedule
-from .rotation import rotation_schedule
 from .tree import binomial_broadcast_schedule, binomial_reduce_schedule
 
-__all__ = ["Step", "ceil_log2", "cyclic", "srs_schedule", "srs_block_schedule", "srs_round_shapes",
-           "bruck_allgather_schedule", "recursive_halving_schedule", "run_schedule",
-           "allgather_lists", "pack", "unpack", "PhaseTimer", "rotation_schedule",
-           "binomial_reduce_schedule", "binomial_broadcast_schedule"]
+__all__ = [
+    "Step",
+    "ceil_log2",
+    "cyclic",
+    "srs_schedule",
+    "srs_block_schedule",
+    "srs_round_shapes",
+    "bruck_allgather_schedule",
+    "recursive_halving_schedule",
+    "run_schedule",
+    "allgather_lists",
+    "pack",
+    "unpack",
+    "PhaseTimer",
+    "rotation_schedule",
+    "binomial_reduce_schedule",
+    "binomial_broadcast_schedule",
+]

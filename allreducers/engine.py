@@ -4,14 +4,16 @@ A message is one int32 tensor: ``[counts] | indices | value bits``. ``counts`` (
 is present only when the receiver cannot know the item sizes in advance; values are float32
 carried bit-for-bit in the int32 buffer (never indices through floats).
 """
+
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional, Sequence
+from collections.abc import Sequence
+from typing import Callable
 
 import torch
 
-from comm import Transport
+from allreducers.transports import Transport
 
 from .schedule import Step
 
@@ -21,7 +23,7 @@ SparseList = tuple  # (indices: int32 1-D tensor, values: float32 1-D tensor)
 class PhaseTimer(dict):
     """Seconds spent per phase name; ``with timer("select"): ...`` adds to ``timer["select"]``."""
 
-    def __call__(self, phase: str) -> "_Phase":
+    def __call__(self, phase: str) -> _Phase:
         return _Phase(self, phase)
 
 
@@ -36,9 +38,15 @@ class _Phase:
         self.timer[self.phase] = self.timer.get(self.phase, 0.0) + time.perf_counter() - self.start
 
 
-def run_schedule(transport: Transport, steps: Sequence[Step], produce: Callable,
-                 consume: Callable, device: torch.device, timer: Optional[PhaseTimer] = None,
-                 meanwhile: Optional[Callable] = None) -> None:
+def run_schedule(
+    transport: Transport,
+    steps: Sequence[Step],
+    produce: Callable,
+    consume: Callable,
+    device: torch.device,
+    timer: PhaseTimer | None = None,
+    meanwhile: Callable | None = None,
+) -> None:
     """Run ``steps``: per step, send ``produce(step)`` and hand the received message to
     ``consume(step, message)``. Every step counts as one round, also when this rank idles.
 
@@ -73,17 +81,17 @@ def pack(lists: Sequence[SparseList], with_counts: bool) -> torch.Tensor:
     message = torch.empty(head + 2 * total, dtype=torch.int32, device=device)
     if with_counts:
         message[:head] = torch.tensor(counts, dtype=torch.int32)
-    indices = message[head:head + total]
-    values = message[head + total:].view(torch.float32)
+    indices = message[head : head + total]
+    values = message[head + total :].view(torch.float32)
     start = 0
     for (idx, val), count in zip(lists, counts):
-        indices[start:start + count] = idx
-        values[start:start + count] = val
+        indices[start : start + count] = idx
+        values[start : start + count] = val
         start += count
     return message
 
 
-def unpack(message: torch.Tensor, items: int, sizes: Optional[Sequence[int]] = None) -> list:
+def unpack(message: torch.Tensor, items: int, sizes: Sequence[int] | None = None) -> list:
     """Split a message into ``items`` sparse lists; ``sizes`` gives their lengths when the message
     carries no counts."""
     if sizes is None:
@@ -97,14 +105,20 @@ def unpack(message: torch.Tensor, items: int, sizes: Optional[Sequence[int]] = N
     indices, values = body[:total], body[total:].view(torch.float32)
     lists, start = [], 0
     for size in sizes:
-        lists.append((indices[start:start + size], values[start:start + size]))
+        lists.append((indices[start : start + size], values[start : start + size]))
         start += size
     return lists
 
 
-def allgather_lists(transport: Transport, steps: Sequence[Step], own_item: int, own: SparseList,
-                    fixed_size: Optional[int], timer: Optional[PhaseTimer] = None,
-                    meanwhile: Optional[Callable] = None) -> dict:
+def allgather_lists(
+    transport: Transport,
+    steps: Sequence[Step],
+    own_item: int,
+    own: SparseList,
+    fixed_size: int | None,
+    timer: PhaseTimer | None = None,
+    meanwhile: Callable | None = None,
+) -> dict:
     """All-gather sparse lists along an all-gather schedule (Bruck).
 
     Returns ``{item: (indices, values)}`` for every item of the group. ``fixed_size``: every
@@ -122,6 +136,13 @@ def allgather_lists(transport: Transport, steps: Sequence[Step], own_item: int, 
         for item, entry in zip(step.recv_items, unpack(message, len(step.recv_items), sizes)):
             held[item] = entry
 
-    run_schedule(transport, steps, produce, consume, own[0].device, timer,
-                 None if meanwhile is None else lambda step: meanwhile(held))
+    run_schedule(
+        transport,
+        steps,
+        produce,
+        consume,
+        own[0].device,
+        timer,
+        None if meanwhile is None else lambda step: meanwhile(held),
+    )
     return held

@@ -10,9 +10,10 @@ Each worker sends m-1 items in all. For m = 6, worker 0:
     step 1: send [0, 1] to 4,       receive [2, 3] from 2
     step 2: send [0, 1] to 2,       receive [4, 5] from 4
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from .schedule import Step, ceil_log2, check_members, cyclic
 
@@ -23,11 +24,14 @@ def bruck_allgather_schedule(position: int, members: Sequence[int]) -> list:
     m = len(members)
     steps = []
     for s in range(ceil_log2(m)):
-        distance = 2 ** s
+        distance = 2**s
         count = min(distance, m - distance)
-        steps.append(Step(send_to=members[(position - distance) % m],
-                          recv_from=members[(position + distance) % m],
-                          send_items=cyclic(position, count, m),
-                          recv_items=cyclic(position + distance, count, m)))
+        steps.append(
+            Step(
+                send_to=members[(position - distance) % m],
+                recv_from=members[(position + distance) % m],
+                send_items=cyclic(position, count, m),
+                recv_items=cyclic(position + distance, count, m),
+            )
+        )
     return steps
-

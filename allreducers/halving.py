@@ -12,9 +12,10 @@ Round table for m = 8:
 
 Position 0 sends items [0], [0, 4], [0, 2, 4, 6] and receives [4], [2, 6], [1, 3, 5, 7].
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from .schedule import Step, ceil_log2, check_members
 
@@ -35,7 +36,12 @@ def recursive_halving_schedule(position: int, members: Sequence[int]) -> list:
     steps = []
     for s in range(levels):
         partner = position ^ (1 << (levels - 1 - s))
-        steps.append(Step(send_to=members[partner], recv_from=members[partner],
-                          send_items=_group(position, levels - s, m),
-                          recv_items=_group(partner, levels - s, m)))
+        steps.append(
+            Step(
+                send_to=members[partner],
+                recv_from=members[partner],
+                send_items=_group(position, levels - s, m),
+                recv_items=_group(partner, levels - s, m),
+            )
+        )
     return steps

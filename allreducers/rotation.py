@@ -12,9 +12,10 @@ everyone at once; each position sends m-1 messages and receives m-1. Round table
 
 Position 0 sends items [1], [2], [3] (the regions) and receives item [0] (its region) from 3, 2, 1.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from .schedule import Step, check_members
 
@@ -26,6 +27,12 @@ def rotation_schedule(position: int, members: Sequence[int]) -> list:
     steps = []
     for shift in range(1, m):
         destination = (position + shift) % m
-        steps.append(Step(send_to=members[destination], recv_from=members[(position - shift) % m],
-                          send_items=(destination,), recv_items=(position,)))
+        steps.append(
+            Step(
+                send_to=members[destination],
+                recv_from=members[(position - shift) % m],
+                send_items=(destination,),
+                recv_items=(position,),
+            )
+        )
     return steps

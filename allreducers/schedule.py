@@ -5,10 +5,11 @@ Schedules are pure functions of (this rank's position, the group's members); the
 transport. ``items`` are labels the method gives meaning to: block numbers in Spar-Reduce-Scatter,
 positions of members whose data travels in an all-gather.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
 
 
 @dataclass(frozen=True)
@@ -20,8 +21,8 @@ class Step:
     message carries, in message order.
     """
 
-    send_to: Optional[int]
-    recv_from: Optional[int]
+    send_to: int | None
+    recv_from: int | None
     send_items: tuple = ()
     recv_items: tuple = ()
 

@@ -21,9 +21,10 @@ For worker 0 of m = 6: send [4] to 4 / receive [0] from 2; send [5] to 4 / recei
 send [2] to 2 / receive [0] from 4; send [3] to 2 / receive [1] from 4; send [1] to 1 / receive
 [0] from 5.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from .schedule import Step, ceil_log2, check_members, cyclic
 
@@ -47,15 +48,26 @@ def srs_schedule(position: int, members: Sequence[int]) -> list:
     m = len(members)
     steps = []
     for distance, count in srs_round_shapes(m):
-        steps.append(Step(send_to=members[(position + distance) % m],
-                          recv_from=members[(position - distance) % m],
-                          send_items=cyclic(position + distance, count, m),
-                          recv_items=cyclic(position, count, m)))
+        steps.append(
+            Step(
+                send_to=members[(position + distance) % m],
+                recv_from=members[(position - distance) % m],
+                send_items=cyclic(position + distance, count, m),
+                recv_items=cyclic(position, count, m),
+            )
+        )
     return steps
 
 
 def srs_block_schedule(position: int, members: Sequence[int]) -> list:
     """:func:`srs_schedule` with every round split into one step per block (m-1 steps)."""
-    return [Step(send_to=step.send_to, recv_from=step.recv_from, send_items=(sent,), recv_items=(received,))
-            for step in srs_schedule(position, members)
-            for sent, received in zip(step.send_items, step.recv_items)]
+    return [
+        Step(
+            send_to=step.send_to,
+            recv_from=step.recv_from,
+            send_items=(sent,),
+            recv_items=(received,),
+        )
+        for step in srs_schedule(position, members)
+        for sent, received in zip(step.send_items, step.recv_items)
+    ]

@@ -18,9 +18,10 @@ merged result. Round table for m = 6 (p = 4, extra positions 4 and 5):
 
 Position 2 sends items (2, 3) at level 1 of the reduce: its own and position 3's contributions.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from .schedule import Step, check_members
 
@@ -28,7 +29,7 @@ from .schedule import Step, check_members
 def _tree_shape(m: int) -> tuple:
     """(p, levels): the largest power of two p <= m and log2 p."""
     levels = m.bit_length() - 1
-    return 2 ** levels, levels
+    return 2**levels, levels
 
 
 def _subtree(position: int, distance: int, p: int, m: int) -> tuple:
@@ -45,19 +46,33 @@ def binomial_reduce_schedule(position: int, members: Sequence[int]) -> list:
     steps = []
     if m > p:
         if position >= p:
-            steps.append(Step(send_to=members[position - p], recv_from=None, send_items=(position,)))
+            steps.append(
+                Step(send_to=members[position - p], recv_from=None, send_items=(position,))
+            )
         elif position + p < m:
-            steps.append(Step(send_to=None, recv_from=members[position + p], recv_items=(position + p,)))
+            steps.append(
+                Step(send_to=None, recv_from=members[position + p], recv_items=(position + p,))
+            )
         else:
             steps.append(Step(send_to=None, recv_from=None))
     for level in range(levels):
-        distance = 2 ** level
+        distance = 2**level
         if position < p and position % (2 * distance) == distance:
-            steps.append(Step(send_to=members[position - distance], recv_from=None,
-                              send_items=_subtree(position, distance, p, m)))
+            steps.append(
+                Step(
+                    send_to=members[position - distance],
+                    recv_from=None,
+                    send_items=_subtree(position, distance, p, m),
+                )
+            )
         elif position < p and position % (2 * distance) == 0:
-            steps.append(Step(send_to=None, recv_from=members[position + distance],
-                              recv_items=_subtree(position + distance, distance, p, m)))
+            steps.append(
+                Step(
+                    send_to=None,
+                    recv_from=members[position + distance],
+                    recv_items=_subtree(position + distance, distance, p, m),
+                )
+            )
         else:
             steps.append(Step(send_to=None, recv_from=None))
     return steps
@@ -70,11 +85,15 @@ def binomial_broadcast_schedule(position: int, members: Sequence[int]) -> list:
     p, levels = _tree_shape(m)
     steps = []
     for level in reversed(range(levels)):
-        distance = 2 ** level
+        distance = 2**level
         if position < p and position % (2 * distance) == 0:
-            steps.append(Step(send_to=members[position + distance], recv_from=None, send_items=(0,)))
+            steps.append(
+                Step(send_to=members[position + distance], recv_from=None, send_items=(0,))
+            )
         elif position < p and position % (2 * distance) == distance:
-            steps.append(Step(send_to=None, recv_from=members[position - distance], recv_items=(0,)))
+            steps.append(
+                Step(send_to=None, recv_from=members[position - distance], recv_items=(0,))
+            )
         else:
             steps.append(Step(send_to=None, recv_from=None))
     if m > p:

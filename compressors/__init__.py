@@ -6,6 +6,7 @@
 
 ``available()`` lists the names. Each method is one short module registered below.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -64,7 +65,7 @@ def create(name: str, comm, numel: int, density: float = 0.01, **method_options)
     """Build the synchronizer ``name`` for a flat gradient of ``numel`` elements.
 
     ``comm``: an ``mpi4py`` communicator or a ``comm.Transport`` (e.g. a rank of
-    ``comm.local_group(P)``). Unknown names, densities outside (0, 1] and unknown or invalid
+    ``allreducers.transports.local_group(P)``). Unknown names, densities outside (0, 1] and unknown or invalid
     options raise ``ValueError`` naming the valid choices.
     """
     cls = resolve(name)

@@ -5,17 +5,17 @@ A method subclasses :class:`Synchronizer` and implements ``_synchronize(accumula
 averaged result and the new residual. Everything else (checking the gradient, timing, traffic,
 ``state_dict``) lives in this class.
 """
+
 from __future__ import annotations
 
 import abc
 import numbers
 import time
-from typing import Optional
 
 import torch
 
 from allreducers import PhaseTimer
-from comm import Transport, as_transport
+from allreducers.transports import Transport, as_transport
 
 from .sparse_ops import budget, count_nonzero, zero_
 
@@ -71,13 +71,15 @@ class Synchronizer(abc.ABC):
     #: Calls after which :meth:`call_kind` repeats.
     kind_period = 1
     #: The longest gradient: sparse methods send indices as int32 (``None``: no limit).
-    max_numel = 2 ** 31 - 1
+    max_numel = 2**31 - 1
 
     def __init__(self, comm, numel: int, density: float, dense_warmup: int = 0) -> None:
         numel = check_int("numel", numel)
         if self.max_numel is not None and numel > self.max_numel:
-            raise ValueError(f"{self.name}: numel {numel} is above {self.max_numel}, the most its int32 "
-                             "indices address; split the gradient into several synchronizers")
+            raise ValueError(
+                f"{self.name}: numel {numel} is above {self.max_numel}, the most its int32 "
+                "indices address; split the gradient into several synchronizers"
+            )
         self.transport: Transport = as_transport(comm)
         self.rank = self.transport.rank
         self.size = self.transport.size
@@ -88,8 +90,13 @@ class Synchronizer(abc.ABC):
         self.count_nnz = True
         self._residual = torch.zeros(numel)
         self._out = None
-        self.stats: dict = {"bytes_sent": 0, "messages": 0, "rounds": 0, "nnz": 0,
-                            "seconds": {"select": 0.0, "comm": 0.0, "accumulate": 0.0, "total": 0.0}}
+        self.stats: dict = {
+            "bytes_sent": 0,
+            "messages": 0,
+            "rounds": 0,
+            "nnz": 0,
+            "seconds": {"select": 0.0, "comm": 0.0, "accumulate": 0.0, "total": 0.0},
+        }
 
     @property
     def residual(self) -> torch.Tensor:
@@ -115,10 +122,14 @@ class Synchronizer(abc.ABC):
         if out is not None:
             self._check_gradient(out, "out")
             if out.device != grad.device:
-                raise ValueError(f"{self.name}: out is on {out.device}, the gradient on {grad.device}")
+                raise ValueError(
+                    f"{self.name}: out is on {out.device}, the gradient on {grad.device}"
+                )
             if out.untyped_storage().data_ptr() == self._residual.untyped_storage().data_ptr():
-                raise ValueError(f"{self.name}: out shares memory with the residual, which the "
-                                 "call updates: pass a buffer of its own")
+                raise ValueError(
+                    f"{self.name}: out shares memory with the residual, which the "
+                    "call updates: pass a buffer of its own"
+                )
         self._out = out
         if self._residual.device != grad.device:
             self._residual = self._residual.to(grad.device)
@@ -140,8 +151,13 @@ class Synchronizer(abc.ABC):
         self.calls += 1
         traffic = self.transport.traffic
         timer["total"] = time.perf_counter() - start
-        self.stats = {"bytes_sent": traffic.bytes_sent, "messages": traffic.messages,
-                      "rounds": traffic.rounds, "nnz": nnz, "seconds": dict(timer)}
+        self.stats = {
+            "bytes_sent": traffic.bytes_sent,
+            "messages": traffic.messages,
+            "rounds": traffic.rounds,
+            "nnz": nnz,
+            "seconds": dict(timer),
+        }
         self._after_call()
         return result
 
@@ -161,14 +177,14 @@ class Synchronizer(abc.ABC):
         simulator averages its predictions over one period of these kinds.)"""
         return ()
 
-    def _after_call(self) -> None:
+    def _after_call(self) -> None:  # noqa: B027 - optional hook, a no-op unless overridden
         """Hook for per-call bookkeeping of subclasses (counters, adaptive parameters)."""
 
     def _new_result(self, device: torch.device) -> torch.Tensor:
         """The zeroed result vector: the caller's ``out`` buffer if one was given, else a new one."""
         return zero_(self._out if self._out is not None else torch.empty(self.numel, device=device))
 
-    def _count_nonzero(self, result: torch.Tensor) -> Optional[int]:
+    def _count_nonzero(self, result: torch.Tensor) -> int | None:
         """Non-zeros of the last result, by a pass over it; ``None`` unless ``count_nnz``
         (methods that know the count without the pass override this)."""
         return count_nonzero(result) if self.count_nnz else None
@@ -182,7 +198,9 @@ class Synchronizer(abc.ABC):
         division writes ``grad / P`` into the result buffer, the copy that such an out-of-place
         all-reduce makes anyway, and the library then sums that buffer in place.
         """
-        in_out = self._out is not None and self._out.is_contiguous()  # the transports reduce contiguous buffers
+        in_out = (
+            self._out is not None and self._out.is_contiguous()
+        )  # the transports reduce contiguous buffers
         total = self._out if in_out else torch.empty(self.numel, device=grad.device)
         with timer("accumulate"):
             torch.div(grad, self.size, out=total)
@@ -191,41 +209,63 @@ class Synchronizer(abc.ABC):
 
     def _check_gradient(self, grad, what: str = "gradient") -> None:
         if not isinstance(grad, torch.Tensor):
-            raise ValueError(f"{self.name}: {what} must be a torch.Tensor, got {type(grad).__name__}")
+            raise ValueError(
+                f"{self.name}: {what} must be a torch.Tensor, got {type(grad).__name__}"
+            )
         if grad.layout != torch.strided or grad.device.type == "meta":
-            raise ValueError(f"{self.name}: {what} must be a dense tensor with data, got a "
-                             f"{grad.layout} tensor on {grad.device}")
+            raise ValueError(
+                f"{self.name}: {what} must be a dense tensor with data, got a "
+                f"{grad.layout} tensor on {grad.device}"
+            )
         if grad.dtype != torch.float32:
             raise ValueError(f"{self.name}: {what} must be float32, got {grad.dtype}")
         if grad.dim() != 1 or grad.numel() != self.numel:
-            raise ValueError(f"{self.name}: {what} must be 1-D of length {self.numel}, "
-                             f"got shape {tuple(grad.shape)}")
+            raise ValueError(
+                f"{self.name}: {what} must be 1-D of length {self.numel}, "
+                f"got shape {tuple(grad.shape)}"
+            )
         if what == "out" and grad.requires_grad:
-            raise ValueError(f"{self.name}: out must not require grad (the result is written into it)")
+            raise ValueError(
+                f"{self.name}: out must not require grad (the result is written into it)"
+            )
 
     def state_dict(self) -> dict:
         """Everything that carries across calls, on the CPU (for checkpoints), with the settings
         it depends on (``config``: method, numel, density, workers, rank, and the method's
         structural options)."""
-        return {"method": self.name, "numel": self.numel, "config": self._config(), "calls": self.calls,
-                "residual": self._residual.detach().cpu().clone(), **self._extra_state()}
+        return {
+            "method": self.name,
+            "numel": self.numel,
+            "config": self._config(),
+            "calls": self.calls,
+            "residual": self._residual.detach().cpu().clone(),
+            **self._extra_state(),
+        }
 
-    def state_mismatch(self, state) -> Optional[str]:
+    def state_mismatch(self, state) -> str | None:
         """Why ``state`` (a :meth:`state_dict`) cannot be loaded here, or ``None`` if it can:
         another method or numel, or (states that record them) another density, worker count,
         rank or structural option (SparDL's teams and sag), which its adaptive parts (SparDL's
         h, Ok-Topk's regions) would not fit."""
-        if not isinstance(state, dict) or not isinstance(state.get("residual"), torch.Tensor) \
-                or "calls" not in state:
+        if (
+            not isinstance(state, dict)
+            or not isinstance(state.get("residual"), torch.Tensor)
+            or "calls" not in state
+        ):
             return "not a synchronizer state (a dict with 'residual' and 'calls')"
         saved = dict(state.get("config", {}), method=state.get("method"), numel=state.get("numel"))
         mine = dict(self._config(), method=self.name, numel=self.numel)
-        differ = [f"{key} {saved[key]!r} (here {value!r})" for key, value in mine.items()
-                  if key in saved and saved[key] != value]
+        differ = [
+            f"{key} {saved[key]!r} (here {value!r})"
+            for key, value in mine.items()
+            if key in saved and saved[key] != value
+        ]
         if "method" not in saved or "numel" not in saved:
             differ.insert(0, "no method or numel recorded")
         if not differ and tuple(state["residual"].shape) != (self.numel,):
-            differ.append(f"residual of shape {tuple(state['residual'].shape)} (here ({self.numel},))")
+            differ.append(
+                f"residual of shape {tuple(state['residual'].shape)} (here ({self.numel},))"
+            )
         return "the saved synchronizer state does not fit: " + "; ".join(differ) if differ else None
 
     def load_state_dict(self, state: dict) -> None:
@@ -247,5 +287,5 @@ class Synchronizer(abc.ABC):
     def _extra_state(self) -> dict:
         return {}
 
-    def _load_extra_state(self, state: dict) -> None:
+    def _load_extra_state(self, state: dict) -> None:  # noqa: B027 - optional hook, as above
         """Restore the entries :meth:`_extra_state` added (none by default)."""

@@ -1,4 +1,5 @@
 """``dense``: the uncompressed baseline, one library all-reduce of the whole gradient / P."""
+
 from __future__ import annotations
 
 from . import register

@@ -16,6 +16,7 @@ One synchronization of worker w, k = max(1, int(n * density)):
 At density 1 (k = n) everything is selected. The threshold is never below the smallest
 positive float, so zeros are not sent. Cost: ceil(log2 P) rounds, 2(P-1)/P sum_w |S_w| words.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,7 +33,10 @@ from .selection import Selector
 from .sparse_ops import budget, entries_at_least, put_, scatter_average_in_order
 
 
-@register("gaussiank", description="Gaussiank: threshold from a Gaussian fit, adjusted to about k, all-gatherv")
+@register(
+    "gaussiank",
+    description="Gaussiank: threshold from a Gaussian fit, adjusted to about k, all-gatherv",
+)
 class GaussianK(Synchronizer):
     """Gaussian-fit threshold selection with all-gatherv (module docstring).
 
@@ -40,14 +44,23 @@ class GaussianK(Synchronizer):
     number of loops; ``dense_warmup`` (see :class:`Synchronizer`).
     """
 
-    def __init__(self, comm, numel: int, density: float, scale: float = 1.02, max_loops: int = 20,
-                 dense_warmup: int = 0) -> None:
+    def __init__(
+        self,
+        comm,
+        numel: int,
+        density: float,
+        scale: float = 1.02,
+        max_loops: int = 20,
+        dense_warmup: int = 0,
+    ) -> None:
         super().__init__(comm, numel, density, dense_warmup)
         self.scale = check_scale("scale", scale)
         self.max_loops = check_int("max_loops", max_loops, minimum=0)
         self.k = budget(numel, self.density)
         self.everything = self.k >= numel
-        self.z = statistics.NormalDist().inv_cdf(1.0 - self.density / 2) if not self.everything else 0.0
+        self.z = (
+            statistics.NormalDist().inv_cdf(1.0 - self.density / 2) if not self.everything else 0.0
+        )
         self.gather_steps = bruck_allgather_schedule(self.rank, list(range(self.size)))
         self.selector = Selector()
 
@@ -72,7 +85,9 @@ class GaussianK(Synchronizer):
         square = float(torch.dot(accumulated, accumulated))
         std = math.sqrt(max(0.0, square - n * mean * mean) / (n - 1)) if n > 1 else 0.0
         if not math.isfinite(mean):
-            raise ValueError("gaussiank: the gradient plus residual holds NaN or inf (a diverged gradient?)")
+            raise ValueError(
+                "gaussiank: the gradient plus residual holds NaN or inf (a diverged gradient?)"
+            )
         threshold = mean + self.z * std
         threshold = threshold if math.isfinite(threshold) and threshold > _TINY else _TINY
         low, high = math.ceil(3 * self.k / 4), 5 * self.k // 4  # the count must reach 3k/4

@@ -32,6 +32,7 @@ returned, combines every rank's drops with one all-reduce of these three numbers
 ``rounds``; a caller that times ``allreduce`` from outside calls it after stopping its clock.
 Cost (docs/DESIGN.md, cost table): 2 ceil(log2 P) rounds; at most 2k words per message.
 """
+
 from __future__ import annotations
 
 import torch
@@ -44,7 +45,9 @@ from .selection import Selector
 from .sparse_ops import budget, is_member, one_list, put_
 
 
-@register("gtopk", description="gTop-k: binomial-tree merge keeping the top-k at every level, broadcast")
+@register(
+    "gtopk", description="gTop-k: binomial-tree merge keeping the top-k at every level, broadcast"
+)
 class GTopK(Synchronizer):
     """gTop-k tree merge for any P; its lost mass measured on request (module docstring).
 
@@ -56,8 +59,9 @@ class GTopK(Synchronizer):
     adds_residual = True  # the selection pass adds the residual (Selector.scan)
     conserves_mass = False  # with 3+ ranks a tree level drops sums; measure_lost_mass reports them
 
-    def __init__(self, comm, numel: int, density: float, measure_loss: bool = False,
-                 dense_warmup: int = 0) -> None:
+    def __init__(
+        self, comm, numel: int, density: float, measure_loss: bool = False, dense_warmup: int = 0
+    ) -> None:
         super().__init__(comm, numel, density, dense_warmup)
         if not isinstance(measure_loss, bool):
             raise ValueError(f"measure_loss must be True or False, got {measure_loss!r}")
@@ -74,7 +78,9 @@ class GTopK(Synchronizer):
     def _synchronize(self, grad, timer):
         accumulated = self._residual
         with timer("select"):
-            chosen, values = self.selector.select(accumulated, self.k, addend=grad, key="accumulated")
+            chosen, values = self.selector.select(
+                accumulated, self.k, addend=grad, key="accumulated"
+            )
         held = [chosen.to(torch.int32), values]
         dropped = [] if self.measure_loss else None
 
@@ -85,8 +91,14 @@ class GTopK(Synchronizer):
             held[0], held[1] = self._merge(held[0], held[1], *one_list(message), dropped, timer)
 
         run_schedule(self.transport, self.reduce_steps, produce, consume, accumulated.device, timer)
-        run_schedule(self.transport, self.broadcast_steps, produce, _replace_with(held),
-                     accumulated.device, timer)
+        run_schedule(
+            self.transport,
+            self.broadcast_steps,
+            produce,
+            _replace_with(held),
+            accumulated.device,
+            timer,
+        )
         final_indices, final_values = held[0].long(), held[1]  # int64 once, for every use below
         with timer("accumulate"):
             result = self._new_result(accumulated.device)
@@ -101,8 +113,9 @@ class GTopK(Synchronizer):
         """Union of two lists, values added at common indices, cut to the k largest |values|;
         the cut-off entries are appended to ``dropped`` (unless it is ``None``)."""
         with timer("accumulate"):
-            union, inverse = torch.unique(torch.cat([indices, other_indices]), sorted=True,
-                                          return_inverse=True)
+            union, inverse = torch.unique(
+                torch.cat([indices, other_indices]), sorted=True, return_inverse=True
+            )
             sums = torch.zeros(union.numel(), device=values.device)
             sums.index_add_(0, inverse, torch.cat([values, other_values]))
         if union.numel() <= self.k:
@@ -136,8 +149,11 @@ class GTopK(Synchronizer):
         self.transport.allreduce_sum_(totals)
         traffic.bytes_sent, traffic.messages, traffic.rounds = counted
         lost_mass, lost_sum, entered = totals.tolist()
-        loss = {"lost_mass": lost_mass, "lost_sum": lost_sum,
-                "lost_fraction": lost_mass / entered if entered > 0 else 0.0}
+        loss = {
+            "lost_mass": lost_mass,
+            "lost_sum": lost_sum,
+            "lost_fraction": lost_mass / entered if entered > 0 else 0.0,
+        }
         self.stats.update(loss)
         return loss
 

@@ -40,6 +40,7 @@ are never sent. Cost (docs/DESIGN.md, cost table): (P-1) + ceil(log2 P) rounds, 
 2 ceil(log2 P) for the boundary all-reduce; on calls that reuse both thresholds about
 2(P-1)/P (|S_w| + kept) words.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,8 +54,16 @@ from allreducers import allgather_lists, bruck_allgather_schedule, pack, rotatio
 from . import register
 from .base import Synchronizer, check_int
 from .selection import Selector
-from .sparse_ops import (budget, entries_at_least, equal_cuts, flat_nonzero, is_member, one_list, put_,
-                         split_sorted)
+from .sparse_ops import (
+    budget,
+    entries_at_least,
+    equal_cuts,
+    flat_nonzero,
+    is_member,
+    one_list,
+    put_,
+    split_sorted,
+)
 
 _TINY = float(torch.finfo(torch.float32).tiny)
 
@@ -83,8 +92,11 @@ def run_windowed(transport, steps, produce, consume, device, timer, window: int)
         message = produce(step) if step.send_to is not None else None
         with timer("comm"):
             send = [transport.isend(message, step.send_to, number)] if message is not None else []
-            receive = (transport.irecv(step.recv_from, number, torch.int32, device)
-                       if step.recv_from is not None else None)
+            receive = (
+                transport.irecv(step.recv_from, number, torch.int32, device)
+                if step.recv_from is not None
+                else None
+            )
         posted.append((step, send, receive))
 
     for number in range(min(window, len(steps))):
@@ -145,7 +157,7 @@ class RegionReducer:
 
     def region_sums(self, boundaries: list) -> torch.Tensor:
         """The dense sums of this rank's region after :meth:`reduce` (zeros where nothing came)."""
-        return self._sums[:boundaries[self.rank + 1] - boundaries[self.rank]]
+        return self._sums[: boundaries[self.rank + 1] - boundaries[self.rank]]
 
     def _buffers(self, size: int, device) -> tuple:
         if self._sums.numel() < size or self._sums.device != device:
@@ -162,7 +174,10 @@ class RegionReducer:
         present.index_fill_(0, local, True)
 
 
-@register("oktopk", description="Ok-Topk: reused thresholds, balanced split-and-reduce, global threshold, all-gatherv")
+@register(
+    "oktopk",
+    description="Ok-Topk: reused thresholds, balanced split-and-reduce, global threshold, all-gatherv",
+)
 class OkTopK(Synchronizer):
     """Ok-Topk with the authors' intervals and scales as options (module docstring).
 
@@ -177,10 +192,21 @@ class OkTopK(Synchronizer):
 
     adds_residual = True  # the local selection's pass adds the residual
 
-    def __init__(self, comm, numel: int, density: float, local_interval: int = 32,
-                 global_interval: int = 32, region_interval: int = 64, raise_scale: float = 1.03,
-                 raise_limit: int = 5, local_scale: float = 1.012, global_scale: float = 1.008,
-                 in_flight: int = 4, dense_warmup: int = 0) -> None:
+    def __init__(
+        self,
+        comm,
+        numel: int,
+        density: float,
+        local_interval: int = 32,
+        global_interval: int = 32,
+        region_interval: int = 64,
+        raise_scale: float = 1.03,
+        raise_limit: int = 5,
+        local_scale: float = 1.012,
+        global_scale: float = 1.008,
+        in_flight: int = 4,
+        dense_warmup: int = 0,
+    ) -> None:
         super().__init__(comm, numel, density, dense_warmup)
         self.local_interval = check_int("local_interval", local_interval)
         self.global_interval = check_int("global_interval", global_interval)
@@ -210,8 +236,11 @@ class OkTopK(Synchronizer):
     def call_kind(self, step: int) -> tuple:
         """Whether call ``step`` computes the local threshold exactly, re-splits the regions and
         computes the global threshold exactly (module docstring, steps 1, 2 and 4)."""
-        return (step % self.local_interval == 0, step % self.region_interval == 0,
-                step % self.global_interval == 0)
+        return (
+            step % self.local_interval == 0,
+            step % self.region_interval == 0,
+            step % self.global_interval == 0,
+        )
 
     def _synchronize(self, grad, timer):
         k = self.k
@@ -269,11 +298,14 @@ class OkTopK(Synchronizer):
         if workers == 1:
             return [0, self.numel]
         if count:
-            picks = torch.tensor([part * count // workers for part in range(1, workers)], device=chosen.device)
+            picks = torch.tensor(
+                [part * count // workers for part in range(1, workers)], device=chosen.device
+            )
             proposal = chosen.index_select(0, picks).to(torch.int64)
         else:
-            proposal = torch.tensor(equal_cuts(self.numel, workers)[1:-1], dtype=torch.int64,
-                                    device=chosen.device)
+            proposal = torch.tensor(
+                equal_cuts(self.numel, workers)[1:-1], dtype=torch.int64, device=chosen.device
+            )
         with timer("comm"):
             total = self.transport.allreduce_sum_(proposal)
         return [0] + (total // workers).tolist() + [self.numel]
@@ -313,8 +345,12 @@ class OkTopK(Synchronizer):
             self.stats.update(self._counts)
 
     def _extra_state(self) -> dict:
-        return {"step": self.step, "local_threshold": self.local_threshold,
-                "global_threshold": self.global_threshold, "boundaries": list(self.boundaries)}
+        return {
+            "step": self.step,
+            "local_threshold": self.local_threshold,
+            "global_threshold": self.global_threshold,
+            "boundaries": list(self.boundaries),
+        }
 
     def _load_extra_state(self, state: dict) -> None:
         self.step = int(state["step"])

@@ -41,26 +41,32 @@ Tools that model what selection costs (the simulator) watch every selection thro
 :func:`observe`, which reports each one's kind and shape and whether it started from remembered
 thresholds.
 """
+
 from __future__ import annotations
 
 import contextlib
 import math
-from typing import Callable, Iterator, NamedTuple, Optional
+from collections.abc import Iterator
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
 
 from .sparse_ops import flat_nonzero, put_
 
-_SAMPLE = (1024, 16384)   # fewest and most sample entries per row to estimate the threshold,
-_SAMPLE_SHARE = 128       # ... and between them 1/128 of the row (short rows stay cheap)
-_SIGMAS = 4.0             # safety margin of the estimate, in standard deviations
-_CACHED_SAMPLES = 8       # sample positions kept for this many row lengths
-_REMEMBERED_KEYS = 64     # keys whose thresholds are kept (the least recently used one goes)
-_CHUNK = 1 << 16          # entries per step of the candidate pass on one thread
+_SAMPLE = (1024, 16384)  # fewest and most sample entries per row to estimate the threshold,
+_SAMPLE_SHARE = 128  # ... and between them 1/128 of the row (short rows stay cheap)
+_SIGMAS = 4.0  # safety margin of the estimate, in standard deviations
+_CACHED_SAMPLES = 8  # sample positions kept for this many row lengths
+_REMEMBERED_KEYS = 64  # keys whose thresholds are kept (the least recently used one goes)
+_CHUNK = 1 << 16  # entries per step of the candidate pass on one thread
 _TINY = float(np.finfo(np.float32).smallest_subnormal)  # ">= _TINY" means "non-zero"
 _NOT_FINITE = "the values to select from hold NaN or inf (a diverged gradient?)"
-_MARGIN = (0.03, 0.1, 0.5)  # a remembered threshold's margin below the last k-th |x|: least, first, most
+_MARGIN = (
+    0.03,
+    0.1,
+    0.5,
+)  # a remembered threshold's margin below the last k-th |x|: least, first, most
 
 
 class Selection(NamedTuple):
@@ -148,7 +154,9 @@ class Selector:
         ``key``: see :meth:`scan`."""
         return self.pick(rows, k, self.scan(rows, k, key=key))[0]
 
-    def select(self, x: torch.Tensor, k: int, addend: Optional[torch.Tensor] = None, key=None) -> tuple:
+    def select(
+        self, x: torch.Tensor, k: int, addend: torch.Tensor | None = None, key=None
+    ) -> tuple:
         """Add ``addend`` into ``x`` (as :meth:`scan` does) and return the top-``k`` of the sum:
         the columns (int64, ascending) and values of :meth:`pick`. ``x`` is a 1-D vector (one
         list) or an ``(r, n)`` matrix (one per row). ``key``: see :meth:`scan`."""
@@ -156,13 +164,15 @@ class Selector:
         columns, values = self.pick(rows, k, self.scan(rows, k, addend, key))
         return (columns[0], values[0]) if x.dim() == 1 else (columns, values)
 
-    def cut(self, x: torch.Tensor, k: int, addend: Optional[torch.Tensor] = None, key=None) -> tuple:
+    def cut(self, x: torch.Tensor, k: int, addend: torch.Tensor | None = None, key=None) -> tuple:
         """:meth:`select`, then zero the selected entries in ``x``: the top-``k`` taken out."""
         columns, values = self.select(x, k, addend, key)
         put_(x, columns, 0.0)
         return columns, values
 
-    def at_least(self, x: torch.Tensor, threshold: float, addend: Optional[torch.Tensor] = None) -> tuple:
+    def at_least(
+        self, x: torch.Tensor, threshold: float, addend: torch.Tensor | None = None
+    ) -> tuple:
         """Add ``addend`` into the 1-D ``x`` (in the same pass, as :meth:`scan` does) and return
         the indices (int64, ascending) and values of its entries with ``|x| >= threshold``."""
         extra = _for_the_pass(x, addend, chunked=not x.is_cuda)
@@ -170,14 +180,17 @@ class Selector:
             chosen = self._above(x.abs(), threshold)
             found = chosen, x.index_select(0, chosen)
         else:
-            positions, values, _ = self._candidates(x.detach().view(1, -1), np.full(1, threshold, np.float32), extra)
+            positions, values, _ = self._candidates(
+                x.detach().view(1, -1), np.full(1, threshold, np.float32), extra
+            )
             found = torch.from_numpy(positions), torch.from_numpy(values)
         if _observers:
             _report("threshold", (1, x.numel()), False)
         return found
 
-    def scan(self, rows: torch.Tensor, k: int, addend: Optional[torch.Tensor] = None,
-             key=None) -> Optional[Candidates]:
+    def scan(
+        self, rows: torch.Tensor, k: int, addend: torch.Tensor | None = None, key=None
+    ) -> Candidates | None:
         """The one pass over the ``(r, n)`` matrix ``rows`` that finds each row's candidates for
         its top-``k`` (for :meth:`pick`).
 
@@ -206,13 +219,15 @@ class Selector:
         rows = rows.detach().contiguous()
         thresholds, hinted = self._remembered(key, rows.shape, k)
         if not hinted.all():
-            thresholds = np.where(hinted, thresholds, self._estimate(rows, k, extra)).astype(np.float32)
+            thresholds = np.where(hinted, thresholds, self._estimate(rows, k, extra)).astype(
+                np.float32
+            )
         positions, values, sizes = self._candidates(rows, thresholds, extra)
         if _observers:
             _report("topk", rows.shape, bool(hinted.all()))
         return Candidates(positions, values, sizes, thresholds, hinted, key)
 
-    def pick(self, rows: torch.Tensor, k: int, candidates: Optional[Candidates] = None) -> tuple:
+    def pick(self, rows: torch.Tensor, k: int, candidates: Candidates | None = None) -> tuple:
         """Columns (int64, shape ``(r, min(k, n))``, each row ascending) and values (the entries
         there) of each row's top-``k`` by magnitude, ties towards the lower index.
 
@@ -251,14 +266,16 @@ class Selector:
         if memory is None:
             return np.zeros(shape[0], np.float32), np.zeros(shape[0], bool)
         levels = memory.levels
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # such rows are not hinted
+        with np.errstate(
+            divide="ignore", invalid="ignore", over="ignore"
+        ):  # such rows are not hinted
             if memory.k != k:
                 levels = levels * (k / memory.k) ** (1 / memory.slopes)
             thresholds = (levels * (1 - memory.margins)).astype(np.float32)  # (float64 ones would
             # make the pass convert every entry it compares)
         return thresholds, np.isfinite(thresholds) & (levels >= _TINY)
 
-    def _recall(self, key, shape: tuple) -> Optional[_Memory]:
+    def _recall(self, key, shape: tuple) -> _Memory | None:
         """What is remembered under ``key`` for rows of ``shape`` (``None``: nothing)."""
         memory = self._memory.get(key) if key is not None else None
         return memory if memory is not None and memory.shape == shape else None
@@ -271,19 +288,34 @@ class Selector:
         margins = np.full(shape[0], _MARGIN[1])
         if memory is not None:
             missed = candidates.sizes < k
-            margins = np.where(candidates.hinted, np.where(missed, memory.margins * 2, memory.margins * 0.9),
-                               memory.margins).clip(_MARGIN[0], _MARGIN[2])
-        known = (candidates.sizes > k) & (candidates.thresholds >= _TINY) & (candidates.thresholds < levels)
+            margins = np.where(
+                candidates.hinted,
+                np.where(missed, memory.margins * 2, memory.margins * 0.9),
+                memory.margins,
+            ).clip(_MARGIN[0], _MARGIN[2])
+        known = (
+            (candidates.sizes > k)
+            & (candidates.thresholds >= _TINY)
+            & (candidates.thresholds < levels)
+        )
         with np.errstate(divide="ignore", invalid="ignore"):
-            slopes = np.where(known, np.log(candidates.sizes / k) / np.log(candidates.thresholds / levels),
-                              np.nan)
+            slopes = np.where(
+                known, np.log(candidates.sizes / k) / np.log(candidates.thresholds / levels), np.nan
+            )
         self._memory.pop(candidates.key, None)  # inserted anew: the most recently used key is last
         self._memory[candidates.key] = _Memory(shape, k, levels, margins, slopes)
         if len(self._memory) > _REMEMBERED_KEYS:
             self._memory.pop(next(iter(self._memory)))
 
-    def _refill(self, rows: torch.Tensor, k: int, candidates: Candidates, positions: np.ndarray,
-                values: np.ndarray, sizes: np.ndarray) -> tuple:
+    def _refill(
+        self,
+        rows: torch.Tensor,
+        k: int,
+        candidates: Candidates,
+        positions: np.ndarray,
+        values: np.ndarray,
+        sizes: np.ndarray,
+    ) -> tuple:
         """The candidates again, each row with fewer than ``k`` scanned once more (if its
         threshold was above zero): first from its sample's estimate, if a remembered threshold
         failed and the estimate is lower, then, if still short, for all its non-zeros; a row
@@ -294,7 +326,7 @@ class Selector:
         keep = np.repeat(~again, sizes)
         positions, found_values, counts = [positions[keep]], [values[keep]], sizes.copy()
         for row in np.flatnonzero(again):
-            one = rows[row:row + 1]
+            one = rows[row : row + 1]
             limits = [np.full(1, _TINY, np.float32)]
             if candidates.hinted[row]:
                 estimate = self._estimate(one, k)
@@ -338,7 +370,9 @@ class Selector:
             torch.ge(magnitude, threshold, out=mask)
         return flat_nonzero(mask)
 
-    def _candidates(self, rows: torch.Tensor, thresholds: np.ndarray, extra: Optional[np.ndarray] = None) -> tuple:
+    def _candidates(
+        self, rows: torch.Tensor, thresholds: np.ndarray, extra: np.ndarray | None = None
+    ) -> tuple:
         """Flat positions (ascending), signed values and per-row counts (NumPy arrays) of the
         entries of ``rows`` with ``|x| >=`` their row's threshold, and every NaN and inf among
         them (``ValueError``; module docstring): in cache-sized chunks on one thread (each
@@ -350,9 +384,13 @@ class Selector:
         if not _numpy_passes():
             magnitude = self._buffer("_magnitude", count * n, rows.dtype).view(count, n)
             mask = self._buffer("_mask", count * n, torch.bool).view(count, n)
-            torch.ge(torch.abs(rows, out=magnitude).view(torch.int32), torch.from_numpy(limits), out=mask)
+            torch.ge(
+                torch.abs(rows, out=magnitude).view(torch.int32), torch.from_numpy(limits), out=mask
+            )
             positions = flat_nonzero(mask.view(-1)).numpy()
-            return _finite(positions, rows.numpy().reshape(-1)[positions], _row_sizes(positions, count, n))
+            return _finite(
+                positions, rows.numpy().reshape(-1)[positions], _row_sizes(positions, count, n)
+            )
         values = rows.numpy()
         flat = values.reshape(-1)
         scratch = self._buffer("_magnitude", min(count * n, _CHUNK), rows.dtype).numpy()
@@ -366,8 +404,8 @@ class Selector:
                 low = first * n + start  # the chunk is flat[low:low + size], contiguous
                 shape, size = (last - first, end - start), (last - first) * (end - start)
                 if extra is not None and low < extra.size:
-                    added = flat[low:min(low + size, extra.size)]
-                    np.add(added, extra[low:low + added.size], out=added)
+                    added = flat[low : min(low + size, extra.size)]
+                    np.add(added, extra[low : low + added.size], out=added)
                 part, mask = scratch[:size].reshape(shape), bits[:size].reshape(shape)
                 np.abs(values[first:last, start:end], out=part)
                 np.greater_equal(part.view(np.int32), limits[first:last], out=mask)
@@ -385,7 +423,7 @@ class Selector:
             setattr(self, name, buffer)
         return buffer[:numel]
 
-    def _estimate(self, rows: torch.Tensor, k: int, extra: Optional[np.ndarray] = None) -> np.ndarray:
+    def _estimate(self, rows: torch.Tensor, k: int, extra: np.ndarray | None = None) -> np.ndarray:
         """Per row, a threshold that about ``k`` plus a few standard deviations of the row's
         entries exceed, from the same sample positions in every row; at least ``_TINY``, so that
         a mostly-zero row takes all its non-zeros and no zero as candidates. ``extra``: a flat
@@ -421,7 +459,7 @@ class Selector:
         return thresholds
 
 
-def _for_the_pass(x: torch.Tensor, addend: Optional[torch.Tensor], chunked: bool) -> Optional[np.ndarray]:
+def _for_the_pass(x: torch.Tensor, addend: torch.Tensor | None, chunked: bool) -> np.ndarray | None:
     """``addend`` as the NumPy array the chunked candidate pass adds into the first entries of
     the contiguous ``x``; when no such pass will run (``chunked`` false, or several threads), it
     is added into ``x`` here and ``None`` is returned."""
@@ -429,7 +467,7 @@ def _for_the_pass(x: torch.Tensor, addend: Optional[torch.Tensor], chunked: bool
         return None
     if chunked and _numpy_passes():
         return addend.detach().numpy()
-    x.view(-1)[:addend.numel()].add_(addend)
+    x.view(-1)[: addend.numel()].add_(addend)
     return None
 
 
@@ -476,9 +514,15 @@ def _keep_k_per_row(values: np.ndarray, k: int, sizes: np.ndarray) -> tuple:
     """
     count = sizes.size
     starts = np.cumsum(sizes) - sizes
-    kth = np.array([np.partition(values[start:start + size], size - k)[size - k] if size > k
-                    else values[start:start + size].min()  # (completed with zeros: introselect crawls)
-                    for start, size in zip(starts.tolist(), sizes.tolist())], dtype=values.dtype)
+    kth = np.array(
+        [
+            np.partition(values[start : start + size], size - k)[size - k]
+            if size > k
+            else values[start : start + size].min()  # (completed with zeros: introselect crawls)
+            for start, size in zip(starts.tolist(), sizes.tolist())
+        ],
+        dtype=values.dtype,
+    )
     bound = kth if count == 1 else np.repeat(kth, sizes)
     keep = values >= bound
     if np.count_nonzero(keep) == count * k:

@@ -39,6 +39,7 @@ One synchronization of worker w = (team t, position r), teams of m = P/d contigu
    keeps its accumulated value, which already holds everything: shares there are discarded.
    Steps 5 and 6 overlap: each block's list is collected while the next lists travel.
 """
+
 from __future__ import annotations
 
 import math
@@ -46,8 +47,16 @@ import numbers
 
 import torch
 
-from allreducers import (allgather_lists, bruck_allgather_schedule, pack, recursive_halving_schedule,
-                         run_schedule, srs_block_schedule, srs_schedule, unpack)
+from allreducers import (
+    allgather_lists,
+    bruck_allgather_schedule,
+    pack,
+    recursive_halving_schedule,
+    run_schedule,
+    srs_block_schedule,
+    srs_schedule,
+    unpack,
+)
 
 from . import register
 from .base import Synchronizer
@@ -95,8 +104,12 @@ class HeightAdapter:
 
     def state_dict(self) -> dict:
         """The adapter's mutable state."""
-        return {"value": self.value, "step": self.step, "direction": self.direction,
-                "streak": self.streak}
+        return {
+            "value": self.value,
+            "step": self.step,
+            "direction": self.direction,
+            "streak": self.streak,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`."""
@@ -116,8 +129,9 @@ def _runs(items) -> list:
     return [tuple(run) for run in runs]
 
 
-def _passed_on(seen: torch.Tensor, columns: torch.Tensor, cut_columns: torch.Tensor,
-               level: torch.Tensor) -> torch.Tensor:
+def _passed_on(
+    seen: torch.Tensor, columns: torch.Tensor, cut_columns: torch.Tensor, level: torch.Tensor
+) -> torch.Tensor:
     """Mask: which ``columns`` of a block a cut took, given the values there when it cut
     (``seen``), its columns and its k-th largest ``|x|`` (``level``). A cut takes every entry
     above its level and none below, so only entries equal to the level (the last one taken,
@@ -133,22 +147,30 @@ def check_teams(teams, sag: str, workers: int) -> int:
     """``teams`` as an int; ``ValueError`` unless it divides ``workers`` and ``sag`` suits it."""
     divisors = [d for d in range(1, workers + 1) if workers % d == 0]
     if isinstance(teams, bool) or not isinstance(teams, numbers.Integral) or teams not in divisors:
-        raise ValueError(f"teams={teams!r} must divide the worker count {workers}; "
-                         f"valid: {', '.join(map(str, divisors))}")
+        raise ValueError(
+            f"teams={teams!r} must divide the worker count {workers}; "
+            f"valid: {', '.join(map(str, divisors))}"
+        )
     teams = int(teams)
     if sag not in SAG_VARIANTS:
-        raise ValueError(f"sag={sag!r} is not a Spar-All-Gather variant; valid: {', '.join(SAG_VARIANTS)}")
+        raise ValueError(
+            f"sag={sag!r} is not a Spar-All-Gather variant; valid: {', '.join(SAG_VARIANTS)}"
+        )
     if sag == "recursive" and teams & (teams - 1):
         powers = [d for d in divisors if not d & (d - 1)]
-        raise ValueError(f"sag='recursive' needs teams a power of two, got {teams}; use sag='bruck' "
-                         f"or teams in {', '.join(map(str, powers))}")
+        raise ValueError(
+            f"sag='recursive' needs teams a power of two, got {teams}; use sag='bruck' "
+            f"or teams in {', '.join(map(str, powers))}"
+        )
     return teams
 
 
 def check_srs(srs) -> str:
     """``srs`` itself; ``ValueError`` unless it names a Spar-Reduce-Scatter execution."""
     if not isinstance(srs, str) or srs not in SRS_EXECUTIONS:
-        raise ValueError(f"srs={srs!r} is not a Spar-Reduce-Scatter execution; valid: {', '.join(SRS_EXECUTIONS)}")
+        raise ValueError(
+            f"srs={srs!r} is not a Spar-Reduce-Scatter execution; valid: {', '.join(SRS_EXECUTIONS)}"
+        )
     return srs
 
 
@@ -160,12 +182,15 @@ def _coalesce(lists: list) -> tuple:
     sums = torch.zeros(union.numel(), device=lists[0][1].device)
     start = 0
     for _, values in lists:
-        sums.index_add_(0, place[start:start + values.numel()], values)
+        sums.index_add_(0, place[start : start + values.numel()], values)
         start += values.numel()
     return union, sums
 
 
-@register("spardl", description="SparDL: Spar-Reduce-Scatter + Spar-All-Gather, global residual collection")
+@register(
+    "spardl",
+    description="SparDL: Spar-Reduce-Scatter + Spar-All-Gather, global residual collection",
+)
 class SparDL(Synchronizer):
     """SparDL: Spar-Reduce-Scatter, optional Spar-All-Gather over ``teams``, global residuals.
 
@@ -176,8 +201,16 @@ class SparDL(Synchronizer):
 
     adds_residual = True  # step 1 adds the gradient, inside the cuts' selection passes where it can
 
-    def __init__(self, comm, numel: int, density: float, teams: int = 1, sag: str = "bruck",
-                 srs: str = "rounds", dense_warmup: int = 0) -> None:
+    def __init__(
+        self,
+        comm,
+        numel: int,
+        density: float,
+        teams: int = 1,
+        sag: str = "bruck",
+        srs: str = "rounds",
+        dense_warmup: int = 0,
+    ) -> None:
         super().__init__(comm, numel, density, dense_warmup)
         self.teams = check_teams(teams, sag, self.size)
         self.sag = sag
@@ -222,14 +255,21 @@ class SparDL(Synchronizer):
 
         def produce(step):
             with timer("select"):
-                return pack([piece for first, count in _runs(step.send_items)
-                             for piece in cut(first, count, budget)], with_counts=False)
+                return pack(
+                    [
+                        piece
+                        for first, count in _runs(step.send_items)
+                        for piece in cut(first, count, budget)
+                    ],
+                    with_counts=False,
+                )
 
         def consume(step, message):
             with timer("accumulate"):
                 indices, values = unpack(message, 1, [budget * len(step.recv_items)])[0]
-                for item, columns, summands in zip(step.recv_items, indices.view(-1, budget).long(),
-                                                   values.view(-1, budget)):
+                for item, columns, summands in zip(
+                    step.recv_items, indices.view(-1, budget).long(), values.view(-1, budget)
+                ):
                     self._first_touch(blocks, grad, pending, item, 1, fuse=False)
                     saves[item].append((columns, blocks[item].index_select(0, columns)))
                     blocks[item].scatter_add_(0, columns, summands)  # columns are unique
@@ -250,18 +290,28 @@ class SparDL(Synchronizer):
             with timer("accumulate"):
                 for block in [block for block in held if block not in nonzeros]:
                     columns, values = held[block]
-                    nonzeros[block] = self._collect(block, columns, values, blocks[block], saves[block],
-                                                    sent[block], result)
+                    nonzeros[block] = self._collect(
+                        block, columns, values, blocks[block], saves[block], sent[block], result
+                    )
 
         # The lists already held are collected while the next ones travel (blocks are disjoint,
         # so the order in which they arrive changes no bit of the result).
-        collect(allgather_lists(self.transport, self.gather_steps, self.position, own,
-                                budget if self.teams == 1 else None, timer, meanwhile=collect))
+        collect(
+            allgather_lists(
+                self.transport,
+                self.gather_steps,
+                self.position,
+                own,
+                budget if self.teams == 1 else None,
+                timer,
+                meanwhile=collect,
+            )
+        )
         if shares:
             with timer("accumulate"):
                 self._keep_shares(blocks[self.position], own[0].long(), shares)
         self._nnz = int(sum(nonzeros.values()))  # one device sync
-        return result, work[:self.numel]
+        return result, work[: self.numel]
 
     def _collect(self, block: int, columns, values, row, saves: list, sent, result) -> torch.Tensor:
         """Write block ``block``'s gathered list (``columns`` ascending) / P into the zeroed
@@ -274,7 +324,7 @@ class SparDL(Synchronizer):
         """
         columns = columns.long()  # once: the calls below would each convert int32 again
         start = block * self.block_size
-        part = result[min(start, self.numel):start + self.block_size]
+        part = result[min(start, self.numel) : start + self.block_size]
         inside, kept = columns, values
         if part.numel() < self.block_size:  # the last block: its padding is a suffix of the list
             end = int(torch.searchsorted(columns, part.numel()))
@@ -308,14 +358,23 @@ class SparDL(Synchronizer):
         """
         padded = self._work
         if padded.numel() != self.team_size * self.block_size or padded.device != residual.device:
-            padded = self._work = torch.zeros(self.team_size * self.block_size, device=residual.device)
+            padded = self._work = torch.zeros(
+                self.team_size * self.block_size, device=residual.device
+            )
         if residual.data_ptr() != padded.data_ptr():
-            padded[:self.numel].copy_(residual)
-        padded[self.numel:].zero_()
+            padded[: self.numel].copy_(residual)
+        padded[self.numel :].zero_()
         return padded
 
-    def _first_touch(self, blocks: torch.Tensor, grad: torch.Tensor, pending: set, first: int,
-                     count: int, fuse: bool):
+    def _first_touch(
+        self,
+        blocks: torch.Tensor,
+        grad: torch.Tensor,
+        pending: set,
+        first: int,
+        count: int,
+        fuse: bool,
+    ):
         """Step 1 for the blocks ``first .. first+count-1`` about to be touched. If ``fuse`` and
         all of them are still ``pending``, return their part of the gradient for the cut's
         selection pass to add; otherwise add it into those pending now and return ``None``."""
@@ -323,29 +382,37 @@ class SparDL(Synchronizer):
         fused = fuse and pending.issuperset(span)
         for block in () if fused else pending.intersection(span):
             part = self._gradient_part(grad, block, 1)
-            blocks[block][:part.numel()].add_(part)
+            blocks[block][: part.numel()].add_(part)
         pending.difference_update(span)
         return self._gradient_part(grad, first, count) if fused else None
 
     def _gradient_part(self, grad: torch.Tensor, first: int, count: int) -> torch.Tensor:
         """The entries of ``grad`` in blocks ``first .. first+count-1`` (none in the padding)."""
-        return grad[min(self.numel, first * self.block_size):(first + count) * self.block_size]
+        return grad[min(self.numel, first * self.block_size) : (first + count) * self.block_size]
 
-    def _cut(self, blocks: torch.Tensor, first: int, count: int, keep: int, sent: list, addend) -> list:
+    def _cut(
+        self, blocks: torch.Tensor, first: int, count: int, keep: int, sent: list, addend
+    ) -> list:
         """Top-``keep`` of each of the blocks ``first .. first+count-1`` as one sparse list per
         block (int32 columns, values); the blocks stay as they are, and ``sent[block]`` gets the
         block's columns (int64, ascending) and its k-th largest ``|x|``. ``addend``: the gradient
         still to be added into these blocks, in the selection pass. The selector remembers the
         cut's thresholds under ``(first, count)``."""
-        columns, values = self.selector.select(blocks[first:first + count], keep, addend, (first, count))
-        sent[first:first + count] = zip(columns, values.abs().amin(dim=1))
-        return [(row_columns.to(torch.int32), row_values) for row_columns, row_values in zip(columns, values)]
+        columns, values = self.selector.select(
+            blocks[first : first + count], keep, addend, (first, count)
+        )
+        sent[first : first + count] = zip(columns, values.abs().amin(dim=1))
+        return [
+            (row_columns.to(torch.int32), row_values)
+            for row_columns, row_values in zip(columns, values)
+        ]
 
     def _bruck_sag(self, own: tuple, timer) -> tuple:
         """B-SAG: the union of the d teams' top-h lists of this position's block (summed in team
         order), cut to its top-k_b."""
-        lists = allgather_lists(self.transport, self.sag_steps, self.team, own,
-                                self.height.value, timer)
+        lists = allgather_lists(
+            self.transport, self.sag_steps, self.team, own, self.height.value, timer
+        )
         with timer("accumulate"):
             union, union_values = _coalesce([lists[team] for team in range(self.teams)])
         self.height.update(union.numel())

@@ -3,10 +3,11 @@ splits, membership, rank-order sums.
 
 Index tensors are sorted ascending wherever a helper says so; nothing here loops over elements.
 """
+
 from __future__ import annotations
 
 import ctypes
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -39,8 +40,8 @@ def count_nonzero(tensor: torch.Tensor) -> int:
     mask = np.empty(min(flat.size, _COUNT_CHUNK), dtype=bool)
     total = 0
     for start in range(0, flat.size, _COUNT_CHUNK):
-        part = flat[start:start + _COUNT_CHUNK]
-        total += np.count_nonzero(np.not_equal(part, 0, out=mask[:part.size]))
+        part = flat[start : start + _COUNT_CHUNK]
+        total += np.count_nonzero(np.not_equal(part, 0, out=mask[: part.size]))
     return int(total)
 
 
@@ -54,8 +55,12 @@ def put_(tensor: torch.Tensor, indices: torch.Tensor, values) -> torch.Tensor:
     """
     if tensor.device.type != "cpu":
         return tensor.scatter_(-1, indices, values)
-    np.put_along_axis(tensor.detach().numpy(), indices.numpy(),
-                      values.detach().numpy() if isinstance(values, torch.Tensor) else values, axis=-1)
+    np.put_along_axis(
+        tensor.detach().numpy(),
+        indices.numpy(),
+        values.detach().numpy() if isinstance(values, torch.Tensor) else values,
+        axis=-1,
+    )
     return tensor
 
 
@@ -82,8 +87,9 @@ def zero_(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.zero_()
 
 
-def entries_at_least(indices: torch.Tensor, values: torch.Tensor, magnitudes: torch.Tensor,
-                     threshold: float) -> tuple:
+def entries_at_least(
+    indices: torch.Tensor, values: torch.Tensor, magnitudes: torch.Tensor, threshold: float
+) -> tuple:
     """The entries of the sparse list (``indices``, ``values``) whose ``magnitudes`` (their
     ``|values|``) are at least ``threshold``, in their order."""
     kept = flat_nonzero(magnitudes >= threshold)
@@ -108,7 +114,9 @@ def is_member(sorted_set: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
     if sorted_set.numel() == 0 or query.numel() == 0:
         return torch.zeros(query.numel(), dtype=torch.bool, device=query.device)
     if query.device.type == "cpu" and query.numel() * 64 >= sorted_set.numel():
-        return torch.from_numpy(np.isin(query.numpy(), sorted_set.numpy(), assume_unique=True, kind="sort"))
+        return torch.from_numpy(
+            np.isin(query.numpy(), sorted_set.numpy(), assume_unique=True, kind="sort")
+        )
     sorted_set = sorted_set.to(query.dtype)
     position = torch.searchsorted(sorted_set, query).clamp_(max=sorted_set.numel() - 1)
     return sorted_set[position] == query

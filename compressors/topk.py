@@ -11,6 +11,7 @@ One synchronization of worker w (Aji & Heafield 2017; the TopkA baseline of Ok-T
 4. result = the P lists scatter-added in rank order, / P: the same bits on every rank, up to
    P*k non-zeros. Nothing is lost: sum_w a_w = P * result + sum_w residual_w.
 """
+
 from __future__ import annotations
 
 import torch

@@ -16,6 +16,7 @@ One synchronization of worker w, k = max(1, int(n * density)):
 
 Cost: (P-1) + 3 ceil(log2 P) rounds; about 2(P-1)/P (k + reduced entries) words (sparse case).
 """
+
 from __future__ import annotations
 
 import torch
@@ -29,7 +30,10 @@ from .selection import Selector
 from .sparse_ops import budget, equal_cuts, put_
 
 
-@register("topkdsa", description="TopkDSA (SparCML): local top-k, reduce-scatter, sparse or dense all-gatherv")
+@register(
+    "topkdsa",
+    description="TopkDSA (SparCML): local top-k, reduce-scatter, sparse or dense all-gatherv",
+)
 class TopkDSA(Synchronizer):
     """Local top-k, reduce-scatter over equal regions, then a sparse or dense all-gather.
 
@@ -39,11 +43,20 @@ class TopkDSA(Synchronizer):
 
     adds_residual = True  # the selection pass adds the residual (Selector.scan)
 
-    def __init__(self, comm, numel: int, density: float, dense_above: float = 1.0 / 3.0,
-                 dense_warmup: int = 0) -> None:
+    def __init__(
+        self,
+        comm,
+        numel: int,
+        density: float,
+        dense_above: float = 1.0 / 3.0,
+        dense_warmup: int = 0,
+    ) -> None:
         super().__init__(comm, numel, density, dense_warmup)
-        if isinstance(dense_above, bool) or not isinstance(dense_above, (int, float)) \
-                or not 0.0 < dense_above <= 1.0:
+        if (
+            isinstance(dense_above, bool)
+            or not isinstance(dense_above, (int, float))
+            or not 0.0 < dense_above <= 1.0
+        ):
             raise ValueError(f"dense_above must be a number in (0, 1], got {dense_above!r}")
         self.dense_above = float(dense_above)
         self.k = budget(numel, self.density)
@@ -68,7 +81,9 @@ class TopkDSA(Synchronizer):
         if self.went_dense:
             self._gather_dense(result, timer)
         else:
-            lists = allgather_lists(self.transport, self.gather_steps, self.rank, (candidates, sums), None, timer)
+            lists = allgather_lists(
+                self.transport, self.gather_steps, self.rank, (candidates, sums), None, timer
+            )
             with timer("accumulate"):
                 indices = torch.cat([lists[rank][0] for rank in range(self.size)])
                 kept = torch.cat([lists[rank][1] for rank in range(self.size)])
@@ -88,13 +103,13 @@ class TopkDSA(Synchronizer):
             values, start = message.view(torch.float32), 0
             for item in step.recv_items:
                 size = bounds[item + 1] - bounds[item]
-                regions[item] = values[start:start + size]
+                regions[item] = values[start : start + size]
                 start += size
 
         run_schedule(self.transport, self.gather_steps, produce, consume, result.device, timer)
         with timer("accumulate"):
             for item, values in regions.items():
-                torch.div(values, self.size, out=result[bounds[item]:bounds[item + 1]])
+                torch.div(values, self.size, out=result[bounds[item] : bounds[item + 1]])
             self._nnz = None
 
     def _count_nonzero(self, result):

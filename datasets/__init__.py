@@ -8,6 +8,7 @@ trains. Missing files
 raise ``DataError`` whose message says exactly which files to put where. Data sets know nothing
 about distribution or gradient synchronization: sharding is the trainer's job.
 """
+
 from datasets.registry import available, download, load, options, task
 from datasets.split import DataError, DataSplit
 

@@ -5,6 +5,7 @@
 download) extract. Training images get the usual augmentation: random crop with 4 pixels of
 padding and a random horizontal flip.
 """
+
 import pickle
 from pathlib import Path
 
@@ -54,18 +55,26 @@ def read_batches(folder, names, label_key, num_classes):
         try:
             with open(folder / name, "rb") as stream:
                 batch = pickle.load(stream, encoding="bytes")
-            batch = {key.encode() if isinstance(key, str) else key: value  # re-saved with str keys
-                     for key, value in batch.items()}
+            batch = {
+                key.encode() if isinstance(key, str) else key: value  # re-saved with str keys
+                for key, value in batch.items()
+            }
             data, batch_labels = np.asarray(batch[b"data"]), np.asarray(batch[label_key])
         except Exception as error:  # noqa: BLE001 - whatever a damaged pickle raises: one message
-            raise DataError(f"{folder / name} is not a CIFAR batch (truncated or damaged?): "
-                            f"{type(error).__name__}: {error}") from None
+            raise DataError(
+                f"{folder / name} is not a CIFAR batch (truncated or damaged?): "
+                f"{type(error).__name__}: {error}"
+            ) from None
         if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
-            raise DataError(f"{folder / name}: its data is {data.dtype} of shape {data.shape}, not a CIFAR "
-                            "batch's uint8 rows of 3072 values (each image's red, green, blue 32x32 planes)")
+            raise DataError(
+                f"{folder / name}: its data is {data.dtype} of shape {data.shape}, not a CIFAR "
+                "batch's uint8 rows of 3072 values (each image's red, green, blue 32x32 planes)"
+            )
         if batch_labels.ndim != 1 or not np.issubdtype(batch_labels.dtype, np.integer):
-            raise DataError(f"{folder / name}: its labels are {batch_labels.dtype} of shape "
-                            f"{batch_labels.shape}, not a list of integers")
+            raise DataError(
+                f"{folder / name}: its labels are {batch_labels.dtype} of shape "
+                f"{batch_labels.shape}, not a list of integers"
+            )
         if len(batch_labels) != len(data):
             raise DataError(f"{folder / name}: {len(data)} images but {len(batch_labels)} labels")
         images.append(data.reshape(-1, 3, 32, 32))
@@ -78,7 +87,9 @@ def read_batches(folder, names, label_key, num_classes):
 def _split(folder, train_names, test_names, label_key, num_classes):
     augment = v2.Compose([v2.RandomCrop(32, padding=4), v2.RandomHorizontalFlip()])
     mean, std = _MEAN[num_classes], _STD[num_classes]
-    train = ArrayDataset(*read_batches(folder, train_names, label_key, num_classes), mean, std, augment)
+    train = ArrayDataset(
+        *read_batches(folder, train_names, label_key, num_classes), mean, std, augment
+    )
     test = ArrayDataset(*read_batches(folder, test_names, label_key, num_classes), mean, std)
     return DataSplit(train, test, num_classes=num_classes, input_shape=(3, 32, 32))
 
@@ -89,4 +100,5 @@ def _require(folder, names, title, archive):
         raise DataError(
             f"{title} not found: {folder} lacks {', '.join(missing)}; extract {archive} from "
             f"https://www.cs.toronto.edu/~kriz/cifar.html into {folder.parent} "
-            f"(it creates {folder.name}/), or pass --download when online")
+            f"(it creates {folder.name}/), or pass --download when online"
+        )

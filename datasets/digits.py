@@ -2,6 +2,7 @@
 
 A fixed stratified split keeps 20% (360 images) for testing.
 """
+
 import torch
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
@@ -17,8 +18,12 @@ def load(data_dir=None):
     images = torch.tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / _MAX_PIXEL
     labels = torch.tensor(bunch.target)
     train_x, test_x, train_y, test_y = train_test_split(
-        images, labels, test_size=0.2, random_state=0, stratify=labels)
+        images, labels, test_size=0.2, random_state=0, stratify=labels
+    )
     mean, std = [train_x.mean().item()], [train_x.std().item()]
-    return DataSplit(ArrayDataset(train_x, train_y, mean, std),
-                     ArrayDataset(test_x, test_y, mean, std),
-                     num_classes=10, input_shape=(1, 8, 8))
+    return DataSplit(
+        ArrayDataset(train_x, train_y, mean, std),
+        ArrayDataset(test_x, test_y, mean, std),
+        num_classes=10,
+        input_shape=(1, 8, 8),
+    )

@@ -4,6 +4,7 @@ Training images are randomly resized-cropped to 224 and flipped; validation imag
 256 and centre-cropped to 224. Hidden files and folders are skipped. Images are decoded as they
 are read, so an unreadable one is found when training reaches it: a ``DataError`` naming it.
 """
+
 import functools
 import os
 from pathlib import Path
@@ -15,8 +16,10 @@ from torchvision.transforms import v2
 
 from datasets.split import DataError, DataSplit
 
-LAYOUT = ("put one folder per class (e.g. n01440764/) with its JPEG images into "
-          "DATA_DIR/train and DATA_DIR/val")
+LAYOUT = (
+    "put one folder per class (e.g. n01440764/) with its JPEG images into "
+    "DATA_DIR/train and DATA_DIR/val"
+)
 _MEAN = [0.485, 0.456, 0.406]
 _STD = [0.229, 0.224, 0.225]
 
@@ -26,17 +29,23 @@ def load(data_dir):
     root = Path(data_dir)
     missing = [str(root / part) for part in ("train", "val") if not (root / part).is_dir()]
     if missing:
-        raise DataError(f"ImageNet not found: {', '.join(missing)} missing; "
-                        + LAYOUT.replace("DATA_DIR", str(root)))
+        raise DataError(
+            f"ImageNet not found: {', '.join(missing)} missing; "
+            + LAYOUT.replace("DATA_DIR", str(root))
+        )
     finish = [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(_MEAN, _STD)]
-    train = _folder(root / "train", v2.Compose([v2.RandomResizedCrop(224), v2.RandomHorizontalFlip()] + finish))
+    train = _folder(
+        root / "train", v2.Compose([v2.RandomResizedCrop(224), v2.RandomHorizontalFlip()] + finish)
+    )
     test = _folder(root / "val", v2.Compose([v2.Resize(256), v2.CenterCrop(224)] + finish))
     if test.classes != train.classes:  # ImageFolder numbers each tree's folders on its own
         missing = sorted(set(train.classes) - set(test.classes))
         extra = sorted(set(test.classes) - set(train.classes))
-        raise DataError(f"ImageNet: {root / 'val'} and {root / 'train'} differ in class folders "
-                        f"(missing in val: {', '.join(missing[:5]) or 'none'}; only in val: "
-                        f"{', '.join(extra[:5]) or 'none'}), so their labels would not match")
+        raise DataError(
+            f"ImageNet: {root / 'val'} and {root / 'train'} differ in class folders "
+            f"(missing in val: {', '.join(missing[:5]) or 'none'}; only in val: "
+            f"{', '.join(extra[:5]) or 'none'}), so their labels would not match"
+        )
     return DataSplit(train, test, num_classes=len(train.classes), input_shape=(3, 224, 224))
 
 
@@ -44,7 +53,9 @@ def _visible_image(path, root):
     """An image file by its extension, neither hidden (``._x.JPEG``: macOS AppleDouble) nor in a
     hidden folder below ``root`` (``n01440764/.ipynb_checkpoints/``), where ``path`` starts with
     the string ``root`` (as ``ImageFolder`` joins them; a string test: ImageNet has 1.3M files)."""
-    return os.sep + "." not in path[len(root):] and has_file_allowed_extension(path, IMG_EXTENSIONS)
+    return os.sep + "." not in path[len(root) :] and has_file_allowed_extension(
+        path, IMG_EXTENSIONS
+    )
 
 
 def _open_image(path):
@@ -52,8 +63,9 @@ def _open_image(path):
     try:
         return default_loader(path)
     except (OSError, SyntaxError, ValueError) as error:  # PIL: truncated, unidentified, damaged
-        raise DataError(f"{path}: unreadable image ({type(error).__name__}: {error}); remove or "
-                        "replace it") from None
+        raise DataError(
+            f"{path}: unreadable image ({type(error).__name__}: {error}); remove or replace it"
+        ) from None
 
 
 class _ClassFolders(torchvision.datasets.ImageFolder):
@@ -63,12 +75,19 @@ class _ClassFolders(torchvision.datasets.ImageFolder):
     its file."""
 
     def __init__(self, root, transform):
-        super().__init__(root, transform, loader=_open_image,
-                         is_valid_file=functools.partial(_visible_image, root=os.path.expanduser(root)))
+        super().__init__(
+            root,
+            transform,
+            loader=_open_image,
+            is_valid_file=functools.partial(_visible_image, root=os.path.expanduser(root)),
+        )
 
     def find_classes(self, directory):
-        classes = sorted(entry.name for entry in os.scandir(directory)
-                         if entry.is_dir() and not entry.name.startswith("."))
+        classes = sorted(
+            entry.name
+            for entry in os.scandir(directory)
+            if entry.is_dir() and not entry.name.startswith(".")
+        )
         if not classes:
             raise FileNotFoundError(f"Couldn't find any class folder in {directory}.")
         return classes, {name: index for index, name in enumerate(classes)}
@@ -80,5 +99,7 @@ def _folder(path, transform):
     try:
         return _ClassFolders(path, transform)
     except FileNotFoundError as error:
-        raise DataError(f"ImageNet: {path}: {error}; {LAYOUT.replace('DATA_DIR', str(path.parent))} "
-                        "(val too must be sorted into class folders)") from None
+        raise DataError(
+            f"ImageNet: {path}: {error}; {LAYOUT.replace('DATA_DIR', str(path.parent))} "
+            "(val too must be sorted into class folders)"
+        ) from None

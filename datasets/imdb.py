@@ -12,6 +12,7 @@ frequency; every other word (and an empty review's single token) is the shared i
 ``vocab_size``, so a model embeds ``vocab_size + 1`` indices. Samples are in the order of the
 layout (aclImdb: neg, then pos, by review id; CSV: by row).
 """
+
 import csv
 import re
 from collections import Counter
@@ -22,10 +23,12 @@ import torch
 from datasets.split import DataError
 from datasets.text import Sequences, TextSplit, cached, check_flat, flatten, source_key
 
-LAYOUT = ("IMDB is expected in DATA_DIR as the public aclImdb folder (DATA_DIR/aclImdb/"
-          "{train,test}/{neg,pos}/*.txt, from https://ai.stanford.edu/~amaas/data/sentiment/) or as "
-          "the files DATA_DIR/imdb_train.csv and DATA_DIR/imdb_test.csv (a header line, then "
-          "label,review per row)")
+LAYOUT = (
+    "IMDB is expected in DATA_DIR as the public aclImdb folder (DATA_DIR/aclImdb/"
+    "{train,test}/{neg,pos}/*.txt, from https://ai.stanford.edu/~amaas/data/sentiment/) or as "
+    "the files DATA_DIR/imdb_train.csv and DATA_DIR/imdb_test.csv (a header line, then "
+    "label,review per row)"
+)
 PARTS = ("train", "test")
 CLASSES = ("neg", "pos")
 _LABELS = {"0": 0, "neg": 0, "negative": 0, "1": 1, "pos": 1, "positive": 1}
@@ -40,33 +43,54 @@ def normalise(text):
 
 def load(data_dir, vocab_size=50000, max_tokens=500):
     """The IMDB ``TextSplit`` found in ``data_dir`` (see the module's description)."""
-    if not (isinstance(vocab_size, int) and vocab_size >= 1 and isinstance(max_tokens, int)
-            and max_tokens >= 1):
-        raise DataError(f"imdb: vocab_size and max_tokens must be whole numbers >= 1, "
-                        f"got {vocab_size!r} and {max_tokens!r}")
+    if not (
+        isinstance(vocab_size, int)
+        and vocab_size >= 1
+        and isinstance(max_tokens, int)
+        and max_tokens >= 1
+    ):
+        raise DataError(
+            f"imdb: vocab_size and max_tokens must be whole numbers >= 1, "
+            f"got {vocab_size!r} and {max_tokens!r}"
+        )
     root, files, reader = _find(Path(data_dir))
     settings = {"vocab_size": vocab_size, "max_tokens": max_tokens, "layout": reader.__name__}
 
     def build():
         texts = {part: reader(root, files, part) for part in PARTS}
-        words = {part: [normalise(review)[:max_tokens] for review, _ in texts[part]] for part in PARTS}
+        words = {
+            part: [normalise(review)[:max_tokens] for review, _ in texts[part]] for part in PARTS
+        }
         index = vocabulary(words["train"], vocab_size)
         content = {}
         for part in PARTS:
-            tokens, offsets = flatten([[index.get(w, vocab_size) for w in review] or [vocab_size]
-                                       for review in words[part]])
-            content[part] = {"tokens": tokens, "offsets": offsets,
-                             "labels": torch.tensor([label for _, label in texts[part]])}
+            tokens, offsets = flatten(
+                [
+                    [index.get(w, vocab_size) for w in review] or [vocab_size]
+                    for review in words[part]
+                ]
+            )
+            content[part] = {
+                "tokens": tokens,
+                "offsets": offsets,
+                "labels": torch.tensor([label for _, label in texts[part]]),
+            }
         return content
 
     def valid(content):
-        return all(check_flat(content[p]["tokens"], content[p]["offsets"], content[p]["labels"],
-                              vocab_size + 1) and len(content[p]["labels"]) for p in PARTS)
+        return all(
+            check_flat(
+                content[p]["tokens"], content[p]["offsets"], content[p]["labels"], vocab_size + 1
+            )
+            and len(content[p]["labels"])
+            for p in PARTS
+        )
 
     content = cached(root, "imdb", source_key(files, root, settings), build, valid)
     train, test = (Sequences(**content[part]) for part in PARTS)
-    return TextSplit(train=train, test=test, num_classes=2, input_shape=(max_tokens,),
-                     vocab_size=vocab_size + 1)
+    return TextSplit(
+        train=train, test=test, num_classes=2, input_shape=(max_tokens,), vocab_size=vocab_size + 1
+    )
 
 
 def vocabulary(reviews, size):
@@ -80,8 +104,12 @@ def _find(data_dir):
     """(root directory, source files, reader) of the layout in ``data_dir``, or ``DataError``."""
     for root in (data_dir / "aclImdb", data_dir):
         if all((root / part / label).is_dir() for part in PARTS for label in CLASSES):
-            files = [path for part in PARTS for label in CLASSES
-                     for path in sorted((root / part / label).glob("*.txt"), key=_review_id)]
+            files = [
+                path
+                for part in PARTS
+                for label in CLASSES
+                for path in sorted((root / part / label).glob("*.txt"), key=_review_id)
+            ]
             return root, files, _read_folders
     csvs = [data_dir / f"imdb_{part}.csv" for part in PARTS]
     if all(path.is_file() for path in csvs):
@@ -119,8 +147,10 @@ def _read_csv(root, files, part):
         if not row:
             continue
         if len(row) != 2 or row[0].strip().lower() not in _LABELS:
-            raise DataError(f"imdb: {path} line {number} is not 'label,review' with label 0/1 or "
-                            f"neg/pos (a review with commas must be quoted). {LAYOUT}")
+            raise DataError(
+                f"imdb: {path} line {number} is not 'label,review' with label 0/1 or "
+                f"neg/pos (a review with commas must be quoted). {LAYOUT}"
+            )
         reviews.append((row[1], _LABELS[row[0].strip().lower()]))
     if not reviews:
         raise DataError(f"imdb: {path} holds no reviews after its header line. {LAYOUT}")

@@ -8,6 +8,7 @@ layout), for Fashion-MNIST then in the Debian package's location ``/usr/share/da
 the same file names, so there the files are taken as whichever was asked for). Each file may be
 gzipped (``.gz``) or not.
 """
+
 import gzip
 from pathlib import Path
 
@@ -30,15 +31,19 @@ _CLASSES = 10
 
 def load_mnist(data_dir):
     """Return the MNIST ``DataSplit`` found under ``data_dir``."""
-    return _load("MNIST", [Path(data_dir) / "MNIST" / "raw", Path(data_dir)],
-                 mean=0.1307, std=0.3081)
+    return _load(
+        "MNIST", [Path(data_dir) / "MNIST" / "raw", Path(data_dir)], mean=0.1307, std=0.3081
+    )
 
 
 def load_fashion_mnist(data_dir):
     """Return the Fashion-MNIST ``DataSplit`` found under ``data_dir`` or Debian's location."""
-    return _load("FashionMNIST",
-                 [Path(data_dir) / "FashionMNIST" / "raw", DEBIAN_FASHION_MNIST, Path(data_dir)],
-                 mean=0.2860, std=0.3530)
+    return _load(
+        "FashionMNIST",
+        [Path(data_dir) / "FashionMNIST" / "raw", DEBIAN_FASHION_MNIST, Path(data_dir)],
+        mean=0.2860,
+        std=0.3530,
+    )
 
 
 def download_mnist(data_dir):
@@ -62,10 +67,12 @@ def read_idx(path):
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != _IDX_UINT8:
         raise DataError(f"{path} is not an IDX file of unsigned bytes")
     ndim = raw[3]
-    shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
     if len(raw) != 4 + 4 * ndim + int(np.prod(shape)):
-        raise DataError(f"{path} holds {len(raw) - 4 - 4 * ndim} bytes of data, its header "
-                        f"announces {int(np.prod(shape))} (shape {shape}): truncated or damaged")
+        raise DataError(
+            f"{path} holds {len(raw) - 4 - 4 * ndim} bytes of data, its header "
+            f"announces {int(np.prod(shape))} (shape {shape}): truncated or damaged"
+        )
     return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
 
@@ -75,18 +82,24 @@ def _load(folder, directories, mean, std):
     for part in ("train", "test"):
         images, labels = arrays[f"{part}_images"], arrays[f"{part}_labels"]
         if images.dim() != 3 or labels.dim() != 1 or len(images) != len(labels):
-            raise DataError(f"{files[f'{part}_images']} ({tuple(images.shape)}) and "
-                            f"{files[f'{part}_labels']} ({tuple(labels.shape)}) do not match")
+            raise DataError(
+                f"{files[f'{part}_images']} ({tuple(images.shape)}) and "
+                f"{files[f'{part}_labels']} ({tuple(labels.shape)}) do not match"
+            )
         check_labels(labels, _CLASSES, files[f"{part}_labels"])
     size = tuple(arrays["train_images"].shape[1:])
     if tuple(arrays["test_images"].shape[1:]) != size:
-        raise DataError(f"{files['test_images']} holds images of "
-                        f"{'x'.join(map(str, arrays['test_images'].shape[1:]))} pixels, "
-                        f"{files['train_images']} of {'x'.join(map(str, size))}")
+        raise DataError(
+            f"{files['test_images']} holds images of "
+            f"{'x'.join(map(str, arrays['test_images'].shape[1:]))} pixels, "
+            f"{files['train_images']} of {'x'.join(map(str, size))}"
+        )
     return DataSplit(
         ArrayDataset(arrays["train_images"].unsqueeze(1), arrays["train_labels"], [mean], [std]),
         ArrayDataset(arrays["test_images"].unsqueeze(1), arrays["test_labels"], [mean], [std]),
-        num_classes=_CLASSES, input_shape=(1, *size))
+        num_classes=_CLASSES,
+        input_shape=(1, *size),
+    )
 
 
 def _find_files(folder, directories):
@@ -103,4 +116,5 @@ def _find_files(folder, directories):
     searched = ", ".join(str(directory) for directory in directories)
     raise DataError(
         f"{folder} not found: put {', '.join(FILES.values())} (each may end in .gz) into "
-        f"{directories[0]} (searched {searched}), or pass --download when online")
+        f"{directories[0]} (searched {searched}), or pass --download when online"
+    )

@@ -3,6 +3,7 @@
 Loaders are named by module and imported on first use: scikit-learn and torchvision each add
 seconds to the start-up of every rank, which runs on other data should not pay.
 """
+
 import importlib
 import inspect
 import os
@@ -56,8 +57,10 @@ def load(name, data_dir, **settings):
     module, loader, _ = _entry(name)
     unknown = sorted(set(settings) - set(options(name)))
     if unknown:
-        raise DataError(f"data set {name} takes no option(s) {', '.join(unknown)} "
-                        f"(valid: {', '.join(options(name)) or 'none'})")
+        raise DataError(
+            f"data set {name} takes no option(s) {', '.join(unknown)} "
+            f"(valid: {', '.join(options(name)) or 'none'})"
+        )
     split = getattr(module, loader)(data_dir, **settings)
     empty = [part for part in ("train", "test") if len(getattr(split, part)) == 0]
     if empty:
@@ -74,14 +77,19 @@ def download(name, data_dir):
     """
     module, _, downloader = _entry(name)
     if name == "imagenet":
-        raise DataError("ImageNet cannot be downloaded automatically; "
-                        + module.LAYOUT.replace("DATA_DIR", str(data_dir)))
+        raise DataError(
+            "ImageNet cannot be downloaded automatically; "
+            + module.LAYOUT.replace("DATA_DIR", str(data_dir))
+        )
     if downloader is not None:
         top = Path(data_dir).absolute()
         before = _directories(top)
         try:
             getattr(module, downloader)(data_dir)
-        except (OSError, RuntimeError) as error:  # urllib's errors; torchvision's failed mirrors and checksums
+        except (
+            OSError,
+            RuntimeError,
+        ) as error:  # urllib's errors; torchvision's failed mirrors and checksums
             _remove_empty(_directories(top) - before)
             raise DataError(f"downloading {name} into {data_dir} failed: {error}") from error
 
@@ -93,8 +101,12 @@ def _directories(top, depth=2):
     level = [top] if top.is_dir() else []
     for _ in range(depth):  # the deepest level is listed, not scanned (in a data directory it
         found.update(level)  # may hold ImageNet's class folders of 1,300 files each)
-        level = [Path(entry.path) for directory in level for entry in os.scandir(directory)
-                 if entry.is_dir(follow_symlinks=False)]
+        level = [
+            Path(entry.path)
+            for directory in level
+            for entry in os.scandir(directory)
+            if entry.is_dir(follow_symlinks=False)
+        ]
     return found | set(level)
 
 

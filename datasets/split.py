@@ -1,4 +1,5 @@
 """Shared pieces of the loaders: the result record, the error type, in-memory image sets."""
+
 from dataclasses import dataclass
 
 import torch
@@ -22,8 +23,10 @@ class DataSplit:
 def check_labels(labels, num_classes, source):
     """``DataError`` naming ``source`` unless every label lies in ``0 .. num_classes-1``."""
     if len(labels) and not 0 <= int(labels.min()) <= int(labels.max()) < num_classes:
-        raise DataError(f"{source}: labels range over {int(labels.min())}..{int(labels.max())}, "
-                        f"outside the {num_classes} classes 0..{num_classes - 1} (damaged?)")
+        raise DataError(
+            f"{source}: labels range over {int(labels.min())}..{int(labels.max())}, "
+            f"outside the {num_classes} classes 0..{num_classes - 1} (damaged?)"
+        )
 
 
 class ArrayDataset(Dataset):

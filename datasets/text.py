@@ -5,6 +5,7 @@ named by a hash of the source files (path, size, modification time) and the sett
 atomically (a temporary file, then a rename) and checked on load, so a damaged or partial cache
 is rebuilt, never trusted.
 """
+
 import hashlib
 import os
 import tempfile
@@ -47,7 +48,7 @@ class Sequences(Dataset):
         return len(self.labels)
 
     def __getitem__(self, index):
-        return self.tokens[self.offsets[index]:self.offsets[index + 1]].long(), self.labels[index]
+        return self.tokens[self.offsets[index] : self.offsets[index + 1]].long(), self.labels[index]
 
     @staticmethod
     def collate(batch):
@@ -66,10 +67,15 @@ def flatten(sequences):
 
 def check_flat(tokens, offsets, labels, vocab_size):
     """Whether ``(tokens, offsets, labels)`` is a consistent flat store of indices < vocab_size."""
-    return (offsets.dtype == torch.int64 and offsets.dim() == tokens.dim() == 1
-            and len(offsets) == len(labels) + 1 and int(offsets[0]) == 0
-            and int(offsets[-1]) == len(tokens) and bool((offsets.diff() >= 0).all())
-            and (len(tokens) == 0 or 0 <= int(tokens.min()) <= int(tokens.max()) < vocab_size))
+    return (
+        offsets.dtype == torch.int64
+        and offsets.dim() == tokens.dim() == 1
+        and len(offsets) == len(labels) + 1
+        and int(offsets[0]) == 0
+        and int(offsets[-1]) == len(tokens)
+        and bool((offsets.diff() >= 0).all())
+        and (len(tokens) == 0 or 0 <= int(tokens.min()) <= int(tokens.max()) < vocab_size)
+    )
 
 
 def source_key(files, root, settings):
@@ -113,6 +119,8 @@ def cached(directory, name, key, build, valid):
 
 
 def _note_uncached(name, directory, error):
-    warnings.warn(f"cannot cache the tokenised {name} data in {directory} "
-                  f"({error.strerror or error}); it is tokenised again on every start",
-                  stacklevel=3)
+    warnings.warn(
+        f"cannot cache the tokenised {name} data in {directory} "
+        f"({error.strerror or error}); it is tokenised again on every start",
+        stacklevel=3,
+    )

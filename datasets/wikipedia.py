@@ -16,6 +16,7 @@ afresh each time they are drawn (from torch's global random generator, which che
 restore); the test set is masked once, with a fixed seed, so every evaluation scores the
 same predictions.
 """
+
 import re
 from collections import Counter
 from pathlib import Path
@@ -27,58 +28,90 @@ from datasets import wordpiece
 from datasets.split import DataError
 from datasets.text import TextSplit, cached, source_key
 
-LAYOUT = ("the wikipedia data set is plain UTF-8 text: DATA_DIR is one text file or a directory "
-          "of them (for example Wikipedia extracted to text with WikiExtractor, or "
-          "/usr/share/common-licenses)")
-IGNORE = -100   # label of the positions that are not predicted
-TEST_SEED = 0   # the held-out masking's seed
+LAYOUT = (
+    "the wikipedia data set is plain UTF-8 text: DATA_DIR is one text file or a directory "
+    "of them (for example Wikipedia extracted to text with WikiExtractor, or "
+    "/usr/share/common-licenses)"
+)
+IGNORE = -100  # label of the positions that are not predicted
+TEST_SEED = 0  # the held-out masking's seed
 
 
 def load(data_dir, vocab_size=8000, seq_len=128, mask_probability=0.15, test_fraction=0.05):
     """The masked-language-model ``TextSplit`` of the corpus at ``data_dir``: ``num_classes`` and
     ``vocab_size`` are the vocabulary's size, ``input_shape`` is ``(seq_len,)``."""
-    if not (isinstance(vocab_size, int) and vocab_size > len(wordpiece.SPECIALS)
-            and isinstance(seq_len, int) and seq_len >= 3
-            and 0 < mask_probability < 1 and 0 < test_fraction <= 0.5):
-        raise DataError(f"wikipedia: needs vocab_size > {len(wordpiece.SPECIALS)}, seq_len >= 3, "
-                        f"mask_probability in (0, 1) and test_fraction in (0, 0.5]; got "
-                        f"{vocab_size!r}, {seq_len!r}, {mask_probability!r}, {test_fraction!r}")
+    if not (
+        isinstance(vocab_size, int)
+        and vocab_size > len(wordpiece.SPECIALS)
+        and isinstance(seq_len, int)
+        and seq_len >= 3
+        and 0 < mask_probability < 1
+        and 0 < test_fraction <= 0.5
+    ):
+        raise DataError(
+            f"wikipedia: needs vocab_size > {len(wordpiece.SPECIALS)}, seq_len >= 3, "
+            f"mask_probability in (0, 1) and test_fraction in (0, 0.5]; got "
+            f"{vocab_size!r}, {seq_len!r}, {mask_probability!r}, {test_fraction!r}"
+        )
     data_dir = Path(data_dir)
     files = _files(data_dir)
     root = data_dir if data_dir.is_dir() else data_dir.parent
-    settings = {"vocab_size": vocab_size, "seq_len": seq_len, "mask_probability": mask_probability,
-                "test_fraction": test_fraction}
+    settings = {
+        "vocab_size": vocab_size,
+        "seq_len": seq_len,
+        "mask_probability": mask_probability,
+        "test_fraction": test_fraction,
+    }
 
     def build():
         paragraphs = [p for path in files for p in _paragraphs(path)]
         every = round(1 / test_fraction)
-        parts = {"train": [p for i, p in enumerate(paragraphs) if (i + 1) % every],
-                 "test": paragraphs[every - 1::every]}
+        parts = {
+            "train": [p for i, p in enumerate(paragraphs) if (i + 1) % every],
+            "test": paragraphs[every - 1 :: every],
+        }
         if not parts["test"]:
-            raise DataError(f"wikipedia: {data_dir} holds {len(paragraphs)} paragraph(s): too "
-                            f"few to hold out one in {every} for testing")
+            raise DataError(
+                f"wikipedia: {data_dir} holds {len(paragraphs)} paragraph(s): too "
+                f"few to hold out one in {every} for testing"
+            )
         counts = Counter(w for p in parts["train"] for w in wordpiece.words(p))
         encoder = wordpiece.WordPiece(wordpiece.train(counts, vocab_size))
         train = pack([i for p in parts["train"] for i in encoder.encode(p)], seq_len)
-        inputs, labels = mask(pack([i for p in parts["test"] for i in encoder.encode(p)], seq_len),
-                              len(encoder.vocab), mask_probability,
-                              torch.Generator().manual_seed(TEST_SEED))
-        return {"vocab": encoder.vocab, "train": train, "test_inputs": inputs, "test_labels": labels}
+        inputs, labels = mask(
+            pack([i for p in parts["test"] for i in encoder.encode(p)], seq_len),
+            len(encoder.vocab),
+            mask_probability,
+            torch.Generator().manual_seed(TEST_SEED),
+        )
+        return {
+            "vocab": encoder.vocab,
+            "train": train,
+            "test_inputs": inputs,
+            "test_labels": labels,
+        }
 
     def valid(content):
         size = len(content["vocab"])
-        return (content["train"].dim() == 2 and content["train"].shape[1] == seq_len
-                and content["test_inputs"].shape == content["test_labels"].shape
-                and content["test_inputs"].shape[1:] == (seq_len,) and len(content["train"]) > 0
-                and all(0 <= int(t.min()) and int(t.max()) < size
-                        for t in (content["train"], content["test_inputs"])))
+        return (
+            content["train"].dim() == 2
+            and content["train"].shape[1] == seq_len
+            and content["test_inputs"].shape == content["test_labels"].shape
+            and content["test_inputs"].shape[1:] == (seq_len,)
+            and len(content["train"]) > 0
+            and all(
+                0 <= int(t.min()) and int(t.max()) < size
+                for t in (content["train"], content["test_inputs"])
+            )
+        )
 
     content = cached(root, "wikipedia", source_key(files, root, settings), build, valid)
     size = len(content["vocab"])
     train = MaskedSequences(content["train"], size, mask_probability)
     test = TensorDataset(content["test_inputs"], content["test_labels"])
-    return TextSplit(train=train, test=test, num_classes=size, input_shape=(seq_len,),
-                     vocab_size=size)
+    return TextSplit(
+        train=train, test=test, num_classes=size, input_shape=(seq_len,), vocab_size=size
+    )
 
 
 def pack(tokens, seq_len):
@@ -110,7 +143,9 @@ def mask(sequences, vocab_size, probability, generator=None):
     best = torch.where(candidates, draw, -1.0).argmax(dim=1)
     chosen[empty.nonzero().squeeze(1), best[empty]] = True
     action = torch.rand(sequences.shape, generator=generator)
-    randoms = torch.randint(len(wordpiece.SPECIALS), vocab_size, sequences.shape, generator=generator)
+    randoms = torch.randint(
+        len(wordpiece.SPECIALS), vocab_size, sequences.shape, generator=generator
+    )
     inputs = torch.where(chosen & (action < 0.8), wordpiece.MASK, sequences)
     inputs = torch.where(chosen & (action >= 0.8) & (action < 0.9), randoms, inputs)
     return inputs, torch.where(chosen, sequences, IGNORE)
@@ -138,8 +173,12 @@ def _files(data_dir):
         return [data_dir]
     if not data_dir.is_dir():
         raise DataError(f"wikipedia: {data_dir} does not exist; {LAYOUT}")
-    files = sorted(path for path in data_dir.rglob("*") if path.is_file()
-                   and not any(part.startswith(".") for part in path.relative_to(data_dir).parts))
+    files = sorted(
+        path
+        for path in data_dir.rglob("*")
+        if path.is_file()
+        and not any(part.startswith(".") for part in path.relative_to(data_dir).parts)
+    )
     if not files:
         raise DataError(f"wikipedia: {data_dir} holds no text files; {LAYOUT}")
     return files
@@ -150,9 +189,12 @@ def _paragraphs(path):
     try:
         raw = path.read_bytes()
         if b"\0" in raw:
-            raise UnicodeDecodeError("utf-8", raw, raw.index(b"\0"), raw.index(b"\0") + 1,
-                                     "a NUL byte: binary data")
+            raise UnicodeDecodeError(
+                "utf-8", raw, raw.index(b"\0"), raw.index(b"\0") + 1, "a NUL byte: binary data"
+            )
         text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
-        raise DataError(f"wikipedia: {path} is not readable UTF-8 text ({error}); {LAYOUT}") from None
+        raise DataError(
+            f"wikipedia: {path} is not readable UTF-8 text ({error}); {LAYOUT}"
+        ) from None
     return [" ".join(block.split()) for block in re.split(r"\n\s*\n", text) if block.strip()]

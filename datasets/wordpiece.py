@@ -7,6 +7,7 @@ pair occurs ``min_frequency`` times. Encoding a word takes the longest vocabular
 start, then the longest ``##`` piece at the rest, and so on; a word that cannot be covered is
 ``[UNK]``. Text is lower-cased and split into runs of letters/digits and single other characters.
 """
+
 import heapq
 import re
 from collections import Counter, defaultdict
@@ -41,7 +42,9 @@ def train(word_counts, vocab_size, min_frequency=2):
             continue  # stale: a fresher entry with the pair's current count was pushed
         if -count < min_frequency:
             break
-        merged = pair[0] + pair[1][len(PREFIX):] if pair[1].startswith(PREFIX) else pair[0] + pair[1]
+        merged = (
+            pair[0] + pair[1][len(PREFIX) :] if pair[1].startswith(PREFIX) else pair[0] + pair[1]
+        )
         if merged not in known:
             known.add(merged)
             vocab.append(merged)

@@ -6,6 +6,7 @@ for inputs of shape ``input_shape`` = (channels, height, width); text models (``
 ``models.task(name)`` names the kind of data a model trains on. Models know nothing about how
 their gradients are synchronized.
 """
+
 from models.registry import available, create, task
 
 __all__ = ["available", "create", "task"]

@@ -6,6 +6,7 @@ norm, then a decoder whose weight is the token embedding's, plus a bias). No poo
 next-sentence prediction, which this pre-training leaves out. Weights start as BERT's:
 normal(0, 0.02), biases 0, layer norms 1 and 0.
 """
+
 import torch
 from torch import nn
 from torch.nn import functional
@@ -27,8 +28,15 @@ class BertMLM(nn.Module):
         self.segments = nn.Embedding(2, hidden)
         self.embedding_norm = nn.LayerNorm(hidden, eps=1e-12)
         self.dropout = nn.Dropout(dropout)
-        layer = nn.TransformerEncoderLayer(hidden, heads, intermediate, dropout, activation="gelu",
-                                           layer_norm_eps=1e-12, batch_first=True)
+        layer = nn.TransformerEncoderLayer(
+            hidden,
+            heads,
+            intermediate,
+            dropout,
+            activation="gelu",
+            layer_norm_eps=1e-12,
+            batch_first=True,
+        )
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.transform = nn.Linear(hidden, hidden)
         self.transform_norm = nn.LayerNorm(hidden, eps=1e-12)
@@ -37,7 +45,9 @@ class BertMLM(nn.Module):
 
     def forward(self, tokens):
         if tokens.shape[1] > MAX_POSITIONS:
-            raise ValueError(f"sequences of {tokens.shape[1]} tokens: BERT takes at most {MAX_POSITIONS}")
+            raise ValueError(
+                f"sequences of {tokens.shape[1]} tokens: BERT takes at most {MAX_POSITIONS}"
+            )
         positions = torch.arange(tokens.shape[1], device=tokens.device)
         hidden = self.tokens(tokens) + self.positions(positions) + self.segments.weight[0]
         hidden = self.dropout(self.embedding_norm(hidden))
@@ -58,19 +68,26 @@ def _initialise(module):
 
 def bert_tiny(num_classes, input_shape, vocab_size):
     """BERT-Tiny: 2 layers, hidden 128, 2 heads, feed-forward 512 (trains on a CPU)."""
-    return _bert(num_classes, input_shape, vocab_size, layers=2, hidden=128, heads=2, intermediate=512)
+    return _bert(
+        num_classes, input_shape, vocab_size, layers=2, hidden=128, heads=2, intermediate=512
+    )
 
 
 def bert_base(num_classes, input_shape, vocab_size):
     """BERT-Base, the paper's size: 12 layers, hidden 768, 12 heads, feed-forward 3072."""
-    return _bert(num_classes, input_shape, vocab_size, layers=12, hidden=768, heads=12,
-                 intermediate=3072)
+    return _bert(
+        num_classes, input_shape, vocab_size, layers=12, hidden=768, heads=12, intermediate=3072
+    )
 
 
 def _bert(num_classes, input_shape, vocab_size, **size):
     if num_classes != vocab_size:
-        raise ValueError(f"a masked language model predicts its {vocab_size} vocabulary pieces, "
-                         f"not {num_classes} classes")
+        raise ValueError(
+            f"a masked language model predicts its {vocab_size} vocabulary pieces, "
+            f"not {num_classes} classes"
+        )
     if input_shape[0] > MAX_POSITIONS:
-        raise ValueError(f"sequences of {input_shape[0]} tokens: BERT takes at most {MAX_POSITIONS}")
+        raise ValueError(
+            f"sequences of {input_shape[0]} tokens: BERT takes at most {MAX_POSITIONS}"
+        )
     return BertMLM(vocab_size, **size)

@@ -3,6 +3,7 @@
 Their first convolution is rebuilt when the images do not have 3 channels. AlexNet needs at
 least 63x63 pixels, ResNet-50 at least 32x32.
 """
+
 import torchvision
 from torch import nn
 
@@ -25,5 +26,11 @@ def _with_in_channels(conv, channels):
     """Return ``conv`` itself, or a fresh copy of its geometry taking ``channels`` inputs."""
     if channels == conv.in_channels:
         return conv
-    return nn.Conv2d(channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
-                     bias=conv.bias is not None)
+    return nn.Conv2d(
+        channels,
+        conv.out_channels,
+        conv.kernel_size,
+        conv.stride,
+        conv.padding,
+        bias=conv.bias is not None,
+    )

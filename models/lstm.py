@@ -1,4 +1,5 @@
 """The SparDL authors' LSTM sentiment classifier for IMDB (``lstmimdb``)."""
+
 from torch import nn
 from torch.nn import functional
 from torch.nn.utils.rnn import pack_padded_sequence
@@ -21,8 +22,12 @@ class LSTMClassifier(nn.Module):
 
     def forward(self, tokens):
         lengths = (tokens >= 0).sum(dim=1)
-        packed = pack_padded_sequence(self.embedding(tokens.clamp(min=0)), lengths.cpu(),
-                                      batch_first=True, enforce_sorted=False)
+        packed = pack_padded_sequence(
+            self.embedding(tokens.clamp(min=0)),
+            lengths.cpu(),
+            batch_first=True,
+            enforce_sorted=False,
+        )
         _, (hidden, _) = self.lstm(packed)
         return functional.log_softmax(self.classifier(hidden[-1]), dim=1)
 

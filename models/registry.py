@@ -4,6 +4,7 @@ Constructors are named by module and function and imported on first use: torchvi
 the ImageNet networks) adds seconds to the start-up of every rank, which runs with other
 models should not pay.
 """
+
 import importlib
 
 # name: (module, constructor, the task it is built for: see ``datasets.task``)

@@ -4,6 +4,7 @@ Three stages of n basic blocks with 16, 32 and 64 channels; the first block of s
 three halves the resolution and its shortcut subsamples and zero-pads the channels.
 ResNet-20 has 0.27 M parameters, ResNet-56 0.85 M, ResNet-110 1.7 M.
 """
+
 from torch import nn
 from torch.nn import functional
 

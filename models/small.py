@@ -1,4 +1,5 @@
 """Small networks for the small data sets (digits, MNIST, Fashion-MNIST)."""
+
 from torch import nn
 
 

@@ -3,12 +3,18 @@
 Five conv stages each end in a 2x2 max-pool, so inputs need height and width of at least 32.
 The classifier is a single linear layer on the 512 pooled channels.
 """
+
 from torch import nn
 
 _STAGES = {
     "vgg16": [[64, 64], [128, 128], [256, 256, 256], [512, 512, 512], [512, 512, 512]],
-    "vgg19": [[64, 64], [128, 128], [256, 256, 256, 256], [512, 512, 512, 512],
-              [512, 512, 512, 512]],
+    "vgg19": [
+        [64, 64],
+        [128, 128],
+        [256, 256, 256, 256],
+        [512, 512, 512, 512],
+        [512, 512, 512, 512],
+    ],
 }
 
 

@@ -38,6 +38,7 @@ rank per core.
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_allreduce.py --replay 4 --numel 14728266 --density 0.01
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,62 +54,111 @@ try:
     from syncbench.gradients import gradient_source
     from syncbench.summary import format_table, plot, write_csv
 except ModuleNotFoundError as missing:
-    if missing.name not in ("compressors", "allreducers", "comm", "syncbench"):
+    if missing.name not in ("compressors", "allreducers", "syncbench"):
         raise
     if os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")) == "0":
-        print(f"bench_allreduce.py: the package {missing.name!r} is not installed: run `pip install -e .` "
-              "in the repository first", file=sys.stderr)
+        print(
+            f"bench_allreduce.py: the package {missing.name!r} is not installed: run `pip install -e .` "
+            "in the repository first",
+            file=sys.stderr,
+        )
     sys.exit(2)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     """The command line (see the module docstring and docs/PERFORMANCE.md#how-to-measure)."""
     parser = cli.RankZeroParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Two reference rows follow the methods: 'floor' (SparDL's messages with no method work,\n"
-               "plus one top-k pass over n) and 'floor+ef' (the floor plus the error-feedback work of a\n"
-               "method with a residual and a dense result); 'x floor' and 'x ef' are each row's median\n"
-               "over theirs. Under mpiexec, use scripts/run_bench.sh -n P, which sets one thread per\n"
-               "rank and MPICH's yield variables.")
+        "plus one top-k pass over n) and 'floor+ef' (the floor plus the error-feedback work of a\n"
+        "method with a residual and a dense result); 'x floor' and 'x ef' are each row's median\n"
+        "over theirs. Under mpiexec, use scripts/run_bench.sh -n P, which sets one thread per\n"
+        "rank and MPICH's yield variables.",
+    )
     default = " (default: %(default)s)"
-    parser.add_argument("--numel", type=int, default=1 << 20, help="gradient length n, synthetic" + default)
-    parser.add_argument("--density", type=float, default=0.01, help="fraction of entries kept, in (0, 1]" + default)
-    parser.add_argument("--methods", default="all", help="comma-separated names, or 'all' (the default)")
+    parser.add_argument(
+        "--numel", type=int, default=1 << 20, help="gradient length n, synthetic" + default
+    )
+    parser.add_argument(
+        "--density", type=float, default=0.01, help="fraction of entries kept, in (0, 1]" + default
+    )
+    parser.add_argument(
+        "--methods", default="all", help="comma-separated names, or 'all' (the default)"
+    )
     parser.add_argument("--iters", type=int, default=10, help="timed calls per method" + default)
-    parser.add_argument("--warmup", type=int, default=2, help="untimed calls per method first" + default)
-    parser.add_argument("--seed", type=int, default=0, help="seed of the gradients and model weights" + default)
-    parser.add_argument("--teams", default="1", help="spardl team counts d, comma-separated" + default)
-    parser.add_argument("--srs", default=plan.SRS_DEFAULT,
-                        help="spardl Spar-Reduce-Scatter executions, comma-separated: rounds, blocks" + default)
-    parser.add_argument("--sag", default=plan.SAG_DEFAULT,
-                        help="spardl Spar-All-Gather variants, comma-separated: bruck, recursive "
-                             "(recursive: d > 1 a power of two)" + default)
-    parser.add_argument("--lost-mass", action="store_true",
-                        help="record the lost mass of methods that measure it (gtopk), measured "
-                             "after each timed call, outside its time")
-    parser.add_argument("--gradient", default="synthetic", help="'synthetic' (the default) or 'model:NAME'")
-    parser.add_argument("--batch", type=int, default=8, help="batch size for model gradients" + default)
-    parser.add_argument("--input-shape", default="3,32,32", help="C,H,W for model gradients" + default)
-    parser.add_argument("--classes", type=int, default=10, help="classes for model gradients" + default)
-    parser.add_argument("--sequential", action="store_true",
-                        help="time all calls of one method before the next (less memory: one "
-                             "method's buffers at a time) instead of interleaving the methods call "
-                             "by call (the default: drift of the machine's speed hits all alike)")
-    parser.add_argument("--replay", type=int, metavar="P",
-                        help="no mpiexec: record each method's call on P in-process ranks and time "
-                             "rank 0's share of it alone in this process, its messages played back "
-                             "(the compute cost per rank, free of network and oversubscription)")
+    parser.add_argument(
+        "--warmup", type=int, default=2, help="untimed calls per method first" + default
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the gradients and model weights" + default
+    )
+    parser.add_argument(
+        "--teams", default="1", help="spardl team counts d, comma-separated" + default
+    )
+    parser.add_argument(
+        "--srs",
+        default=plan.SRS_DEFAULT,
+        help="spardl Spar-Reduce-Scatter executions, comma-separated: rounds, blocks" + default,
+    )
+    parser.add_argument(
+        "--sag",
+        default=plan.SAG_DEFAULT,
+        help="spardl Spar-All-Gather variants, comma-separated: bruck, recursive "
+        "(recursive: d > 1 a power of two)" + default,
+    )
+    parser.add_argument(
+        "--lost-mass",
+        action="store_true",
+        help="record the lost mass of methods that measure it (gtopk), measured "
+        "after each timed call, outside its time",
+    )
+    parser.add_argument(
+        "--gradient", default="synthetic", help="'synthetic' (the default) or 'model:NAME'"
+    )
+    parser.add_argument(
+        "--batch", type=int, default=8, help="batch size for model gradients" + default
+    )
+    parser.add_argument(
+        "--input-shape", default="3,32,32", help="C,H,W for model gradients" + default
+    )
+    parser.add_argument(
+        "--classes", type=int, default=10, help="classes for model gradients" + default
+    )
+    parser.add_argument(
+        "--sequential",
+        action="store_true",
+        help="time all calls of one method before the next (less memory: one "
+        "method's buffers at a time) instead of interleaving the methods call "
+        "by call (the default: drift of the machine's speed hits all alike)",
+    )
+    parser.add_argument(
+        "--replay",
+        type=int,
+        metavar="P",
+        help="no mpiexec: record each method's call on P in-process ranks and time "
+        "rank 0's share of it alone in this process, its messages played back "
+        "(the compute cost per rank, free of network and oversubscription)",
+    )
     parser.add_argument("--json", metavar="FILE", help="write the rows as a JSON list")
     parser.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
-    parser.add_argument("--plot", metavar="FILE",
-                        help="write a chart of times and bytes (FILE.png; or .pdf, .svg, ...)")
+    parser.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="write a chart of times and bytes (FILE.png; or .pdf, .svg, ...)",
+    )
     args = parser.parse_args(argv)
     args.methods = cli.usage_checked(parser, cli.method_names, args.methods)
     args.teams = cli.usage_checked(parser, cli.positive_ints, args.teams, "--teams")
     args.srs = cli.usage_checked(parser, cli.choices, args.srs, "--srs", ("rounds", "blocks"))
     args.sag = cli.usage_checked(parser, cli.choices, args.sag, "--sag", ("bruck", "recursive"))
     cli.usage_checked(parser, compressors.base.check_density, args.density)
-    if args.iters < 1 or args.warmup < 0 or args.numel < 1 or (args.replay is not None and args.replay < 1):
+    if (
+        args.iters < 1
+        or args.warmup < 0
+        or args.numel < 1
+        or (args.replay is not None and args.replay < 1)
+    ):
         parser.error("--iters must be >= 1, --warmup >= 0, --numel >= 1, --replay >= 1")
     if args.replay and cli.launched_rank_and_size()[1] > 1:
         parser.error("--replay times one process alone: start it without mpiexec")
@@ -120,8 +170,16 @@ def parse_args(argv=None) -> argparse.Namespace:
             cli.usage_checked(parser, cli.output_file, getattr(args, flag), f"--{flag}")
     if args.plot:
         cli.usage_checked(parser, cli.plot_file, args.plot)
-    args.source = cli.usage_checked(parser, gradient_source, args.gradient, args.numel, args.seed,
-                                    args.batch, args.input_shape, args.classes)
+    args.source = cli.usage_checked(
+        parser,
+        gradient_source,
+        args.gradient,
+        args.numel,
+        args.seed,
+        args.batch,
+        args.input_shape,
+        args.classes,
+    )
     return args
 
 
@@ -138,8 +196,10 @@ def main(argv=None) -> list:
         row["ef_floor_ratio"] = row["median_ms"] / medians[EF_FLOOR]
     threads = rows[0]["threads"]
     if args.replay:
-        print(f"rank 0 of a {args.replay}-rank call, replayed alone in one process "
-              f"({threads[0]} torch thread(s), no network, no other rank):")
+        print(
+            f"rank 0 of a {args.replay}-rank call, replayed alone in one process "
+            f"({threads[0]} torch thread(s), no network, no other rank):"
+        )
     else:
         print(f"network: {network_label()}; torch threads per rank: {min(threads)}-{max(threads)}")
     print(format_table(rows), flush=True)

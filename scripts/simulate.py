@@ -34,6 +34,7 @@ predicts every method row at its own P, n, density and SparDL settings on the ne
 (a shaped rate recorded in its ``network`` becomes ``shared:RATE``; ``--network`` replaces it),
 printing measured ms, predicted ms and the error in percent.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,15 +48,19 @@ try:
     import compressors
     from syncbench import cli, plan, predictions
     from syncbench.compare import compare, format_comparison, load_bench_rows
-    from syncbench.local_work import MODES as LOCAL_WORK_MODES, ReplayedLocalWork, describe_select
+    from syncbench.local_work import MODES as LOCAL_WORK_MODES
+    from syncbench.local_work import ReplayedLocalWork, describe_select
     from syncbench.network import PRESETS, TESTBED_ALPHA, Network, parse_network
     from syncbench.selection_cost import DEFAULT_SELECT_RATE, SelectionCost
     from syncbench.simulator import VGG16_NUMEL, simulate_row
 except ModuleNotFoundError as missing:
-    if missing.name not in ("compressors", "allreducers", "comm", "syncbench"):
+    if missing.name not in ("compressors", "allreducers", "syncbench"):
         raise
-    print(f"simulate.py: the package {missing.name!r} is not installed: run `pip install -e .` "
-          "in the repository first", file=sys.stderr)
+    print(
+        f"simulate.py: the package {missing.name!r} is not installed: run `pip install -e .` "
+        "in the repository first",
+        file=sys.stderr,
+    )
     sys.exit(2)
 
 
@@ -68,86 +73,166 @@ def select_rate(text: str):
     except ValueError:
         rate = math.nan
     if not 0 < rate < math.inf:
-        raise ValueError(f"--select-rate must be a positive number of entries/s or 'measured', got {text!r}")
+        raise ValueError(
+            f"--select-rate must be a positive number of entries/s or 'measured', got {text!r}"
+        )
     return rate
 
 
 def networks(text: str, message_cost: float, cores) -> list:
     """The models named by ``--network`` (:func:`syncbench.network.parse_network`), repeats dropped."""
-    return [parse_network(spec, message_cost, cores) for spec in dict.fromkeys(text.split(",")) if spec]
+    return [
+        parse_network(spec, message_cost, cores) for spec in dict.fromkeys(text.split(",")) if spec
+    ]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     """The command line (see the module docstring and docs/PERFORMANCE.md#how-to-measure)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     default = " (default: %(default)s)"
-    parser.add_argument("--workers", default="16,32,64,128,256", help="P values, comma-separated" + default)
-    parser.add_argument("--numel", type=int, default=1 << 18,
-                        help="simulated gradient length, rounded up per P so that every SparDL block "
-                             "keeps its share of the density" + default)
-    parser.add_argument("--model-numel", type=int, default=VGG16_NUMEL,
-                        help="n the predictions scale to (default: %(default)s, VGG-16)")
-    parser.add_argument("--density", type=float, default=0.01, help="fraction of entries kept, in (0, 1]" + default)
-    parser.add_argument("--methods", default="all", help="comma-separated names, or 'all' (the default)")
-    parser.add_argument("--teams", default="1", help="spardl team counts d in the main table, comma-separated" + default)
-    parser.add_argument("--srs", default=plan.SRS_DEFAULT,
-                        help="spardl Spar-Reduce-Scatter executions, comma-separated: rounds, blocks" + default)
-    parser.add_argument("--sag", default=plan.SAG_DEFAULT,
-                        help="spardl Spar-All-Gather variants, comma-separated: bruck, recursive" + default)
-    parser.add_argument("--sweep", default="",
-                        help="P values at which to sweep spardl over every team count d dividing P (default: none)")
+    parser.add_argument(
+        "--workers", default="16,32,64,128,256", help="P values, comma-separated" + default
+    )
+    parser.add_argument(
+        "--numel",
+        type=int,
+        default=1 << 18,
+        help="simulated gradient length, rounded up per P so that every SparDL block "
+        "keeps its share of the density" + default,
+    )
+    parser.add_argument(
+        "--model-numel",
+        type=int,
+        default=VGG16_NUMEL,
+        help="n the predictions scale to (default: %(default)s, VGG-16)",
+    )
+    parser.add_argument(
+        "--density", type=float, default=0.01, help="fraction of entries kept, in (0, 1]" + default
+    )
+    parser.add_argument(
+        "--methods", default="all", help="comma-separated names, or 'all' (the default)"
+    )
+    parser.add_argument(
+        "--teams",
+        default="1",
+        help="spardl team counts d in the main table, comma-separated" + default,
+    )
+    parser.add_argument(
+        "--srs",
+        default=plan.SRS_DEFAULT,
+        help="spardl Spar-Reduce-Scatter executions, comma-separated: rounds, blocks" + default,
+    )
+    parser.add_argument(
+        "--sag",
+        default=plan.SAG_DEFAULT,
+        help="spardl Spar-All-Gather variants, comma-separated: bruck, recursive" + default,
+    )
+    parser.add_argument(
+        "--sweep",
+        default="",
+        help="P values at which to sweep spardl over every team count d dividing P (default: none)",
+    )
     parser.add_argument("--calls", type=int, default=1, help="modelled calls per method" + default)
     parser.add_argument("--warmup", type=int, default=1, help="calls run before them" + default)
     parser.add_argument("--seed", type=int, default=0, help="seed of the gradients" + default)
-    parser.add_argument("--network",
-                        help=f"networks, comma-separated: {', '.join(PRESETS)}, or shared:RATE (this testbed: "
-                             f"one link of RATE, e.g. shared:1gbit, shared by all ranks) (default: "
-                             f"{','.join(PRESETS)}; with --compare, each row's own)")
-    parser.add_argument("--message-cost", type=float, default=TESTBED_ALPHA,
-                        help="seconds per message of shared:RATE networks" + default)
-    parser.add_argument("--host-cores", type=int,
-                        help="cores the ranks of shared:RATE networks share; their selections take "
-                             "max(1, P / cores) times as long (default: a core per rank)")
-    parser.add_argument("--alpha", type=float, help="latency per message in seconds of a custom network (with --beta)")
-    parser.add_argument("--beta", type=float, help="seconds per byte of a custom network (with --alpha)")
-    parser.add_argument("--select-rate", default=f"{DEFAULT_SELECT_RATE:g}",
-                        help="selection throughput in entries/s, the same for every kind of selection, or "
-                             "'measured': timed on this machine" + default)
-    parser.add_argument("--select-threads", type=int, default=1,
-                        help="threads of the selection timing (--select-rate measured)" + default)
-    parser.add_argument("--select-device", default="cpu", choices=["cpu", "cuda"],
-                        help="where to time selection (--select-rate measured)" + default)
-    parser.add_argument("--local-work", default="select", metavar="MODEL",
-                        help="each rank's local work added to the network time: 'select' (selection "
-                             "alone, at --select-rate) or 'replay' (rank 0's whole share of each call "
-                             "replayed alone on this machine at two sizes, fitted fixed + per entry)" + default)
-    parser.add_argument("--local-numel", type=int,
-                        help="the larger replay size of --local-work replay, the smaller being a quarter "
-                             "of it (default: the simulated n; with --compare at most each row's n)")
-    parser.add_argument("--compare", nargs="+", metavar="BENCH_JSON",
-                        help="predict every method row of these benchmark JSON files and print "
-                             "measured beside predicted (--workers, --methods, --teams, --sweep unused)")
-    parser.add_argument("--json", metavar="FILE",
-                        help="write every row as a JSON list (key 'table': 'methods', 'sweep' or 'compare')")
-    parser.add_argument("--plot", metavar="FILE",
-                        help="write a chart of predicted time against P, and against d with --sweep "
-                             "(FILE.png; or .pdf, .svg, ...)")
+    parser.add_argument(
+        "--network",
+        help=f"networks, comma-separated: {', '.join(PRESETS)}, or shared:RATE (this testbed: "
+        f"one link of RATE, e.g. shared:1gbit, shared by all ranks) (default: "
+        f"{','.join(PRESETS)}; with --compare, each row's own)",
+    )
+    parser.add_argument(
+        "--message-cost",
+        type=float,
+        default=TESTBED_ALPHA,
+        help="seconds per message of shared:RATE networks" + default,
+    )
+    parser.add_argument(
+        "--host-cores",
+        type=int,
+        help="cores the ranks of shared:RATE networks share; their selections take "
+        "max(1, P / cores) times as long (default: a core per rank)",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        help="latency per message in seconds of a custom network (with --beta)",
+    )
+    parser.add_argument(
+        "--beta", type=float, help="seconds per byte of a custom network (with --alpha)"
+    )
+    parser.add_argument(
+        "--select-rate",
+        default=f"{DEFAULT_SELECT_RATE:g}",
+        help="selection throughput in entries/s, the same for every kind of selection, or "
+        "'measured': timed on this machine" + default,
+    )
+    parser.add_argument(
+        "--select-threads",
+        type=int,
+        default=1,
+        help="threads of the selection timing (--select-rate measured)" + default,
+    )
+    parser.add_argument(
+        "--select-device",
+        default="cpu",
+        choices=["cpu", "cuda"],
+        help="where to time selection (--select-rate measured)" + default,
+    )
+    parser.add_argument(
+        "--local-work",
+        default="select",
+        metavar="MODEL",
+        help="each rank's local work added to the network time: 'select' (selection "
+        "alone, at --select-rate) or 'replay' (rank 0's whole share of each call "
+        "replayed alone on this machine at two sizes, fitted fixed + per entry)" + default,
+    )
+    parser.add_argument(
+        "--local-numel",
+        type=int,
+        help="the larger replay size of --local-work replay, the smaller being a quarter "
+        "of it (default: the simulated n; with --compare at most each row's n)",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="BENCH_JSON",
+        help="predict every method row of these benchmark JSON files and print "
+        "measured beside predicted (--workers, --methods, --teams, --sweep unused)",
+    )
+    parser.add_argument(
+        "--json",
+        metavar="FILE",
+        help="write every row as a JSON list (key 'table': 'methods', 'sweep' or 'compare')",
+    )
+    parser.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="write a chart of predicted time against P, and against d with --sweep "
+        "(FILE.png; or .pdf, .svg, ...)",
+    )
     args = parser.parse_args(argv)
     args.methods = cli.usage_checked(parser, cli.method_names, args.methods)
     args.workers = cli.usage_checked(parser, cli.positive_ints, args.workers, "--workers")
     args.teams = cli.usage_checked(parser, cli.positive_ints, args.teams, "--teams")
     args.srs = cli.usage_checked(parser, cli.choices, args.srs, "--srs", ("rounds", "blocks"))
     args.sag = cli.usage_checked(parser, cli.choices, args.sag, "--sag", ("bruck", "recursive"))
-    args.sweep = cli.usage_checked(parser, cli.positive_ints, args.sweep, "--sweep") if args.sweep else []
+    args.sweep = (
+        cli.usage_checked(parser, cli.positive_ints, args.sweep, "--sweep") if args.sweep else []
+    )
     cli.usage_checked(parser, compressors.base.check_density, args.density)
     if not 0 <= args.message_cost < math.inf:
-        parser.error(f"--message-cost must be a finite number of seconds >= 0, got {args.message_cost:g}")
+        parser.error(
+            f"--message-cost must be a finite number of seconds >= 0, got {args.message_cost:g}"
+        )
     if args.host_cores is not None and args.host_cores < 1:
         parser.error(f"--host-cores must be >= 1, got {args.host_cores}")
     default_networks = ",".join(PRESETS) if not args.compare else ""
-    args.networks = cli.usage_checked(parser, networks, args.network or default_networks, args.message_cost,
-                                      args.host_cores)
+    args.networks = cli.usage_checked(
+        parser, networks, args.network or default_networks, args.message_cost, args.host_cores
+    )
     if args.select_device == "cuda" and not torch.cuda.is_available():
         parser.error("--select-device cuda: no CUDA device here")
     if args.numel < 1 or args.model_numel < 1:
@@ -155,8 +240,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     if (args.alpha is None) != (args.beta is None):
         parser.error("--alpha and --beta go together")
     if args.alpha is not None:
-        if not (0 <= args.alpha < math.inf and 0 <= args.beta < math.inf and args.alpha + args.beta > 0):
-            parser.error(f"--alpha and --beta must be finite, >= 0 and not both 0, got {args.alpha:g} and {args.beta:g}")
+        if not (
+            0 <= args.alpha < math.inf and 0 <= args.beta < math.inf and args.alpha + args.beta > 0
+        ):
+            parser.error(
+                f"--alpha and --beta must be finite, >= 0 and not both 0, got {args.alpha:g} and {args.beta:g}"
+            )
         args.networks.append(Network("custom", args.alpha, args.beta))
     if args.calls < 1 or args.warmup < 0 or not (args.networks or args.compare):
         parser.error("--calls must be >= 1, --warmup >= 0, and at least one network given")
@@ -164,23 +253,37 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f"--select-threads must be >= 1, got {args.select_threads}")
     args.select_rate = cli.usage_checked(parser, select_rate, args.select_rate)
     if args.local_work not in LOCAL_WORK_MODES:
-        parser.error(f"--local-work must be one of {', '.join(LOCAL_WORK_MODES)}, got {args.local_work!r}")
+        parser.error(
+            f"--local-work must be one of {', '.join(LOCAL_WORK_MODES)}, got {args.local_work!r}"
+        )
     if args.local_numel is not None and (args.local_work != "replay" or args.local_numel < 1):
-        parser.error(f"--local-numel must be >= 1 and goes with --local-work replay, got {args.local_numel} "
-                     f"with --local-work {args.local_work}")
+        parser.error(
+            f"--local-numel must be >= 1 and goes with --local-work replay, got {args.local_numel} "
+            f"with --local-work {args.local_work}"
+        )
     cli.usage_checked(parser, cli.check_seed, args.seed)
     if args.json:
         cli.usage_checked(parser, cli.output_file, args.json, "--json")
     if args.plot:
         cli.usage_checked(parser, cli.plot_file, args.plot)
-    args.bench_rows = [row for path in args.compare or [] for row in cli.usage_checked(parser, load_bench_rows, path)]
+    args.bench_rows = [
+        row
+        for path in args.compare or []
+        for row in cli.usage_checked(parser, load_bench_rows, path)
+    ]
     return args
 
 
 def selection_cost(args) -> SelectionCost:
     """The selection cost the predictions use (``--select-rate``), its line printed."""
-    cost = SelectionCost(args.density, args.select_threads, args.select_rate, args.seed, device=args.select_device)
-    where = "a GPU" if args.select_device != "cpu" else f"this machine's CPU ({args.select_threads} threads)"
+    cost = SelectionCost(
+        args.density, args.select_threads, args.select_rate, args.seed, device=args.select_device
+    )
+    where = (
+        "a GPU"
+        if args.select_device != "cpu"
+        else f"this machine's CPU ({args.select_threads} threads)"
+    )
     print(cost.describe(where), flush=True)
     return cost
 
@@ -196,8 +299,15 @@ def local_work(args):
 def main_compare(args) -> list:
     """``--compare``: predicted beside measured for every benchmark row; returns the rows."""
     try:
-        rows = compare(args.bench_rows, args, selection_cost(args), args.networks or None, args.message_cost,
-                       args.host_cores, local_work(args))
+        rows = compare(
+            args.bench_rows,
+            args,
+            selection_cost(args),
+            args.networks or None,
+            args.message_cost,
+            args.host_cores,
+            local_work(args),
+        )
     except ValueError as error:
         print(f"simulate.py: {error}", file=sys.stderr)
         sys.exit(2)
@@ -218,9 +328,15 @@ def main(argv=None) -> tuple:
     for workers in args.workers:
         for note in plan.skipped(args.methods, args.teams, workers, args.sag):
             print(f"note: {note}", file=sys.stderr)
-        runs += [(workers, run) for run in plan.method_runs(args.methods, args.teams, workers, args.srs, args.sag)]
+        runs += [
+            (workers, run)
+            for run in plan.method_runs(args.methods, args.teams, workers, args.srs, args.sag)
+        ]
     if not runs and not args.sweep:
-        print("simulate.py: nothing to simulate: no method runs at any P (see the notes above)", file=sys.stderr)
+        print(
+            "simulate.py: nothing to simulate: no method runs at any P (see the notes above)",
+            file=sys.stderr,
+        )
         sys.exit(2)
     cost = selection_cost(args)
     local = local_work(args)
@@ -229,25 +345,65 @@ def main(argv=None) -> tuple:
         rows += simulate_row(label, name, options, workers, args, args.networks, cost, local)
     for workers in args.sweep:
         for teams in (d for d in range(1, workers + 1) if workers % d == 0):
-            sweep += simulate_row(plan.spardl_label(teams), "spardl", {"teams": teams}, workers, args,
-                                  args.networks, cost, local)
+            sweep += simulate_row(
+                plan.spardl_label(teams),
+                "spardl",
+                {"teams": teams},
+                workers,
+                args,
+                args.networks,
+                cost,
+                local,
+            )
     models = {network.name: network.describe() for network in args.networks}
-    terms, left_out = ("selection", "selection") if local is None else ("replayed local work", "local work")
+    terms, left_out = (
+        ("selection", "selection") if local is None else ("replayed local work", "local work")
+    )
     if rows:
-        print(predictions.format_tables(rows, "predicted_ms", f"predicted ms per call (network + {terms})", models))
-        print(predictions.format_tables(rows, "network_ms", f"network ms per call ({left_out} excluded)", models))
+        print(
+            predictions.format_tables(
+                rows, "predicted_ms", f"predicted ms per call (network + {terms})", models
+            )
+        )
+        print(
+            predictions.format_tables(
+                rows, "network_ms", f"network ms per call ({left_out} excluded)", models
+            )
+        )
         if local is not None:
-            print(predictions.format_tables(rows, "local_ms", "local work ms per call (replayed, times the compute "
-                                            "share)", models))
-        references = dict.fromkeys(r["label"] for r in rows if r["method"] == "spardl")  # every team count
-        print("\n" + "\n".join(line for reference in references for line in predictions.crossovers(rows, reference)))
+            print(
+                predictions.format_tables(
+                    rows,
+                    "local_ms",
+                    "local work ms per call (replayed, times the compute share)",
+                    models,
+                )
+            )
+        references = dict.fromkeys(
+            r["label"] for r in rows if r["method"] == "spardl"
+        )  # every team count
+        print(
+            "\n"
+            + "\n".join(
+                line for reference in references for line in predictions.crossovers(rows, reference)
+            )
+        )
     if sweep:
-        print(predictions.format_tables(sweep, "predicted_ms", "spardl against the team count d, predicted ms per call",
-                                        models))
+        print(
+            predictions.format_tables(
+                sweep,
+                "predicted_ms",
+                "spardl against the team count d, predicted ms per call",
+                models,
+            )
+        )
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump([dict(r, table="methods") for r in rows] + [dict(r, table="sweep") for r in sweep],
-                      handle, indent=1)
+            json.dump(
+                [dict(r, table="methods") for r in rows] + [dict(r, table="sweep") for r in sweep],
+                handle,
+                indent=1,
+            )
     if args.plot:
         predictions.plot(rows, sweep, args.plot)
     return rows, sweep

@@ -6,6 +6,7 @@ gradients (:func:`mpi_rows`), or one rank's share replayed alone in this process
 Every row records the network it ran on (:func:`network_label`) and each rank's torch thread
 count (``threads``, a list in rank order), so tables of different settings never mix unseen.
 """
+
 from __future__ import annotations
 
 import functools
@@ -40,7 +41,10 @@ def runs_to_time(args, workers: int, speaks: bool) -> list:
     runs = plan.method_runs(args.methods, args.teams, workers, args.srs, args.sag)
     if not runs:
         if speaks:
-            print(f"bench_allreduce.py: nothing to time at P = {workers} (see the note above)", file=sys.stderr)
+            print(
+                f"bench_allreduce.py: nothing to time at P = {workers} (see the note above)",
+                file=sys.stderr,
+            )
         sys.exit(2)
     return runs
 
@@ -48,12 +52,15 @@ def runs_to_time(args, workers: int, speaks: bool) -> list:
 def mpi_rows(args) -> list:
     """Time every row under MPI on ``MPI.COMM_WORLD``; the rows on rank 0, [] elsewhere. Threads
     per rank and MPICH's yielding get the host's defaults where the user set nothing, before MPI
-    starts (``comm.environment``)."""
-    from comm.environment import apply_launch_defaults
+    starts (``allreducers.transports.environment``)."""
+    from allreducers.transports.environment import apply_launch_defaults
+
     apply_launch_defaults()
     from mpi4py import MPI
-    from comm.mpi import MPITransport, abort_on_uncaught_exception
-    from comm.placement import place_rank
+
+    from allreducers.transports.mpi import MPITransport, abort_on_uncaught_exception
+    from allreducers.transports.placement import place_rank
+
     abort_on_uncaught_exception()
     comm = MPI.COMM_WORLD
     place_rank(comm, "cpu")  # torch threads: this host's cores shared by its ranks, as in training
@@ -61,23 +68,35 @@ def mpi_rows(args) -> list:
     source = args.source
     workers = comm.Get_size()
     runs = runs_to_time(args, workers, speaks=comm.Get_rank() == 0)
-    factories = [lambda name=name, options=options: MethodRun(MPITransport(comm), name, options,
-                                                              source.numel, args.density, args.lost_mass)
-                 for _, name, options in runs]
+    factories = [
+        lambda name=name, options=options: MethodRun(
+            MPITransport(comm), name, options, source.numel, args.density, args.lost_mass
+        )
+        for _, name, options in runs
+    ]
 
     spardl_call = functools.cache(lambda: spardl_events(MPITransport(comm), source, args.density))
 
     def floor(error_feedback: bool) -> FloorRun:
-        return FloorRun(MPITransport(comm), spardl_call(), source.numel, args.density, error_feedback)
+        return FloorRun(
+            MPITransport(comm), spardl_call(), source.numel, args.density, error_feedback
+        )
 
     factories += [lambda feedback=feedback: floor(feedback) for feedback in FLOORS.values()]
-    records = time_runs(factories, mpi_gradients(comm, source), args.warmup + args.iters, args.sequential)
+    records = time_runs(
+        factories, mpi_gradients(comm, source), args.warmup + args.iters, args.sequential
+    )
     rows = []
     for (label, name, options), run_records in zip(runs + FLOOR_RUNS, records):
-        per_rank = comm.gather(run_records[args.warmup:], root=0)
+        per_rank = comm.gather(run_records[args.warmup :], root=0)
         if comm.Get_rank() == 0:
-            rows.append(dict(summarize(label, name, options, per_rank, args, workers, source.numel),
-                             network=network_label(), threads=threads))
+            rows.append(
+                dict(
+                    summarize(label, name, options, per_rank, args, workers, source.numel),
+                    network=network_label(),
+                    threads=threads,
+                )
+            )
     return rows if comm.Get_rank() == 0 else []
 
 
@@ -87,6 +106,13 @@ def replay_rows(args) -> list:
     runs = runs_to_time(args, args.replay, speaks=True)
     factories, gradient = replay_runs(runs, source, args.replay, args.warmup, args.density)
     records = time_runs(factories, gradient, args.warmup + args.iters, args.sequential)
-    return [dict(summarize(label, name, options, [run_records[args.warmup:]], args, args.replay, source.numel),
-                 network=network_label(replayed=True), threads=[torch.get_num_threads()])
-            for (label, name, options), run_records in zip(runs + FLOOR_RUNS, records)]
+    return [
+        dict(
+            summarize(
+                label, name, options, [run_records[args.warmup :]], args, args.replay, source.numel
+            ),
+            network=network_label(replayed=True),
+            threads=[torch.get_num_threads()],
+        )
+        for (label, name, options), run_records in zip(runs + FLOOR_RUNS, records)
+    ]

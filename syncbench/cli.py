@@ -1,6 +1,7 @@
 """Command-line helpers shared by the benchmark and the simulator: checks that turn bad values
 into usage errors (exit status 2) before a long run, and an argument parser that speaks from
 the first MPI rank only."""
+
 from __future__ import annotations
 
 import argparse
@@ -80,10 +81,13 @@ def plot_file(path: str) -> str:
     """``--plot``'s :func:`output_file`, and ``ValueError`` unless the name ends in a format
     matplotlib writes (checked before a long run: it would fail only when the plot is saved)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     formats = FigureCanvasAgg.get_supported_filetypes()
     if os.path.splitext(path)[1].lstrip(".").lower() not in formats:
-        raise ValueError(f"--plot {path}: the name must end in an image format: "
-                         f"{', '.join('.' + name for name in sorted(formats))}")
+        raise ValueError(
+            f"--plot {path}: the name must end in an image format: "
+            f"{', '.join('.' + name for name in sorted(formats))}"
+        )
     return output_file(path, "--plot")
 
 

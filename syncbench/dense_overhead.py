@@ -12,6 +12,7 @@ slowest rank's. Rank 0 prints the medians, dense's ratio to the out-of-place cal
 place's to the in-place one; the first ``--warmup`` repetitions are left out. Nothing is
 asserted: the ratios are measurements.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -27,6 +28,7 @@ from .cli import RankZeroParser
 def slowest_seconds(comm, work) -> float:
     """Seconds ``work()`` took on the slowest rank, every rank starting after a barrier."""
     from mpi4py import MPI
+
     comm.Barrier()
     start = time.perf_counter()
     work()
@@ -45,7 +47,8 @@ def main(argv=None) -> dict:
         parser.error("--numel and --repeats must be >= 1 and --warmup >= 0")
     from mpi4py import MPI
 
-    from comm.mpi import MPITransport
+    from allreducers.transports.mpi import MPITransport
+
     comm = MPI.COMM_WORLD
     torch.manual_seed(comm.Get_rank())
     grad = torch.randn(args.numel)
@@ -56,19 +59,27 @@ def main(argv=None) -> dict:
     for repeat in range(args.warmup + args.repeats):
         bare.copy_(grad)  # untimed: the in-place calls sum their buffers
         own.copy_(grad)
-        measured = {"bare": slowest_seconds(comm, lambda: comm.Allreduce(MPI.IN_PLACE, bare.numpy(), op=MPI.SUM)),
-                    "apart": slowest_seconds(comm, lambda: comm.Allreduce(grad.numpy(), apart.numpy(), op=MPI.SUM)),
-                    "dense": slowest_seconds(comm, lambda: sync.allreduce(grad, out=out)),
-                    "dense_in_place": slowest_seconds(comm, lambda: sync.allreduce(own, out=own))}
+        measured = {
+            "bare": slowest_seconds(
+                comm, lambda: comm.Allreduce(MPI.IN_PLACE, bare.numpy(), op=MPI.SUM)
+            ),
+            "apart": slowest_seconds(
+                comm, lambda: comm.Allreduce(grad.numpy(), apart.numpy(), op=MPI.SUM)
+            ),
+            "dense": slowest_seconds(comm, lambda: sync.allreduce(grad, out=out)),
+            "dense_in_place": slowest_seconds(comm, lambda: sync.allreduce(own, out=own)),
+        }
         if repeat >= args.warmup:
             for name, seconds in measured.items():
                 times[name].append(seconds)
     medians = {name: statistics.median(values) for name, values in times.items()}
     if comm.Get_rank() == 0:
         ms = {name: f"{1e3 * seconds:.1f} ms" for name, seconds in medians.items()}
-        print(f"P = {comm.Get_size()}, n = {args.numel}: bare Allreduce out of place {ms['apart']}, dense "
-              f"{ms['dense']} ({medians['dense'] / medians['apart']:.3f}x); bare Allreduce in place {ms['bare']}, "
-              f"dense in place {ms['dense_in_place']} ({medians['dense_in_place'] / medians['bare']:.3f}x)")
+        print(
+            f"P = {comm.Get_size()}, n = {args.numel}: bare Allreduce out of place {ms['apart']}, dense "
+            f"{ms['dense']} ({medians['dense'] / medians['apart']:.3f}x); bare Allreduce in place {ms['bare']}, "
+            f"dense in place {ms['dense_in_place']} ({medians['dense_in_place'] / medians['bare']:.3f}x)"
+        )
     return medians
 
 

@@ -8,6 +8,7 @@ that every method with a residual and a dense result does, whatever it exchanges
 pass also adds the gradient into a residual kept across calls (as SparDL's cuts do), and the
 call zeroes the result, writes the k chosen values / P into it and zeroes them in the residual.
 """
+
 from __future__ import annotations
 
 import time
@@ -15,7 +16,7 @@ import time
 import torch
 
 import compressors
-from comm.recording import RecordingTransport
+from allreducers.transports.recording import RecordingTransport
 from compressors.sparse_ops import budget, put_, zero_
 
 FLOOR = "floor"
@@ -35,15 +36,24 @@ class FloorRun:
     the dense result into ``out``.
     """
 
-    def __init__(self, transport, events: list, numel: int, density: float,
-                 error_feedback: bool = False) -> None:
+    def __init__(
+        self, transport, events: list, numel: int, density: float, error_feedback: bool = False
+    ) -> None:
         self.transport = transport
         self.events = events
         self.selector = compressors.Selector()
         self.k = budget(numel, density)
         self.residual = torch.zeros(numel) if error_feedback else None
-        self.sends = [(e, torch.zeros(e.nbytes // torch.empty((), dtype=e.dtype).element_size(), dtype=e.dtype))
-                      for e in self.events if e.kind == "send"]
+        self.sends = [
+            (
+                e,
+                torch.zeros(
+                    e.nbytes // torch.empty((), dtype=e.dtype).element_size(), dtype=e.dtype
+                ),
+            )
+            for e in self.events
+            if e.kind == "send"
+        ]
         self.rounds = max([e.round + e.rounds for e in self.events], default=0)
 
     def local_work(self, grad: torch.Tensor, out: torch.Tensor) -> tuple:
@@ -74,21 +84,33 @@ class FloorRun:
         select, accumulate = self.local_work(grad, out)
         sent = time.perf_counter()
         for number in range(self.rounds):
-            handles = [self.transport.isend(buffer, e.peer, number)
-                       for e, buffer in self.sends if e.round == number]
+            handles = [
+                self.transport.isend(buffer, e.peer, number)
+                for e, buffer in self.sends
+                if e.round == number
+            ]
             for e in self.events:
                 if e.kind == "recv" and e.round == number:
                     self.transport.recv(e.peer, number, e.dtype, grad.device)
             self.transport.waitall(handles)
         end = time.perf_counter()
-        return {"seconds": end - start, "select": select, "comm": end - sent, "accumulate": accumulate,
-                "bytes": sum(e.nbytes for e, _ in self.sends), "messages": len(self.sends),
-                "rounds": self.rounds, "nnz": self.k, "cosine": None}
+        return {
+            "seconds": end - start,
+            "select": select,
+            "comm": end - sent,
+            "accumulate": accumulate,
+            "bytes": sum(e.nbytes for e, _ in self.sends),
+            "messages": len(self.sends),
+            "rounds": self.rounds,
+            "nnz": self.k,
+            "cosine": None,
+        }
 
 
 def spardl_events(transport, source, density: float) -> list:
     """The messages of one SparDL call (d = 1) on a fresh synchronizer, as the floor replays them."""
     recorder = RecordingTransport(transport)
     compressors.create("spardl", recorder, numel=source.numel, density=density).allreduce(
-        source.get(transport.rank, 0))
+        source.get(transport.rank, 0)
+    )
     return recorder.take()

@@ -1,5 +1,6 @@
 """The gradients the benchmark and the simulator synchronize: seeded synthetic ones, or a real
 model's on random batches. Every source has ``numel`` and ``get(rank, call)``."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,10 +39,14 @@ class ModelGradients:
         except ModuleNotFoundError as error:
             if error.name != "models":
                 raise
-            raise ValueError("--gradient model:NAME needs the trainer's models package, which is not "
-                             "installed: run from the repository folder with PYTHONPATH=.") from None
+            raise ValueError(
+                "--gradient model:NAME needs the trainer's models package, which is not "
+                "installed: run from the repository folder with PYTHONPATH=."
+            ) from None
         if batch < 1 or classes < 2:
-            raise ValueError(f"model gradients need --batch >= 1 and --classes >= 2, got {batch} and {classes}")
+            raise ValueError(
+                f"model gradients need --batch >= 1 and --classes >= 2, got {batch} and {classes}"
+            )
         torch.manual_seed(seed)
         self.model = models.create(name, classes, input_shape)
         self.numel = sum(p.numel() for p in self.model.parameters())
@@ -50,8 +55,10 @@ class ModelGradients:
             with torch.no_grad():
                 self.model(torch.zeros(min(batch, 2), *input_shape))
         except (RuntimeError, ValueError) as error:
-            raise ValueError(f"model {name!r} does not take inputs of shape {','.join(map(str, input_shape))} "
-                             f"(--input-shape): {str(error).splitlines()[0]}") from None
+            raise ValueError(
+                f"model {name!r} does not take inputs of shape {','.join(map(str, input_shape))} "
+                f"(--input-shape): {str(error).splitlines()[0]}"
+            ) from None
 
     def get(self, rank: int, call: int) -> torch.Tensor:
         """The flattened gradient of ``rank`` at call ``call``."""
@@ -65,11 +72,19 @@ class ModelGradients:
 
 def mix_seed(seed: int, rank: int, call: int) -> int:
     """A 63-bit generator seed from (seed, rank, call); distinct tuples give unrelated streams."""
-    return int(np.random.SeedSequence([seed, rank + 1, call + 1]).generate_state(2, np.uint64)[0] >> 1)
+    return int(
+        np.random.SeedSequence([seed, rank + 1, call + 1]).generate_state(2, np.uint64)[0] >> 1
+    )
 
 
-def gradient_source(spec: str, numel: int, seed: int, batch: int = 8, input_shape: str = "3,32,32",
-                    classes: int = 10):
+def gradient_source(
+    spec: str,
+    numel: int,
+    seed: int,
+    batch: int = 8,
+    input_shape: str = "3,32,32",
+    classes: int = 10,
+):
     """The source named by ``spec``: ``"synthetic"`` (:class:`SyntheticGradients` of length
     ``numel``) or ``"model:NAME"`` (:class:`ModelGradients`, ``input_shape`` written C,H,W);
     ``ValueError`` for options that cannot make one."""

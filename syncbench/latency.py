@@ -10,6 +10,7 @@ The median seconds per round is the ``alpha`` of the simulator's ``shared:RATE``
 a round also waits for descheduled receivers (milliseconds, not microseconds), which the
 simulator's local-work term already prices through the ranks' share of the cores.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,16 +41,22 @@ def main(argv=None) -> float:
     """Measure under mpiexec; print the median and quartiles of the slowest rank's round times on
     rank 0 and return the median (on every rank)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=2000, help="timed rounds (default: %(default)s)")
-    parser.add_argument("--warmup", type=int, default=200, help="untimed rounds first (default: %(default)s)")
+    parser.add_argument(
+        "--rounds", type=int, default=2000, help="timed rounds (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=200, help="untimed rounds first (default: %(default)s)"
+    )
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.warmup < 0:
         parser.error("--rounds must be >= 1 and --warmup >= 0")
     from mpi4py import MPI
 
-    from comm.mpi import MPITransport
-    from comm.placement import place_rank
+    from allreducers.transports.mpi import MPITransport
+    from allreducers.transports.placement import place_rank
+
     from .bench import network_label
+
     comm = MPI.COMM_WORLD
     if comm.Get_size() < 2:
         parser.error("run it under mpiexec with at least 2 ranks")
@@ -61,9 +68,11 @@ def main(argv=None) -> float:
     comm.Allreduce(MPI.IN_PLACE, slowest.numpy(), op=MPI.MAX)
     q1, median, q3 = statistics.quantiles(slowest.tolist(), n=4)
     if comm.Get_rank() == 0:
-        print(f"per-message cost on {network_label()} at P = {comm.Get_size()}: median {median * 1e6:.1f} us "
-              f"per round (quartiles {q1 * 1e6:.1f}-{q3 * 1e6:.1f} us, slowest rank of each of "
-              f"{args.rounds} rounds); use it as simulate.py --message-cost {median:.3g}")
+        print(
+            f"per-message cost on {network_label()} at P = {comm.Get_size()}: median {median * 1e6:.1f} us "
+            f"per round (quartiles {q1 * 1e6:.1f}-{q3 * 1e6:.1f} us, slowest rank of each of "
+            f"{args.rounds} rounds); use it as simulate.py --message-cost {median:.3g}"
+        )
     return median
 
 

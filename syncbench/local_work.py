@@ -16,6 +16,7 @@ Two models of a rank's local work (``scripts/simulate.py --local-work``):
   ``compute_share`` and adds it to the network time in place of the selection term (which is
   part of it). It depends on this machine: state it with the figures.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -60,8 +61,17 @@ def fit(points) -> LinearFit:
     return LinearFit(float(fixed), float(per_entry))
 
 
-def replay_seconds(name: str, options: dict, workers: int, numel: int, density: float, call: int,
-                   seed: int, repeats: int, group=None) -> float:
+def replay_seconds(
+    name: str,
+    options: dict,
+    workers: int,
+    numel: int,
+    density: float,
+    call: int,
+    seed: int,
+    repeats: int,
+    group=None,
+) -> float:
     """Seconds of rank 0's share of call number ``call`` of method ``name`` on ``workers``
     ranks and ``numel`` entries of the benchmark's synthetic gradients of ``seed``, replayed
     alone (:func:`syncbench.replay.replay_method`, recorded on ``group``): the median of
@@ -96,30 +106,56 @@ class ReplayedLocalWork:
         larger = min(self.numel, model) if self.numel else simulated
         return rounded(larger), rounded(max(1, larger // FRACTION))
 
-    def measure(self, name: str, options: dict, workers: int, sizes: tuple, density: float, weights: list,
-                seed: int, group=None) -> tuple:
+    def measure(
+        self,
+        name: str,
+        options: dict,
+        workers: int,
+        sizes: tuple,
+        density: float,
+        weights: list,
+        seed: int,
+        group=None,
+    ) -> tuple:
         """``(fit, points)``: the :func:`fit` through ``points``, ``(n, seconds)`` at each of
         ``sizes``, the seconds being the ``weights``-weighted sum over calls (``weights[c]``: call
         c's weight; calls of weight 0 are not replayed). ``group(workers)`` makes the in-process
-        group to record on (``None``: ``comm.local_group``)."""
+        group to record on (``None``: ``allreducers.transports.local_group``)."""
         points = []
         for numel in sizes:
-            seconds = sum(weight * replay_seconds(name, options, workers, numel, density, call, seed, self.repeats,
-                                                  group and group(workers))
-                          for call, weight in enumerate(weights) if weight)
+            seconds = sum(
+                weight
+                * replay_seconds(
+                    name,
+                    options,
+                    workers,
+                    numel,
+                    density,
+                    call,
+                    seed,
+                    self.repeats,
+                    group and group(workers),
+                )
+                for call, weight in enumerate(weights)
+                if weight
+            )
             points.append((numel, seconds))
         return fit(points), points
 
     def describe(self) -> str:
         """One line on the model, for the output's header."""
         larger = f"n = {self.numel:,} (at most the model's n)" if self.numel else "the simulated n"
-        return (f"local work: replayed (--local-work replay): rank 0's share of each call timed alone in this "
-                f"process at {larger} and a {FRACTION}th of it, on one torch thread, fitted as fixed + per-entry "
-                f"seconds at the model's n and multiplied by the network's compute share; predicted = network + "
-                f"local work (selection included)")
+        return (
+            f"local work: replayed (--local-work replay): rank 0's share of each call timed alone in this "
+            f"process at {larger} and a {FRACTION}th of it, on one torch thread, fitted as fixed + per-entry "
+            f"seconds at the model's n and multiplied by the network's compute share; predicted = network + "
+            f"local work (selection included)"
+        )
 
 
 def describe_select() -> str:
     """The header line of ``--local-work select``."""
-    return ("local work: selection only (--local-work select, the default): predicted = network + selection; "
-            "packing, scatter-adds and copies are not modelled")
+    return (
+        "local work: selection only (--local-work select, the default): predicted = network + selection; "
+        "packing, scatter-adds and copies are not modelled"
+    )

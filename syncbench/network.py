@@ -14,6 +14,7 @@ sends in it.
 
 Every round costs at least one ``alpha`` (a round is a wait for a message).
 """
+
 from __future__ import annotations
 
 import re
@@ -22,8 +23,19 @@ from dataclasses import dataclass
 import numpy as np
 
 # Units of a rate as tc writes them: bits per second (a bare number too), or bytes per second.
-_RATE_UNITS = {"": 1 / 8, "bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8, "tbit": 1e12 / 8,
-               "bps": 1.0, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9, "tbps": 1e12}
+_RATE_UNITS = {
+    "": 1 / 8,
+    "bit": 1 / 8,
+    "kbit": 1e3 / 8,
+    "mbit": 1e6 / 8,
+    "gbit": 1e9 / 8,
+    "tbit": 1e12 / 8,
+    "bps": 1.0,
+    "kbps": 1e3,
+    "mbps": 1e6,
+    "gbps": 1e9,
+    "tbps": 1e12,
+}
 
 
 @dataclass(frozen=True)
@@ -76,13 +88,19 @@ class SharedLink:
 
     def describe(self) -> str:
         """The model in a few words, for table headers."""
-        cores = "a core per rank" if self.cores is None else f"{self.cores} cores shared by all ranks"
-        return (f"one link of {self.rate * 8 / 1e9:g} Gbit/s shared by all ranks, alpha {self.alpha * 1e6:g} us, "
-                f"{cores}")
+        cores = (
+            "a core per rank" if self.cores is None else f"{self.cores} cores shared by all ranks"
+        )
+        return (
+            f"one link of {self.rate * 8 / 1e9:g} Gbit/s shared by all ranks, alpha {self.alpha * 1e6:g} us, "
+            f"{cores}"
+        )
 
 
-PRESETS = {"ethernet": Network("ethernet", 25e-6, 1 / 1.25e9),
-           "infiniband": Network("infiniband", 1.5e-6, 1 / 12.5e9)}
+PRESETS = {
+    "ethernet": Network("ethernet", 25e-6, 1 / 1.25e9),
+    "infiniband": Network("infiniband", 1.5e-6, 1 / 12.5e9),
+}
 SHARED = "shared"
 # The default cost per message of shared:RATE: MPICH over TCP on one host's shaped loopback with
 # a core per rank, as ``python -m syncbench.latency`` measured it with 2 ranks on 2 cores inside
@@ -98,8 +116,10 @@ def parse_rate(text: str) -> float:
     ``1e9bit``); ``ValueError`` otherwise."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*", text.lower())
     if not match or match.group(2) not in _RATE_UNITS or float(match.group(1)) <= 0:
-        raise ValueError(f"{text!r} is not a rate: a positive number with one of the units "
-                         f"{', '.join(unit for unit in _RATE_UNITS if unit)} (bit: bits/s, bps: bytes/s)")
+        raise ValueError(
+            f"{text!r} is not a rate: a positive number with one of the units "
+            f"{', '.join(unit for unit in _RATE_UNITS if unit)} (bit: bits/s, bps: bytes/s)"
+        )
     return float(match.group(1)) * _RATE_UNITS[match.group(2)]
 
 
@@ -112,5 +132,7 @@ def parse_network(spec: str, message_cost: float = TESTBED_ALPHA, cores: int | N
     kind, _, rate = spec.partition(":")
     if kind == SHARED and rate:
         return SharedLink(spec, message_cost, parse_rate(rate), cores)
-    raise ValueError(f"--network {spec}: unknown network; valid: {', '.join(PRESETS)}, "
-                     f"{SHARED}:RATE (e.g. {SHARED}:1gbit)")
+    raise ValueError(
+        f"--network {spec}: unknown network; valid: {', '.join(PRESETS)}, "
+        f"{SHARED}:RATE (e.g. {SHARED}:1gbit)"
+    )

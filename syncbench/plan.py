@@ -1,5 +1,6 @@
 """Which rows a benchmark or simulation times: every method once, SparDL once per team count d,
 Spar-Reduce-Scatter execution and Spar-All-Gather variant that applies at P workers."""
+
 from __future__ import annotations
 
 SRS_DEFAULT = "rounds"
@@ -9,8 +10,11 @@ SAG_DEFAULT = "bruck"
 def spardl_label(teams: int, srs: str = SRS_DEFAULT, sag: str = SAG_DEFAULT) -> str:
     """A SparDL row's label: ``spardl``, with what differs from the defaults in parentheses:
     ``spardl(d=2)``, ``spardl(blocks)``, ``spardl(d=4,recursive)``, ``spardl(d=4,blocks,recursive)``."""
-    parts = ([f"d={teams}"] if teams > 1 else []) + ([srs] if srs != SRS_DEFAULT else []) \
+    parts = (
+        ([f"d={teams}"] if teams > 1 else [])
+        + ([srs] if srs != SRS_DEFAULT else [])
         + ([sag] if sag != SAG_DEFAULT else [])
+    )
     return f"spardl({','.join(parts)})" if parts else "spardl"
 
 
@@ -24,8 +28,13 @@ def spardl_skip_reason(teams: int, sag: str, workers: int):
     return None
 
 
-def method_runs(methods: list, teams: list, workers: int, srs: tuple = (SRS_DEFAULT,),
-                sag: tuple = (SAG_DEFAULT,)) -> list:
+def method_runs(
+    methods: list,
+    teams: list,
+    workers: int,
+    srs: tuple = (SRS_DEFAULT,),
+    sag: tuple = (SAG_DEFAULT,),
+) -> list:
     """``(label, name, options)`` for every row: each method once, spardl once per team count d,
     execution ``srs`` and variant ``sag`` that apply at P = ``workers`` (:func:`spardl_label`;
     :func:`skipped` says which do not)."""
@@ -37,8 +46,14 @@ def method_runs(methods: list, teams: list, workers: int, srs: tuple = (SRS_DEFA
         for d in teams:
             for variant in sag:
                 if spardl_skip_reason(d, variant, workers) is None:
-                    runs += [(spardl_label(d, execution, variant), name,
-                              {"teams": d, "srs": execution, "sag": variant}) for execution in srs]
+                    runs += [
+                        (
+                            spardl_label(d, execution, variant),
+                            name,
+                            {"teams": d, "srs": execution, "sag": variant},
+                        )
+                        for execution in srs
+                    ]
     return runs
 
 

@@ -1,4 +1,5 @@
 """The simulator's predictions as text tables, crossover sentences and charts."""
+
 from __future__ import annotations
 
 
@@ -11,14 +12,22 @@ def format_tables(rows: list, key: str, title: str, models: dict) -> str:
         labels = list(dict.fromkeys(r["label"] for r in subset))
         widths = {label: max(11, 2 + len(label)) for label in labels}
         first = subset[0]
-        out.append(f"\n{network} ({models[network]}): {title}, n={first['model_numel']:,}, "
-                   f"density {first['density']}")
-        header = f"{'P':>5}" + "".join(f"{label:>{widths[label]}}" for label in labels) + "   fastest"
+        out.append(
+            f"\n{network} ({models[network]}): {title}, n={first['model_numel']:,}, "
+            f"density {first['density']}"
+        )
+        header = (
+            f"{'P':>5}" + "".join(f"{label:>{widths[label]}}" for label in labels) + "   fastest"
+        )
         out += [header, "-" * len(header)]
         for workers in sorted({r["workers"] for r in subset}):
             cells = {r["label"]: r[key] for r in subset if r["workers"] == workers}
-            line = f"{workers:>5}" + "".join(f"{cells[l]:>{widths[l]}.2f}" if l in cells else f"{'-':>{widths[l]}}"
-                                             for l in labels)
+            line = f"{workers:>5}" + "".join(
+                f"{cells[label]:>{widths[label]}.2f}"
+                if label in cells
+                else f"{'-':>{widths[label]}}"
+                for label in labels
+            )
             out.append(line + f"   {min(cells, key=cells.get)}")
     return "\n".join(out)
 
@@ -29,46 +38,70 @@ def crossovers(rows: list, reference: str = "spardl") -> list:
     method_of = {r["label"]: r["method"] for r in rows}
     lines = []
     for network in dict.fromkeys(r["network"] for r in rows):
-        times = {(r["label"], r["workers"]): r["predicted_ms"] for r in rows if r["network"] == network}
-        for label in dict.fromkeys(l for l, _ in times):
-            common = sorted(p for l, p in times if l == label and (reference, p) in times)
+        times = {
+            (r["label"], r["workers"]): r["predicted_ms"] for r in rows if r["network"] == network
+        }
+        for label in dict.fromkeys(name for name, _ in times):
+            common = sorted(p for name, p in times if name == label and (reference, p) in times)
             if method_of[label] == method_of.get(reference) or not common:
                 continue
             faster = [p for p in common if times[(reference, p)] < times[(label, p)]]
             slower = [p for p in common if p not in faster]
-            switches = [f"{a}->{b}" for a, b in zip(common, common[1:]) if (a in faster) != (b in faster)]
-            lines.append(f"{network}: {reference} vs {label}: faster at P={faster or 'none'}, "
-                         f"slower at P={slower or 'none'}"
-                         + (f"; crossover between P {', '.join(switches)}" if switches else ""))
+            switches = [
+                f"{a}->{b}" for a, b in zip(common, common[1:]) if (a in faster) != (b in faster)
+            ]
+            lines.append(
+                f"{network}: {reference} vs {label}: faster at P={faster or 'none'}, "
+                f"slower at P={slower or 'none'}"
+                + (f"; crossover between P {', '.join(switches)}" if switches else "")
+            )
     return lines
 
 
 def plot(rows: list, sweep: list, path: str) -> None:
     """Predicted time against P per method, and spardl's against team count d, per network."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     networks = list(dict.fromkeys(r["network"] for r in rows + sweep))
     charts = bool(rows) + bool(sweep)
-    fig, axes = plt.subplots(charts, len(networks), figsize=(6 * len(networks), 4.5 * charts), squeeze=False)
+    fig, axes = plt.subplots(
+        charts, len(networks), figsize=(6 * len(networks), 4.5 * charts), squeeze=False
+    )
     for column, network in enumerate(networks):
         if rows:
             axis = axes[0][column]
             subset = [r for r in rows if r["network"] == network]
             for label in dict.fromkeys(r["label"] for r in subset):
-                points = sorted((r["workers"], r["predicted_ms"]) for r in subset if r["label"] == label)
+                points = sorted(
+                    (r["workers"], r["predicted_ms"]) for r in subset if r["label"] == label
+                )
                 axis.plot(*zip(*points), marker="o", label=label)
-            axis.set(xscale="log", yscale="log", xlabel="workers P", ylabel="predicted ms per call", title=network)
+            axis.set(
+                xscale="log",
+                yscale="log",
+                xlabel="workers P",
+                ylabel="predicted ms per call",
+                title=network,
+            )
             _label_ticks(axis, sorted({r["workers"] for r in subset}))
             axis.legend(fontsize=8)
         if sweep:
             axis = axes[-1][column]
             subset = [r for r in sweep if r["network"] == network]
             for workers in sorted({r["workers"] for r in subset}):
-                points = sorted((r["teams"], r["predicted_ms"]) for r in subset if r["workers"] == workers)
+                points = sorted(
+                    (r["teams"], r["predicted_ms"]) for r in subset if r["workers"] == workers
+                )
                 axis.plot(*zip(*points), marker="o", label=f"P={workers}")
-            axis.set(xscale="log", xlabel="teams d", ylabel="predicted ms per call",
-                     title=f"spardl vs teams ({network})")
+            axis.set(
+                xscale="log",
+                xlabel="teams d",
+                ylabel="predicted ms per call",
+                title=f"spardl vs teams ({network})",
+            )
             _label_ticks(axis, sorted({r["teams"] for r in subset}))
             axis.legend(fontsize=8)
     fig.tight_layout()

@@ -1,10 +1,11 @@
 """Record and replay: one rank's share of a call timed alone in this process, free of the
 network and of other ranks competing for the cores and memory.
 
-Every row's call number ``warmup`` is recorded on P in-process ranks (``comm.recording``), then
+Every row's call number ``warmup`` is recorded on P in-process ranks (``allreducers.transports.recording``), then
 rank 0's share of it is timed in this process, its received messages played back, its state
 restored before each call, and its result checked against the recorded one.
 """
+
 from __future__ import annotations
 
 import functools
@@ -12,8 +13,8 @@ import functools
 import torch
 
 import compressors
-from comm import local_group
-from comm.recording import RecordingTransport, ReplayTransport
+from allreducers.transports import local_group
+from allreducers.transports.recording import RecordingTransport, ReplayTransport
 
 from .floor import FLOORS, FloorRun
 from .timing import MethodRun
@@ -25,7 +26,9 @@ class Replayed:
     (``state``: a synchronizer's ``state_dict``, a floor's :meth:`FloorRun.state`); a method's
     result must equal the recorded one (``result``)."""
 
-    def __init__(self, run, transport: ReplayTransport, state=None, result: torch.Tensor = None) -> None:
+    def __init__(
+        self, run, transport: ReplayTransport, state=None, result: torch.Tensor = None
+    ) -> None:
         self.run, self.transport, self.state, self.result = run, transport, state, result
 
     def time(self, grad: torch.Tensor, exact: torch.Tensor, out: torch.Tensor) -> dict:
@@ -40,12 +43,14 @@ class Replayed:
 
 def record_call(name: str, options: dict, grads: list, density: float, group=None) -> tuple:
     """Run ``name`` on ``len(grads[0])`` in-process ranks (``group``, by default
-    ``comm.local_group``), ``grads[c][r]`` being rank r's gradient at call c, and record rank
+    ``allreducers.transports.local_group``), ``grads[c][r]`` being rank r's gradient at call c, and record rank
     0's last call: its state before that call, its events (with payloads) and its result."""
 
     def body(transport):
         recorder = RecordingTransport(transport, keep_payloads=True)
-        sync = compressors.create(name, recorder, numel=grads[0][0].numel(), density=density, **options)
+        sync = compressors.create(
+            name, recorder, numel=grads[0][0].numel(), density=density, **options
+        )
         for call in grads[:-1]:
             sync.allreduce(call[transport.rank])
         recorder.take()
@@ -60,7 +65,9 @@ def replay_method(name: str, options: dict, grads: list, density: float, group=N
     """Rank 0's last call of ``grads`` (:func:`record_call`), ready to be replayed alone."""
     state, events, result = record_call(name, options, grads, density, group)
     transport = ReplayTransport(events, 0, len(grads[0]))
-    return Replayed(MethodRun(transport, name, options, grads[0][0].numel(), density), transport, state, result)
+    return Replayed(
+        MethodRun(transport, name, options, grads[0][0].numel(), density), transport, state, result
+    )
 
 
 def replay_runs(runs: list, source, workers: int, warmup: int, density: float) -> tuple:
@@ -83,7 +90,9 @@ def replay_runs(runs: list, source, workers: int, warmup: int, density: float) -
         return Replayed(run, transport, run.state())
 
     # Each row is recorded when it is built: with --sequential one row's recording at a time.
-    factories = [lambda name=name, options=options: replay_method(name, options, grads, density)
-                 for _, name, options in runs]
+    factories = [
+        lambda name=name, options=options: replay_method(name, options, grads, density)
+        for _, name, options in runs
+    ]
     factories += [lambda feedback=feedback: floor(feedback) for feedback in FLOORS.values()]
     return factories, lambda call: (grads[-1][0], exact)

@@ -6,6 +6,7 @@ The default is a fixed throughput, :data:`DEFAULT_SELECT_RATE` entries per secon
 kind of selection, so that a table is the same on every machine; measuring this machine's
 selector is an option (``SelectionCost(rate=None)``).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -37,7 +38,7 @@ class SelectionCounter:
         self._local = threading.local()
         self._observing = None
 
-    def __enter__(self) -> "SelectionCounter":
+    def __enter__(self) -> SelectionCounter:
         self._observing = observe(self.log)
         self._observing.__enter__()
         return self
@@ -86,10 +87,17 @@ class SelectionCost:
     beyond the ends).
     """
 
-    LENGTHS = tuple(4 ** i for i in range(6, 13))
+    LENGTHS = tuple(4**i for i in range(6, 13))
 
-    def __init__(self, density: float, threads: int = 1, rate: float | None = None, seed: int = 0,
-                 repeats: int = 9, device: str = "cpu") -> None:
+    def __init__(
+        self,
+        density: float,
+        threads: int = 1,
+        rate: float | None = None,
+        seed: int = 0,
+        repeats: int = 9,
+        device: str = "cpu",
+    ) -> None:
         self.lengths = np.array(self.LENGTHS, dtype=float)
         self.fixed_rate = rate
         if rate is not None:
@@ -120,11 +128,15 @@ class SelectionCost:
         if self.fixed_rate is not None:
             default = " (the default)" if self.fixed_rate == DEFAULT_SELECT_RATE else ""
             return f"selection: a fixed {self.fixed_rate / 1e6:g} M entries/s{default}"
-        parts = [f"{kind} " + ", ".join(f"{self.rate(kind, n) / 1e6:.0f}" for n in (4 ** 8, 4 ** 10, 4 ** 12))
-                 for kind in SelectionCounter.KINDS]
-        return (f"selection measured on {where or 'this machine'}, M entries/s at n = 65,536 / 1,048,576 / "
-                f"16,777,216: {'; '.join(parts)} (the default, for reproducible tables, is a fixed "
-                f"{DEFAULT_SELECT_RATE / 1e6:g} M entries/s)")
+        parts = [
+            f"{kind} " + ", ".join(f"{self.rate(kind, n) / 1e6:.0f}" for n in (4**8, 4**10, 4**12))
+            for kind in SelectionCounter.KINDS
+        ]
+        return (
+            f"selection measured on {where or 'this machine'}, M entries/s at n = 65,536 / 1,048,576 / "
+            f"16,777,216: {'; '.join(parts)} (the default, for reproducible tables, is a fixed "
+            f"{DEFAULT_SELECT_RATE / 1e6:g} M entries/s)"
+        )
 
 
 def _selection_runs(numel: int, density: float, seed: int, device: str) -> dict:
@@ -133,16 +145,21 @@ def _selection_runs(numel: int, density: float, seed: int, device: str) -> dict:
     between two independent draws under one key, so each starts from the other's thresholds."""
     rows = max(2, (1 << 23) // numel)
     x, other = (SyntheticGradients(numel, seed).get(0, call).to(device) for call in (0, 1))
-    matrices = [SyntheticGradients(rows * numel, seed).get(0, call).to(device).view(rows, numel)
-                for call in (0, 1)]
+    matrices = [
+        SyntheticGradients(rows * numel, seed).get(0, call).to(device).view(rows, numel)
+        for call in (0, 1)
+    ]
     k = max(1, int(numel * density))
     threshold = float(x.abs().kthvalue(max(1, numel - k)).values)
     selector = Selector()
     vectors, tables = itertools.cycle((x, other)), itertools.cycle(matrices)
-    return {"topk": (lambda: selector.topk(x, k), 1), "above": (lambda: selector.at_least(x, threshold), 1),
-            "topk_row": (lambda: selector.topk_rows(matrices[0], k), rows),
-            "hinted": (lambda: selector.topk(next(vectors), k, key="vector"), 1),
-            "hinted_row": (lambda: selector.topk_rows(next(tables), k, key="matrix"), rows)}
+    return {
+        "topk": (lambda: selector.topk(x, k), 1),
+        "above": (lambda: selector.at_least(x, threshold), 1),
+        "topk_row": (lambda: selector.topk_rows(matrices[0], k), rows),
+        "hinted": (lambda: selector.topk(next(vectors), k, key="vector"), 1),
+        "hinted_row": (lambda: selector.topk_rows(next(tables), k, key="matrix"), rows),
+    }
 
 
 def _time_selections(density: float, seed: int, repeats: int, device: str) -> dict:
@@ -163,9 +180,13 @@ def _time_selections(density: float, seed: int, repeats: int, device: str) -> di
                     run()
                 synchronize()
                 if repeat:
-                    best[kind][place] = min(best[kind][place], (time.perf_counter() - start) / calls)
+                    best[kind][place] = min(
+                        best[kind][place], (time.perf_counter() - start) / calls
+                    )
     rows = np.array([by_kind["topk_row"][1] for by_kind in runs.values()])
     for single in ("topk", "hinted"):
         further = best[single + "_row"] - best[single]
-        best[single + "_row"] = np.maximum(further, 0.01 * best[single]) / (rows - 1)  # > 0 even in noise
+        best[single + "_row"] = np.maximum(further, 0.01 * best[single]) / (
+            rows - 1
+        )  # > 0 even in noise
     return best

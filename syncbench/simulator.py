@@ -2,7 +2,7 @@
 
 Every method runs for real on P threads of one process on the benchmark's heavy-tailed
 gradients, at a modest n so that data-dependent sizes (gtopk merges, oktopk regions, SAG
-unions) are real. A :class:`comm.recording.RecordingTransport` logs every message with its
+unions) are real. A :class:`allreducers.transports.recording.RecordingTransport` logs every message with its
 round, and a :class:`SelectionCounter` logs how many entries each rank hands to the selector.
 
 The model, per call; the prediction is the mean over the recorded calls after the warm-up, with
@@ -28,6 +28,7 @@ each kind of call at its share of the method's period (:func:`call_weights`):
   fixed + per-entry seconds, evaluated at the model's n, times ``compute_share``; the selection
   term is then part of it, reported but not added.
 """
+
 from __future__ import annotations
 
 import math
@@ -39,8 +40,8 @@ import numpy as np
 import torch
 
 import compressors
-from comm.local import LocalGroup, LocalTransport
-from comm.recording import RecordingTransport
+from allreducers.transports.local import LocalGroup, LocalTransport
+from allreducers.transports.recording import RecordingTransport
 
 from .gradients import SyntheticGradients
 from .local_work import ReplayedLocalWork
@@ -64,7 +65,7 @@ class SharedSumGroup(LocalGroup):
         self.slots: list = [None] * size
         self.total = None
 
-    def rank(self, rank: int) -> "SharedSumTransport":
+    def rank(self, rank: int) -> SharedSumTransport:
         return SharedSumTransport(self, rank)
 
 
@@ -91,8 +92,17 @@ def _ordered_sum(tensors: list) -> torch.Tensor:
     return total
 
 
-def record_calls(name: str, options: dict, workers: int, numel: int, density: float, calls: int,
-                 seed: int = 0, source=None, warmup: int = 0) -> list:
+def record_calls(
+    name: str,
+    options: dict,
+    workers: int,
+    numel: int,
+    density: float,
+    calls: int,
+    seed: int = 0,
+    source=None,
+    warmup: int = 0,
+) -> list:
     """Run ``calls`` synchronizations of method ``name`` on an in-process group of ``workers``,
     the first ``warmup`` of them warm-up.
 
@@ -113,9 +123,17 @@ def record_calls(name: str, options: dict, workers: int, numel: int, density: fl
             counter.take()
             sync.allreduce(grad)
             stats = sync.stats
-            records.append({"bytes": stats["bytes_sent"], "messages": stats["messages"],
-                            "rounds": stats["rounds"], "nnz": stats["nnz"],
-                            "events": recorder.take(), "selections": counter.take(), "weight": weight})
+            records.append(
+                {
+                    "bytes": stats["bytes_sent"],
+                    "messages": stats["messages"],
+                    "rounds": stats["rounds"],
+                    "nnz": stats["nnz"],
+                    "events": recorder.take(),
+                    "selections": counter.take(),
+                    "weight": weight,
+                }
+            )
         return records
 
     threads = torch.get_num_threads()
@@ -138,8 +156,11 @@ def call_weights(sync, warmup: int, calls: int) -> list:
     period = [sync.call_kind(step) for step in range(sync.kind_period)]
     weights = [0.0] * calls
     for kind in dict.fromkeys(period):
-        holders = ([c for c in range(warmup, calls) if kinds[c] == kind]
-                   or [c for c in range(min(warmup, calls)) if kinds[c] == kind] or [0])
+        holders = (
+            [c for c in range(warmup, calls) if kinds[c] == kind]
+            or [c for c in range(min(warmup, calls)) if kinds[c] == kind]
+            or [0]
+        )
         for call in holders:
             weights[call] += period.count(kind) / len(period) / len(holders)
     return weights
@@ -170,16 +191,24 @@ def predict_call(records: list, network, scale: float, cost: SelectionCost) -> d
     ``network`` is one of :mod:`syncbench.network`'s models."""
     messages, sent = traffic_per_round(records)
     net = float(network.round_seconds(messages, sent * scale).sum())
-    select = max(sum(cost.seconds(kind, np.multiply(lengths, scale)) for kind, lengths in r["selections"].items())
-                 for r in records) * network.compute_share(len(records))
+    select = max(
+        sum(
+            cost.seconds(kind, np.multiply(lengths, scale))
+            for kind, lengths in r["selections"].items()
+        )
+        for r in records
+    ) * network.compute_share(len(records))
     return {"network": net, "select": select, "total": net + select}
 
 
 def predict(per_rank: list, network, scale: float, cost: SelectionCost) -> dict:
     """The mean of :func:`predict_call` over one period of call kinds (the records' ``weight``);
     ``per_rank[r][c]`` as :func:`record_calls` returns."""
-    calls = [(predict_call([r[c] for r in per_rank], network, scale, cost), per_rank[0][c]["weight"])
-             for c in range(len(per_rank[0])) if per_rank[0][c]["weight"]]
+    calls = [
+        (predict_call([r[c] for r in per_rank], network, scale, cost), per_rank[0][c]["weight"])
+        for c in range(len(per_rank[0]))
+        if per_rank[0][c]["weight"]
+    ]
     return {key: sum(call[key] * weight for call, weight in calls) for key in calls[0][0]}
 
 
@@ -192,52 +221,109 @@ def simulated_numel(numel: int, workers: int, density: float) -> int:
     return workers * math.ceil(kept / density)
 
 
-def simulate_row(label: str, name: str, options: dict, workers: int, settings, networks: list,
-                 cost: SelectionCost, local_work: ReplayedLocalWork | None = None) -> list:
+def simulate_row(
+    label: str,
+    name: str,
+    options: dict,
+    workers: int,
+    settings,
+    networks: list,
+    cost: SelectionCost,
+    local_work: ReplayedLocalWork | None = None,
+) -> list:
     """Record one method at one P and return one row per network. ``settings`` gives ``numel``
     (simulated), ``model_numel`` (predicted), ``density``, ``warmup``, ``calls`` and ``seed``;
     ``local_work``: the replayed local-work model, ``None`` for selection only (module docstring)."""
     start = time.perf_counter()
     numel = simulated_numel(settings.numel, workers, settings.density)
-    per_rank = record_calls(name, options, workers, numel, settings.density,
-                            settings.warmup + settings.calls, settings.seed, warmup=settings.warmup)
-    print(f"  simulated {label} at P={workers}, n={numel:,} in {time.perf_counter() - start:.1f} s",
-          file=sys.stderr, flush=True)
+    per_rank = record_calls(
+        name,
+        options,
+        workers,
+        numel,
+        settings.density,
+        settings.warmup + settings.calls,
+        settings.seed,
+        warmup=settings.warmup,
+    )
+    print(
+        f"  simulated {label} at P={workers}, n={numel:,} in {time.perf_counter() - start:.1f} s",
+        file=sys.stderr,
+        flush=True,
+    )
     local = None
     if local_work is not None:
         start = time.perf_counter()
-        sizes = local_work.sizes(numel, settings.model_numel, lambda n: simulated_numel(n, workers, settings.density))
-        fitted, points = local_work.measure(name, options, workers, sizes, settings.density,
-                                            [record["weight"] for record in per_rank[0]], settings.seed,
-                                            SharedSumGroup)
-        local = {"local_fixed_ms": fitted.fixed * 1e3, "local_per_entry_ns": fitted.per_entry * 1e9,
-                 "local_points": [[n, seconds * 1e3] for n, seconds in points],
-                 "local_seconds": fitted.seconds(settings.model_numel)}
-        print(f"  replayed {label}'s rank 0 at P={workers}, n={', '.join(f'{n:,}' for n in sizes)} in "
-              f"{time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
-    timed = [records[settings.warmup:] for records in per_rank]
+        sizes = local_work.sizes(
+            numel, settings.model_numel, lambda n: simulated_numel(n, workers, settings.density)
+        )
+        fitted, points = local_work.measure(
+            name,
+            options,
+            workers,
+            sizes,
+            settings.density,
+            [record["weight"] for record in per_rank[0]],
+            settings.seed,
+            SharedSumGroup,
+        )
+        local = {
+            "local_fixed_ms": fitted.fixed * 1e3,
+            "local_per_entry_ns": fitted.per_entry * 1e9,
+            "local_points": [[n, seconds * 1e3] for n, seconds in points],
+            "local_seconds": fitted.seconds(settings.model_numel),
+        }
+        print(
+            f"  replayed {label}'s rank 0 at P={workers}, n={', '.join(f'{n:,}' for n in sizes)} in "
+            f"{time.perf_counter() - start:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+    timed = [records[settings.warmup :] for records in per_rank]
     scale = settings.model_numel / numel
     counts = summarize_counts(timed)
-    scanned = statistics.fmean(sum(record["weight"] * sum(map(sum, record["selections"].values()))
-                                   for record in records) for records in per_rank)  # as predict weighs
+    scanned = statistics.fmean(
+        sum(record["weight"] * sum(map(sum, record["selections"].values())) for record in records)
+        for records in per_rank
+    )  # as predict weighs
     rows = []
     for network in networks:
         predicted = predict(per_rank, network, scale, cost)
         share = network.compute_share(workers)
         local_seconds = predicted["select"] if local is None else local["local_seconds"] * share
         total = predicted["total"] if local is None else predicted["network"] + local_seconds
-        rows.append({"method": name, "label": label, "teams": options.get("teams", 1),
-                     "srs": options.get("srs"), "sag": options.get("sag"),
-                     "workers": workers, "numel": numel, "model_numel": settings.model_numel,
-                     "density": settings.density, "network": network.name, "alpha": network.alpha,
-                     "beta": network.beta, "shared_link": isinstance(network, SharedLink),
-                     "compute_share": share,
-                     "predicted_ms": total * 1e3,
-                     "network_ms": predicted["network"] * 1e3, "select_ms": predicted["select"] * 1e3,
-                     "local_work": "select" if local is None else "replay", "local_ms": local_seconds * 1e3,
-                     **({} if local is None else {key: value for key, value in local.items()
-                                                  if key != "local_seconds"}),
-                     "select_rate": cost.fixed_rate,
-                     **counts, "model_bytes_per_rank": counts["bytes_per_rank"] * scale,
-                     "scanned_per_rank": scanned, "calls": settings.calls, "seed": settings.seed})
+        rows.append(
+            {
+                "method": name,
+                "label": label,
+                "teams": options.get("teams", 1),
+                "srs": options.get("srs"),
+                "sag": options.get("sag"),
+                "workers": workers,
+                "numel": numel,
+                "model_numel": settings.model_numel,
+                "density": settings.density,
+                "network": network.name,
+                "alpha": network.alpha,
+                "beta": network.beta,
+                "shared_link": isinstance(network, SharedLink),
+                "compute_share": share,
+                "predicted_ms": total * 1e3,
+                "network_ms": predicted["network"] * 1e3,
+                "select_ms": predicted["select"] * 1e3,
+                "local_work": "select" if local is None else "replay",
+                "local_ms": local_seconds * 1e3,
+                **(
+                    {}
+                    if local is None
+                    else {key: value for key, value in local.items() if key != "local_seconds"}
+                ),
+                "select_rate": cost.fixed_rate,
+                **counts,
+                "model_bytes_per_rank": counts["bytes_per_rank"] * scale,
+                "scanned_per_rank": scanned,
+                "calls": settings.calls,
+                "seed": settings.seed,
+            }
+        )
     return rows

@@ -1,5 +1,6 @@
 """The benchmark's rows: per-call records of every rank summarized into one row per method
 (:func:`summarize`), and the rows as a text table, CSV and a chart."""
+
 from __future__ import annotations
 
 import csv
@@ -20,15 +21,21 @@ def summarize_counts(per_rank: list) -> dict:
     calls = range(len(per_rank[0]))
     workers = len(per_rank)
     return {
-        "bytes_per_rank": statistics.fmean(sum(r[c]["bytes"] for r in per_rank) / workers for c in calls),
+        "bytes_per_rank": statistics.fmean(
+            sum(r[c]["bytes"] for r in per_rank) / workers for c in calls
+        ),
         "bytes_max_rank": statistics.fmean(max(r[c]["bytes"] for r in per_rank) for c in calls),
-        "messages": statistics.fmean(sum(r[c]["messages"] for r in per_rank) / workers for c in calls),
+        "messages": statistics.fmean(
+            sum(r[c]["messages"] for r in per_rank) / workers for c in calls
+        ),
         "rounds": max(r[c]["rounds"] for r in per_rank for c in calls),
         "nnz": statistics.median_low(per_rank[0][c]["nnz"] for c in calls),
     }
 
 
-def summarize(label: str, name: str, options: dict, per_rank: list, args, workers: int, numel: int) -> dict:
+def summarize(
+    label: str, name: str, options: dict, per_rank: list, args, workers: int, numel: int
+) -> dict:
     """One table/JSON row from every rank's timed records ``per_rank[r][c]``.
 
     A call takes as long as its slowest rank, so every time is that of the call's slowest rank,
@@ -41,10 +48,21 @@ def summarize(label: str, name: str, options: dict, per_rank: list, args, worker
     critical = [max((r[c] for r in per_rank), key=lambda record: record["seconds"]) for c in calls]
     slowest = [record["seconds"] * 1e3 for record in critical]
     q1, _, q3 = statistics.quantiles(slowest, n=4) if len(slowest) > 1 else (slowest[0],) * 3
-    row = {"method": name, "label": label, "teams": options.get("teams", 1), "srs": options.get("srs"),
-           "sag": options.get("sag"), "workers": workers, "numel": numel, "density": args.density,
-           "median_ms": statistics.median(slowest), "min_ms": min(slowest), "max_ms": max(slowest),
-           "q1_ms": q1, "q3_ms": q3}
+    row = {
+        "method": name,
+        "label": label,
+        "teams": options.get("teams", 1),
+        "srs": options.get("srs"),
+        "sag": options.get("sag"),
+        "workers": workers,
+        "numel": numel,
+        "density": args.density,
+        "median_ms": statistics.median(slowest),
+        "min_ms": min(slowest),
+        "max_ms": max(slowest),
+        "q1_ms": q1,
+        "q3_ms": q3,
+    }
     for phase in PHASES:
         row[f"{phase}_ms"] = statistics.median(record[phase] * 1e3 for record in critical)
     row.update(summarize_counts(per_rank))
@@ -54,7 +72,13 @@ def summarize(label: str, name: str, options: dict, per_rank: list, args, worker
     row["cosine"] = None if cosines[0] is None else statistics.median(cosines)
     if "lost_mass" in per_rank[0][0]:
         row["lost_mass"] = statistics.fmean(r[c]["lost_mass"] for r in per_rank for c in calls)
-    row.update(iters=args.iters, warmup=args.warmup, seed=args.seed, gradient=args.gradient, replay=args.replay)
+    row.update(
+        iters=args.iters,
+        warmup=args.warmup,
+        seed=args.seed,
+        gradient=args.gradient,
+        replay=args.replay,
+    )
     return row
 
 
@@ -62,18 +86,22 @@ def format_table(rows: list) -> str:
     """The rows as an aligned text table, with each method's ratios to the two floor rows
     (``floor_ratio``, ``ef_floor_ratio``)."""
     width = max(14, 2 + max(len(r["label"]) for r in rows))
-    header = (f"{'method':<{width}}{'P':>4}{'median ms':>11}{'min-max ms':>17}{'select':>9}{'comm':>9}"
-              f"{'accum':>9}{'MB/rank':>9}{'msgs':>7}{'rounds':>7}{'nnz':>10}{'cosine':>9}{'x floor':>8}"
-              f"{'x ef':>7}")
+    header = (
+        f"{'method':<{width}}{'P':>4}{'median ms':>11}{'min-max ms':>17}{'select':>9}{'comm':>9}"
+        f"{'accum':>9}{'MB/rank':>9}{'msgs':>7}{'rounds':>7}{'nnz':>10}{'cosine':>9}{'x floor':>8}"
+        f"{'x ef':>7}"
+    )
     lines = [header, "-" * len(header)]
     for r in rows:
         spread = f"{r['min_ms']:.1f}-{r['max_ms']:.1f}"
         cos = "-" if r["cosine"] is None else f"{r['cosine']:.4f}"
         ratios = [f"{r[key]:.2f}" for key in ("floor_ratio", "ef_floor_ratio")]
-        lines.append(f"{r['label']:<{width}}{r['workers']:>4}{r['median_ms']:>11.1f}{spread:>17}"
-                     f"{r['select_ms']:>9.1f}{r['comm_ms']:>9.1f}{r['accumulate_ms']:>9.1f}"
-                     f"{r['bytes_per_rank'] / 1e6:>9.3f}{r['messages']:>7.1f}{r['rounds']:>7}"
-                     f"{r['nnz']:>10}{cos:>9}{ratios[0]:>8}{ratios[1]:>7}")
+        lines.append(
+            f"{r['label']:<{width}}{r['workers']:>4}{r['median_ms']:>11.1f}{spread:>17}"
+            f"{r['select_ms']:>9.1f}{r['comm_ms']:>9.1f}{r['accumulate_ms']:>9.1f}"
+            f"{r['bytes_per_rank'] / 1e6:>9.3f}{r['messages']:>7.1f}{r['rounds']:>7}"
+            f"{r['nnz']:>10}{cos:>9}{ratios[0]:>8}{ratios[1]:>7}"
+        )
     return "\n".join(lines)
 
 
@@ -90,8 +118,10 @@ def plot(rows: list, path: str) -> None:
     """Bar charts: median time split by phase (with min-max whiskers) and bytes per rank (log
     scale: sparse methods' bars stay visible beside dense)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     labels = [r["label"] for r in rows]
     x = np.arange(len(rows))
     fig, (times, traffic) = plt.subplots(1, 2, figsize=(4 + 1.6 * len(rows), 4.5))
@@ -111,8 +141,10 @@ def plot(rows: list, path: str) -> None:
     first = rows[0]
     for axis in (times, traffic):
         axis.set_xticks(x, labels, rotation=30, ha="right")
-    fig.suptitle(f"P={first['workers']}, n={first['numel']:,}, density={first['density']}, "
-                 f"network {first['network']}")
+    fig.suptitle(
+        f"P={first['workers']}, n={first['numel']:,}, density={first['density']}, "
+        f"network {first['network']}"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -1,6 +1,7 @@
 """Timing synchronizations: one row's synchronizer timed call by call (:class:`MethodRun`), many
 rows interleaved call by call (:func:`time_runs`), and the exact average each result is compared
 with."""
+
 from __future__ import annotations
 
 import time
@@ -21,11 +22,20 @@ class MethodRun:
     stopped: the measurement's own all-reduce is never timed.
     """
 
-    def __init__(self, transport, name: str, options: dict, numel: int, density: float,
-                 lost_mass: bool = False) -> None:
+    def __init__(
+        self,
+        transport,
+        name: str,
+        options: dict,
+        numel: int,
+        density: float,
+        lost_mass: bool = False,
+    ) -> None:
         self.measures_loss = lost_mass and "measure_loss" in compressors.options(name)
         extra = {"measure_loss": True} if self.measures_loss else {}
-        self.sync = compressors.create(name, transport, numel=numel, density=density, **options, **extra)
+        self.sync = compressors.create(
+            name, transport, numel=numel, density=density, **options, **extra
+        )
         self.sync.count_nnz = False  # counted below, once the clock has stopped
 
     def restore(self, state: dict) -> None:
@@ -41,9 +51,15 @@ class MethodRun:
         result = self.sync.allreduce(grad, out=out)
         seconds = time.perf_counter() - start
         stats = self.sync.stats
-        record = {"seconds": seconds, **{p: stats["seconds"].get(p, 0.0) for p in PHASES},
-                  "bytes": stats["bytes_sent"], "messages": stats["messages"],
-                  "rounds": stats["rounds"], "nnz": count_nonzero(result), "cosine": cosine(result, exact)}
+        record = {
+            "seconds": seconds,
+            **{p: stats["seconds"].get(p, 0.0) for p in PHASES},
+            "bytes": stats["bytes_sent"],
+            "messages": stats["messages"],
+            "rounds": stats["rounds"],
+            "nnz": count_nonzero(result),
+            "cosine": cosine(result, exact),
+        }
         if self.measures_loss:
             record["lost_mass"] = float(self.sync.measure_lost_mass()["lost_mass"])
         return record
@@ -79,6 +95,7 @@ def mpi_gradients(comm, source):
     """``gradient(call)`` for :func:`time_runs` under MPI: this rank's gradient of the call and
     the exact average over the ranks (one MPI all-reduce per call, cached for the rows)."""
     from mpi4py import MPI
+
     cache = {}
 
     def gradient(call: int) -> tuple:

@@ -1,5 +1,6 @@
 """Shared test setup: the repository root on sys.path, methods kept outside the repository
 (``SPARDL_TEST_METHODS``) registered before the tests are collected."""
+
 import os
 import signal
 import sys

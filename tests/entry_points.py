@@ -1,5 +1,6 @@
 """The command-line scripts loaded as modules, so that tests can call their ``parse_args`` and
 ``main`` in-process (scripts/ is not a package; nothing is added to ``sys.path``)."""
+
 import importlib.util
 import os
 

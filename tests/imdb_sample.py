@@ -1,4 +1,5 @@
 """Small generated IMDB data in both real layouts (the real set cannot be downloaded here)."""
+
 import csv
 import random
 
@@ -14,9 +15,14 @@ def reviews(count, seed):
     out = []
     for label, words in ((0, NEGATIVE), (1, POSITIVE)):
         for _ in range(count):
-            body = [rng.choice(words if rng.random() < 0.4 else NEUTRAL) for _ in range(rng.randint(4, 30))]
+            body = [
+                rng.choice(words if rng.random() < 0.4 else NEUTRAL)
+                for _ in range(rng.randint(4, 30))
+            ]
             body[0] = body[0].capitalize()
-            out.append((f'{" ".join(body)}, "really" 10/10!<br /><br />{rng.choice(words)}.', label))
+            out.append(
+                (f'{" ".join(body)}, "really" 10/10!<br /><br />{rng.choice(words)}.', label)
+            )
     return out
 
 

@@ -3,6 +3,7 @@
 Every rank derives every rank's gradients from the seed, so it can check the exact dense
 average itself. Any failed check raises, which aborts the whole job with a non-zero status.
 """
+
 import math
 
 import numpy as np
@@ -10,7 +11,7 @@ import torch
 from mpi4py import MPI
 
 import compressors
-from comm.mpi import abort_on_uncaught_exception
+from allreducers.transports.mpi import abort_on_uncaught_exception
 from tests.ranks import import_extra_methods, measuring
 
 abort_on_uncaught_exception()
@@ -52,20 +53,30 @@ def check(method, numel, density, calls=3):
         counted = dict(sync.stats)
         if measure:
             sync.measure_lost_mass()
-            assert all(sync.stats[key] == counted[key] for key in counted), "the measurement was counted"
+            assert all(sync.stats[key] == counted[key] for key in counted), (
+                "the measurement was counted"
+            )
         everyone = world.allgather(result.numpy().tobytes())
         assert all(blob == everyone[0] for blob in everyone), f"{method}: ranks disagree"
         lhs = world.allreduce((grads[rank].double() + before.double()).numpy(), op=MPI.SUM)
-        rhs = workers * result.double().numpy() + world.allreduce(sync.residual.double().numpy(), op=MPI.SUM)
+        rhs = workers * result.double().numpy() + world.allreduce(
+            sync.residual.double().numpy(), op=MPI.SUM
+        )
         scale = np.abs(lhs).max() + 1
         if measure:  # what is missing is what the method says it lost
-            assert abs((lhs - rhs).sum() - sync.stats["lost_sum"]) <= 1e-5 * scale * math.sqrt(numel), method
-            assert np.abs(lhs - rhs).sum() <= sync.stats["lost_mass"] + 1e-5 * scale * math.sqrt(numel), method
+            assert abs((lhs - rhs).sum() - sync.stats["lost_sum"]) <= 1e-5 * scale * math.sqrt(
+                numel
+            ), method
+            assert np.abs(lhs - rhs).sum() <= sync.stats["lost_mass"] + 1e-5 * scale * math.sqrt(
+                numel
+            ), method
         if sync.conserves_mass:
             assert np.abs(lhs - rhs).max() <= 1e-5 * scale, f"{method}: mass lost"
         if density == 1.0:
             expected = grads.double().mean(0).numpy()  # at density 1 the residual stays zero
-            assert np.allclose(result.numpy(), expected, rtol=1e-5, atol=1e-5), f"{method}: not dense"
+            assert np.allclose(result.numpy(), expected, rtol=1e-5, atol=1e-5), (
+                f"{method}: not dense"
+            )
         rounds = expected_rounds(method, call)
         assert rounds is None or sync.stats["rounds"] == rounds, (method, call, sync.stats)
         assert sync.stats["nnz"] == int(torch.count_nonzero(result)), method
@@ -81,20 +92,30 @@ def check_dense_buffers(numel):
     grad[::3] = 0.0  # coordinates zero on every rank stay zero
     fresh = sync.allreduce(grad)
     into = sync.allreduce(grad, out=torch.empty(numel))
-    assert torch.equal(grad, gradients(7, numel)[rank].masked_fill(torch.arange(numel) % 3 == 0, 0.0))
+    assert torch.equal(
+        grad, gradients(7, numel)[rank].masked_fill(torch.arange(numel) % 3 == 0, 0.0)
+    )
     in_place = sync.allreduce(grad, out=grad)
-    assert in_place is grad and torch.equal(fresh, into) and torch.equal(fresh, in_place), "dense buffers differ"
+    assert in_place is grad and torch.equal(fresh, into) and torch.equal(fresh, in_place), (
+        "dense buffers differ"
+    )
     assert sync.stats["nnz"] == int(torch.count_nonzero(fresh)) < numel, sync.stats
 
 
 def check_oktopk_in_flight(numel, calls=4):
     """Ok-Topk's exchanges in flight (MPI's matched non-blocking receives) give the bits of one
     blocking exchange per step."""
-    overlapped, blocking = (compressors.create("oktopk", world, numel=numel, density=0.02, in_flight=window,
-                                               **OPTIONS["oktopk"]) for window in (4, 1))
+    overlapped, blocking = (
+        compressors.create(
+            "oktopk", world, numel=numel, density=0.02, in_flight=window, **OPTIONS["oktopk"]
+        )
+        for window in (4, 1)
+    )
     for call in range(calls):
         grad = gradients(call + 20, numel)[rank]
-        assert torch.equal(overlapped.allreduce(grad), blocking.allreduce(grad)), "in flight changed the result"
+        assert torch.equal(overlapped.allreduce(grad), blocking.allreduce(grad)), (
+            "in flight changed the result"
+        )
         assert torch.equal(overlapped.residual, blocking.residual), "in flight changed the residual"
         assert overlapped.stats["rounds"] == blocking.stats["rounds"]
         assert overlapped.stats["bytes_sent"] == blocking.stats["bytes_sent"]

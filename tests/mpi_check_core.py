@@ -3,6 +3,7 @@
 Every rank derives every rank's gradients from the seed, so it can check the exact dense
 average itself. Any failed check raises, which aborts the whole job with a non-zero status.
 """
+
 import math
 
 import numpy as np
@@ -10,7 +11,7 @@ import torch
 from mpi4py import MPI
 
 import compressors
-from comm.mpi import abort_on_uncaught_exception
+from allreducers.transports.mpi import abort_on_uncaught_exception
 
 abort_on_uncaught_exception()
 torch.set_num_threads(1)
@@ -35,16 +36,22 @@ def check(method, numel, density, calls=3, **options):
         everyone = world.allgather(result.numpy().tobytes())
         assert all(blob == everyone[0] for blob in everyone), f"{method}: ranks disagree"
         lhs = world.allreduce((grads[rank].double() + before.double()).numpy(), op=MPI.SUM)
-        rhs = workers * result.double().numpy() + world.allreduce(sync.residual.double().numpy(), op=MPI.SUM)
+        rhs = workers * result.double().numpy() + world.allreduce(
+            sync.residual.double().numpy(), op=MPI.SUM
+        )
         assert np.abs(lhs - rhs).max() <= 1e-5 * (np.abs(lhs).max() + 1), f"{method}: mass lost"
         if density == 1.0 or method == "dense":
             expected = grads.double().mean(0).numpy()  # at density 1 the residual stays zero
-            assert np.allclose(result.numpy(), expected, rtol=1e-5, atol=1e-5), f"{method}: not dense"
+            assert np.allclose(result.numpy(), expected, rtol=1e-5, atol=1e-5), (
+                f"{method}: not dense"
+            )
         if method == "spardl" and options.get("teams", 1) == 1:
             block = math.ceil(numel / workers)
             budget = max(1, int(block * density))
             assert sync.stats["bytes_sent"] == 16 * (workers - 1) * budget, sync.stats
-            srs_rounds = workers - 1 if options.get("srs") == "blocks" else math.ceil(math.log2(workers))
+            srs_rounds = (
+                workers - 1 if options.get("srs") == "blocks" else math.ceil(math.log2(workers))
+            )
             assert sync.stats["rounds"] == srs_rounds + math.ceil(math.log2(workers)), sync.stats
         history.append((result, sync.residual.clone()))
     return history
@@ -56,14 +63,23 @@ def same_bits(first, second):
 
 check("dense", 1003, 1.0)
 strided = torch.zeros(2 * 1003)[::2]  # MPI reduces contiguous buffers only: the method stages it
-assert compressors.create("dense", world, numel=1003, density=1.0).allreduce(gradients(0, 1003)[rank], out=strided) is strided
-assert np.allclose(strided.numpy(), gradients(0, 1003).double().mean(0).numpy(), rtol=1e-5, atol=1e-5), "strided out"
+assert (
+    compressors.create("dense", world, numel=1003, density=1.0).allreduce(
+        gradients(0, 1003)[rank], out=strided
+    )
+    is strided
+)
+assert np.allclose(
+    strided.numpy(), gradients(0, 1003).double().mean(0).numpy(), rtol=1e-5, atol=1e-5
+), "strided out"
 powers = [d for d in range(2, workers + 1) if workers % d == 0 and not d & (d - 1)]
 for numel in (workers - 1 or 1, 1003, 20011):
     for density in (0.01, 0.2, 1.0):
         rounds = check("spardl", numel, density)
         if numel == 1003:  # srs="blocks" must give the bits of "rounds"
-            assert same_bits(rounds, check("spardl", numel, density, srs="blocks")), "srs blocks differ"
+            assert same_bits(rounds, check("spardl", numel, density, srs="blocks")), (
+                "srs blocks differ"
+            )
         for teams in [d for d in range(2, workers + 1) if workers % d == 0 and d < workers][:2]:
             check("spardl", numel, density, teams=teams, sag="bruck")
         for teams in powers:  # R-SAG for every power-of-two d, d = P included

@@ -2,6 +2,7 @@
 
 The script installs no exception hook of its own: creating a synchronizer on an MPI
 communicator does (as a library user's program would rely on)."""
+
 import torch
 from mpi4py import MPI
 

@@ -1,4 +1,5 @@
 """Helpers for tests that play several ranks in one process."""
+
 import importlib
 import os
 
@@ -6,8 +7,7 @@ import numpy as np
 import torch
 
 import compressors
-from comm import local_group
-
+from allreducers.transports import local_group
 
 #: Comma-separated modules to import before the tests run: methods registered outside the
 #: repository then join the tests parametrized over ``compressors.available()``.
@@ -59,13 +59,15 @@ def run_calls(method, workers, numel, density, calls=1, seed=0, grads=None, **op
     per_rank = local_group(workers).run(body)
     out = []
     for call in range(calls):
-        out.append({
-            "grads": grads[call],
-            "before": torch.stack([h[call][0] for h, _ in per_rank]),
-            "results": [h[call][1] for h, _ in per_rank],
-            "after": torch.stack([h[call][2] for h, _ in per_rank]),
-            "stats": [h[call][3] for h, _ in per_rank],
-        })
+        out.append(
+            {
+                "grads": grads[call],
+                "before": torch.stack([h[call][0] for h, _ in per_rank]),
+                "results": [h[call][1] for h, _ in per_rank],
+                "after": torch.stack([h[call][2] for h, _ in per_rank]),
+                "stats": [h[call][3] for h, _ in per_rank],
+            }
+        )
     return out, [state for _, state in per_rank]
 
 

@@ -1,5 +1,6 @@
 """Rank 0 sends ``sys.argv[1]`` bytes to rank 1 twice (the first warms the connection up) and
 prints the seconds of the second Send, acknowledged by a one-byte reply."""
+
 import sys
 import time
 

@@ -1,6 +1,7 @@
 """Every registered method on the in-process group: invariants for P = 1..12, state, warm-up and
 input checks (a newly registered name runs them with no new test code); the baselines'
 accounting and options."""
+
 import math
 
 import numpy as np
@@ -9,8 +10,8 @@ import torch
 
 import compressors
 from allreducers import ceil_log2
-from comm import local_group
-from comm.recording import RecordingTransport
+from allreducers.transports import local_group
+from allreducers.transports.recording import RecordingTransport
 from tests.ranks import heavy_tailed, mass_error, measuring
 
 #: Every registered method: the invariant tests below are parametrized over the registry.
@@ -42,19 +43,26 @@ def run(method, workers, numel, density, calls, seed=0, record=False, grads=None
         for call in range(calls):
             before = sync.residual.clone()
             result = sync.allreduce(grads[call, transport.rank].clone())
-            received = sum(e.nbytes for e in transport.take() if e.kind == "recv") if record else None
+            received = (
+                sum(e.nbytes for e in transport.take() if e.kind == "recv") if record else None
+            )
             if getattr(sync, "measure_loss", False):
                 sync.measure_lost_mass()  # after the call's events were taken: not in `received`
             history.append((before, result, sync.residual.clone(), dict(sync.stats), received))
         return history
 
     per_rank = local_group(workers).run(body)
-    return [{"grads": grads[c],
-             "before": torch.stack([h[c][0] for h in per_rank]),
-             "results": [h[c][1] for h in per_rank],
-             "after": torch.stack([h[c][2] for h in per_rank]),
-             "stats": [h[c][3] for h in per_rank],
-             "received": [h[c][4] for h in per_rank]} for c in range(calls)]
+    return [
+        {
+            "grads": grads[c],
+            "before": torch.stack([h[c][0] for h in per_rank]),
+            "results": [h[c][1] for h in per_rank],
+            "after": torch.stack([h[c][2] for h in per_rank]),
+            "stats": [h[c][3] for h in per_rank],
+            "received": [h[c][4] for h in per_rank],
+        }
+        for c in range(calls)
+    ]
 
 
 def expected_rounds(method, workers, call):
@@ -82,7 +90,15 @@ def test_invariants(method, workers, numel, density):
     """Same bits on every rank; mass conserved (or, for a method that loses some, exactly the
     loss it measures); density 1 is the dense average with nothing left over; ``stats``
     consistent with the result."""
-    calls = run(method, workers, numel, density, calls=4, seed=workers * 7 + numel, **OPTIONS.get(method, {}))
+    calls = run(
+        method,
+        workers,
+        numel,
+        density,
+        calls=4,
+        seed=workers * 7 + numel,
+        **OPTIONS.get(method, {}),
+    )
     conserves = compressors.resolve(method).conserves_mass
     k = budget(numel, density)
     for number, call in enumerate(calls):
@@ -92,9 +108,14 @@ def test_invariants(method, workers, numel, density):
         if conserves or workers <= 2:  # a tree merge of two ranks drops nothing
             assert error <= 1e-5 * scale, f"mass not conserved: {error}"
         elif "lost_sum" in call["stats"][0]:  # what is missing is what the method says it lost
-            missing = (call["grads"] + call["before"]).double().sum(0) - workers * first.double() \
+            missing = (
+                (call["grads"] + call["before"]).double().sum(0)
+                - workers * first.double()
                 - call["after"].double().sum(0)
-            assert abs(float(missing.sum()) - call["stats"][0]["lost_sum"]) <= 1e-5 * scale * math.sqrt(numel)
+            )
+            assert abs(
+                float(missing.sum()) - call["stats"][0]["lost_sum"]
+            ) <= 1e-5 * scale * math.sqrt(numel)
         nnz = int(torch.count_nonzero(first))
         rounds = expected_rounds(method, workers, number)
         for stats in call["stats"]:
@@ -143,7 +164,9 @@ def test_gtopk_lost_mass_is_exactly_what_the_residuals_miss(workers):
         assert abs(float(missing.sum()) - stats["lost_sum"]) <= tolerance
         assert float(missing.abs().sum()) <= stats["lost_mass"] + tolerance
         # The loss sits only on coordinates of the result.
-        assert float(missing[call["results"][0] == 0].abs().max()) <= 1e-5 * (float(lhs.abs().max()) + 1)
+        assert float(missing[call["results"][0] == 0].abs().max()) <= 1e-5 * (
+            float(lhs.abs().max()) + 1
+        )
         assert 0.0 <= stats["lost_fraction"] <= 1.0
         lost_somewhere |= stats["lost_mass"] > 0
     assert lost_somewhere, "with 3+ ranks gTop-k drops contributions that reach the final set"
@@ -180,7 +203,9 @@ def test_gtopk_loss_is_measured_only_on_request_and_outside_the_call():
             assert "lost_mass" not in stats and after == []
             assert {key: m_stats[key] for key in loss} == loss == measured[0][call][5]
             # The measurement's one all-reduce, logged after the call and counted in no stats.
-            assert [e.kind for e in m_after] == ["allreduce"] and m_stats["rounds"] == counted["rounds"]
+            assert [e.kind for e in m_after] == ["allreduce"] and m_stats["rounds"] == counted[
+                "rounds"
+            ]
     assert any(measured[0][call][5]["lost_mass"] > 0 for call in range(2))
 
 
@@ -205,7 +230,10 @@ def test_oktopk_words_are_within_6k_p_minus_1_over_p(workers):
         boundary = 2 * (workers - 1) * 8 * (workers - 1) // workers if number == 0 else 0
         counts = 4 * (workers - 1)  # the all-gatherv's one count per list
         mean_bytes = sum(s["bytes_sent"] for s in stats) / workers
-        assert (mean_bytes - boundary - counts) / 4 <= 6 * k * (workers - 1) / workers, (number, mean_bytes)
+        assert (mean_bytes - boundary - counts) / 4 <= 6 * k * (workers - 1) / workers, (
+            number,
+            mean_bytes,
+        )
 
 
 @pytest.mark.parametrize("workers", [2, 3, 5, 8])
@@ -216,13 +244,17 @@ def test_oktopk_words_follow_the_selected_and_kept_counts(workers):
     for number, call in enumerate(run("oktopk", workers, numel, density, calls, seed=workers)):
         stats = call["stats"]
         total = sum(s["bytes_sent"] for s in stats)
-        boundary = workers * (2 * (workers - 1) * 8 * (workers - 1) // workers) if number == 0 else 0
+        boundary = (
+            workers * (2 * (workers - 1) * 8 * (workers - 1) // workers) if number == 0 else 0
+        )
         gathered = (workers - 1) * (4 * workers + 8 * stats[0]["kept"]) if number else None
         if number:  # on reuse calls the gathered entries are exactly the kept ones
             split = total - boundary - gathered
             assert 0 <= split <= 8 * sum(s["selected"] for s in stats)
         else:  # exact global threshold: the whole union is gathered, at most P k entries
-            assert total - boundary <= 8 * sum(s["selected"] for s in stats) + (workers - 1) * (4 * workers + 8 * workers * budget(numel, density))
+            assert total - boundary <= 8 * sum(s["selected"] for s in stats) + (workers - 1) * (
+                4 * workers + 8 * workers * budget(numel, density)
+            )
 
 
 def test_oktopk_recomputes_and_reuses_on_schedule():
@@ -246,7 +278,9 @@ def test_oktopk_recomputes_and_reuses_on_schedule():
         cuts = boundaries.pop()
         assert cuts[0] == 0 and cuts[-1] == numel and list(cuts) == sorted(cuts)
         if call % 4:
-            assert cuts == tuple(states[0][call - 1]["boundaries"]), "regions change only every 4 calls"
+            assert cuts == tuple(states[0][call - 1]["boundaries"]), (
+                "regions change only every 4 calls"
+            )
     assert states[0][3]["boundaries"] != states[0][4]["boundaries"]
 
 
@@ -255,8 +289,11 @@ def test_topkdsa_switches_to_the_dense_all_gather_by_fill_in():
     grads = heavy_tailed((1, workers, numel), 5)
     results = {}
     for dense_above in (1.0, 0.01):
-        def body(transport):
-            sync = compressors.create("topkdsa", transport, numel=numel, density=0.02, dense_above=dense_above)
+
+        def body(transport, dense_above=dense_above):
+            sync = compressors.create(
+                "topkdsa", transport, numel=numel, density=0.02, dense_above=dense_above
+            )
             return sync.allreduce(grads[0, transport.rank]), sync.went_dense, sync.stats
 
         outcome = local_group(workers).run(body)
@@ -272,7 +309,9 @@ def test_topkdsa_switches_to_the_dense_all_gather_by_fill_in():
 @pytest.mark.parametrize("workers", [3, 4])
 def test_state_dict_round_trip_continues_bit_identically(method, workers):
     numel, density = 3000, 0.01
-    options = dict(local_interval=3, global_interval=2, region_interval=2) if method == "oktopk" else {}
+    options = (
+        dict(local_interval=3, global_interval=2, region_interval=2) if method == "oktopk" else {}
+    )
     grads = heavy_tailed((6, workers, numel), 9)
 
     def body(transport):
@@ -280,11 +319,18 @@ def test_state_dict_round_trip_continues_bit_identically(method, workers):
         for call in range(3):
             first.allreduce(grads[call, transport.rank])
         state = first.state_dict()
-        expected = [(first.allreduce(grads[c, transport.rank]), first.residual.clone()) for c in range(3, 6)]
+        expected = [
+            (first.allreduce(grads[c, transport.rank]), first.residual.clone()) for c in range(3, 6)
+        ]
         second = compressors.create(method, transport, numel=numel, density=density, **options)
         second.load_state_dict(state)
-        again = [(second.allreduce(grads[c, transport.rank]), second.residual.clone()) for c in range(3, 6)]
-        return all(torch.equal(a, b) and torch.equal(r, s) for (a, r), (b, s) in zip(expected, again))
+        again = [
+            (second.allreduce(grads[c, transport.rank]), second.residual.clone())
+            for c in range(3, 6)
+        ]
+        return all(
+            torch.equal(a, b) and torch.equal(r, s) for (a, r), (b, s) in zip(expected, again)
+        )
 
     assert all(local_group(workers).run(body))
 
@@ -301,20 +347,29 @@ def test_dense_warmup_runs_the_dense_average_first(method):
 
     for results, residual in local_group(workers).run(body):
         for call in range(2):
-            np.testing.assert_allclose(results[call].numpy(), grads[call].double().mean(0).numpy(), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(
+                results[call].numpy(), grads[call].double().mean(0).numpy(), rtol=1e-5, atol=1e-6
+            )
         assert int(torch.count_nonzero(results[2])) < numel
         assert float(residual.abs().max()) > 0
 
 
 BAD_OPTIONS = [
-    ("topk", {"teams": 2}), ("topk", {"dense_warmup": -1}),
+    ("topk", {"teams": 2}),
+    ("topk", {"dense_warmup": -1}),
     ("gtopk", {"measure_loss": "yes"}),
-    ("oktopk", {"local_interval": 0}), ("oktopk", {"global_interval": 1.5}),
-    ("oktopk", {"region_interval": -1}), ("oktopk", {"raise_scale": 1.0}),
+    ("oktopk", {"local_interval": 0}),
+    ("oktopk", {"global_interval": 1.5}),
+    ("oktopk", {"region_interval": -1}),
+    ("oktopk", {"raise_scale": 1.0}),
     ("oktopk", {"raise_scale": float("inf")}),
-    ("oktopk", {"raise_limit": -1}), ("oktopk", {"local_scale": "x"}), ("oktopk", {"global_scale": 0.9}),
-    ("gaussiank", {"scale": 1}), ("gaussiank", {"max_loops": -2}),
-    ("topkdsa", {"dense_above": 0}), ("topkdsa", {"dense_above": 1.5}),
+    ("oktopk", {"raise_limit": -1}),
+    ("oktopk", {"local_scale": "x"}),
+    ("oktopk", {"global_scale": 0.9}),
+    ("gaussiank", {"scale": 1}),
+    ("gaussiank", {"max_loops": -2}),
+    ("topkdsa", {"dense_above": 0}),
+    ("topkdsa", {"dense_above": 1.5}),
 ]
 
 
@@ -335,7 +390,11 @@ def test_registry_density_and_numel_checks(method):
     assert compressors.resolve("topkA") is compressors.resolve("topk")
 
     def body(transport):
-        for bad in (dict(numel=100, density=0.0), dict(numel=100, density=1.5), dict(numel=0, density=0.1)):
+        for bad in (
+            dict(numel=100, density=0.0),
+            dict(numel=100, density=1.5),
+            dict(numel=0, density=0.1),
+        ):
             with pytest.raises(ValueError):
                 compressors.create(method, transport, **bad)
         sync = compressors.create(method, transport, numel=100, density=0.1)

@@ -1,13 +1,14 @@
 """``dense`` at the speed of the bare all-reduce: the division fused into the copy an out-of-place
 all-reduce makes, then one in-place sum; ``count_nnz`` keeps the non-zero count out of the call."""
+
 import math
 
 import pytest
 import torch
 
 import compressors
-from comm import local_group
-from comm.recording import RecordingTransport
+from allreducers.transports import local_group
+from allreducers.transports.recording import RecordingTransport
 from tests.ranks import heavy_tailed
 
 
@@ -30,15 +31,20 @@ def test_dense_is_the_ordered_sum_of_grad_over_p_into_any_buffer(workers):
         recorder = RecordingTransport(transport)
         sync = compressors.create("dense", recorder, numel=numel)
         grad = grads[transport.rank].clone()
-        results = [sync.allreduce(grad), sync.allreduce(grad, out=torch.empty(numel)),
-                   sync.allreduce(grad, out=torch.empty(2 * numel)[::2])]
+        results = [
+            sync.allreduce(grad),
+            sync.allreduce(grad, out=torch.empty(numel)),
+            sync.allreduce(grad, out=torch.empty(2 * numel)[::2]),
+        ]
         assert torch.equal(grad, grads[transport.rank]), "the gradient was modified"
         results.append(sync.allreduce(grad, out=grad))
         assert results[-1] is grad
         return results, dict(sync.stats), recorder.take()
 
     for results, stats, events in local_group(workers).run(body):
-        assert all(torch.equal(result.view(torch.int32), expected.view(torch.int32)) for result in results)
+        assert all(
+            torch.equal(result.view(torch.int32), expected.view(torch.int32)) for result in results
+        )
         assert stats["nnz"] == int(torch.count_nonzero(expected)) < numel
         steps = 2 * math.ceil(math.log2(workers))
         assert (stats["rounds"], stats["messages"]) == (steps, steps)
@@ -69,8 +75,9 @@ def test_count_nnz_off_leaves_the_count_out_and_the_results_alone(method):
         for call in range(3):
             (result, stats, nnz), (same, other, _) = counted[rank][call], uncounted[rank][call]
             assert torch.equal(result, same) and stats["nnz"] == nnz
-            assert {k: v for k, v in stats.items() if k not in ("nnz", "seconds")} == \
-                {k: v for k, v in other.items() if k not in ("nnz", "seconds")}
+            assert {k: v for k, v in stats.items() if k not in ("nnz", "seconds")} == {
+                k: v for k, v in other.items() if k not in ("nnz", "seconds")
+            }
             assert other["nnz"] in (None, nnz)
             if call == 0 or method == "dense":
                 assert other["nnz"] is None, "a pass over the result was made"

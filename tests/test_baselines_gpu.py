@@ -1,14 +1,18 @@
 """Every registered method on CUDA tensors through the in-process group, against the same calls
 on the CPU (skipped without a GPU)."""
+
 import numpy as np
 import pytest
 import torch
 
 import compressors
-from comm import local_group
+from allreducers.transports import local_group
 from tests.ranks import heavy_tailed, measuring
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
 OPTIONS = {"oktopk": dict(local_interval=2, global_interval=3, region_interval=2)}
 
 
@@ -54,5 +58,9 @@ def test_baseline_on_cuda_matches_cpu(method, workers, density):
         elif "lost_sum" in on_gpu[0][call][3]:
             assert abs(float(missing.sum()) - on_gpu[0][call][3]["lost_sum"]) <= 1e-4 * scale
         if density == 1.0:
-            np.testing.assert_allclose(results[0].cpu().numpy(), (grads[call].double() + before).mean(0).numpy(),
-                                       rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(
+                results[0].cpu().numpy(),
+                (grads[call].double() + before).mean(0).numpy(),
+                rtol=1e-5,
+                atol=1e-5,
+            )

@@ -1,4 +1,5 @@
 """The baselines under a real ``mpiexec``: invariants on P ranks (tests/mpi_check_baselines.py)."""
+
 import pytest
 
 from tests.mpirun import mpiexec

@@ -1,12 +1,13 @@
 """Ok-Topk's split-and-reduce with several exchanges in flight: the same bits as one blocking
 exchange per step, and never more than ``in_flight`` (at most P-1) sends or receives outstanding."""
+
 import pytest
 import torch
 
 import allreducers
 import compressors
-from comm import local_group
-from comm.recording import RecordingTransport
+from allreducers.transports import local_group
+from allreducers.transports.recording import RecordingTransport
 from compressors import oktopk
 from tests.ranks import heavy_tailed
 
@@ -22,13 +23,23 @@ def synchronize(workers, grads, **options):
     """Per rank and call: result, residual, thresholds, boundaries and counted stats."""
 
     def body(transport):
-        sync = compressors.create("oktopk", transport, numel=grads.shape[-1], density=0.05, **SHORT, **options)
+        sync = compressors.create(
+            "oktopk", transport, numel=grads.shape[-1], density=0.05, **SHORT, **options
+        )
         calls = []
         for grad in grads:
             result = sync.allreduce(grad[transport.rank].clone())
             stats = {key: value for key, value in sync.stats.items() if key != "seconds"}
-            calls.append((result, sync.residual.clone(), sync.local_threshold, sync.global_threshold,
-                          list(sync.boundaries), stats))
+            calls.append(
+                (
+                    result,
+                    sync.residual.clone(),
+                    sync.local_threshold,
+                    sync.global_threshold,
+                    list(sync.boundaries),
+                    stats,
+                )
+            )
         return calls
 
     return local_group(workers).run(body)
@@ -48,9 +59,11 @@ def test_overlapped_exchanges_give_the_bits_of_one_blocking_exchange_per_step(wo
     overlapped = {window: synchronize(workers, grads, in_flight=window) for window in (1, 2, 4)}
     monkeypatch.setattr(oktopk, "run_windowed", one_step_at_a_time)
     blocking = synchronize(workers, grads)
-    for window, result in overlapped.items():
+    for result in overlapped.values():
         assert_identical(result, blocking)
-    assert blocking[0][-1][5]["rounds"] == workers - 1 + allreducers.ceil_log2(workers)  # a reuse call
+    assert blocking[0][-1][5]["rounds"] == workers - 1 + allreducers.ceil_log2(
+        workers
+    )  # a reuse call
 
 
 class CountingTransport(RecordingTransport):
@@ -104,5 +117,7 @@ def test_at_most_in_flight_exchanges_are_outstanding(workers, in_flight):
 def test_in_flight_must_be_a_positive_integer():
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match="in_flight"):
-            compressors.create("oktopk", local_group(1).rank(0), numel=100, density=0.1, in_flight=bad)
+            compressors.create(
+                "oktopk", local_group(1).rank(0), numel=100, density=0.1, in_flight=bad
+            )
     assert compressors.option_defaults("oktopk")["in_flight"] == 4

@@ -1,10 +1,11 @@
 """The baselines against independent plain-numpy references for tiny n and P (float32 throughout)."""
+
 import numpy as np
 import pytest
 import torch
 
 import compressors
-from comm import local_group
+from allreducers.transports import local_group
 from tests.test_baselines import budget, run
 
 CASES = [(3, 40, 0.1), (5, 40, 0.1), (3, 40, 0.25), (5, 40, 0.05), (4, 37, 0.2), (6, 40, 0.1)]
@@ -25,7 +26,9 @@ def reference_topk(acc, density):
     result, residual = np.zeros(n, np.float32), acc.copy()
     for w in range(workers):
         chosen = top(acc[w], k)
-        np.add.at(result, chosen, acc[w, chosen] / np.float32(workers))  # rank order, ascending index
+        np.add.at(
+            result, chosen, acc[w, chosen] / np.float32(workers)
+        )  # rank order, ascending index
         residual[w, chosen] = 0
     return result, residual
 
@@ -101,14 +104,18 @@ def test_gtopk_reference_loses_mass_in_these_cases():
 @pytest.mark.parametrize("workers,numel,density", CASES)
 def test_topkdsa_sums_every_selected_entry(workers, numel, density):
     for dense_above in (1.0, 0.01):  # the sparse and the dense all-gather
-        for call in run("topkdsa", workers, numel, density, calls=3, seed=numel, dense_above=dense_above):
+        for call in run(
+            "topkdsa", workers, numel, density, calls=3, seed=numel, dense_above=dense_above
+        ):
             acc = (call["grads"] + call["before"]).numpy()
             expected, residual = reference_topk(acc, density)
             np.testing.assert_allclose(call["results"][0].numpy(), expected, rtol=1e-6, atol=1e-7)
             np.testing.assert_array_equal(call["after"].numpy(), residual)
 
 
-def oktopk_reference(acc, density, local_thresholds, global_threshold, exact, raise_scale=1.03, limit=5):
+def oktopk_reference(
+    acc, density, local_thresholds, global_threshold, exact, raise_scale=1.03, limit=5
+):
     """One Ok-Topk call: per rank S_w (exact top-k, or by the reused threshold with its raises),
     the summed selected values, and the kept set (exact global top-k, or by the global threshold)."""
     workers, n = acc.shape
@@ -134,7 +141,9 @@ def oktopk_reference(acc, density, local_thresholds, global_threshold, exact, ra
     if exact:
         kept = top(summed, k, among=union)
     else:
-        kept = union[np.abs(summed[union]).astype(np.float32) >= np.float32(max(global_threshold, TINY))]
+        kept = union[
+            np.abs(summed[union]).astype(np.float32) >= np.float32(max(global_threshold, TINY))
+        ]
     residual = acc.copy()
     for w, chosen in enumerate(selections):
         residual[w, np.intersect1d(chosen, kept)] = 0
@@ -144,7 +153,10 @@ def oktopk_reference(acc, density, local_thresholds, global_threshold, exact, ra
 @pytest.mark.parametrize("workers,numel,density", CASES)
 def test_oktopk_exact_calls_keep_the_global_top_k_of_the_summed_selections(workers, numel, density):
     intervals = dict(local_interval=2, global_interval=2, region_interval=3)
-    grads = torch.from_numpy(np.random.default_rng(workers * numel).standard_t(3, (4, workers, numel)).astype(np.float32))
+    grads = torch.from_numpy(
+        np.random.default_rng(workers * numel).standard_t(3, (4, workers, numel)).astype(np.float32)
+    )
+
     def body(transport):
         sync = compressors.create("oktopk", transport, numel=numel, density=density, **intervals)
         out = []
@@ -160,10 +172,17 @@ def test_oktopk_exact_calls_keep_the_global_top_k_of_the_summed_selections(worke
         acc = np.stack([(grads[call, w] + befores[w]["residual"]).numpy() for w in range(workers)])
         exact = call % 2 == 0
         summed, kept, residual = oktopk_reference(
-            acc, density, [b["local_threshold"] for b in befores], befores[0]["global_threshold"], exact)
+            acc,
+            density,
+            [b["local_threshold"] for b in befores],
+            befores[0]["global_threshold"],
+            exact,
+        )
         result = per_rank[0][call][1].numpy()
         expected = np.zeros(numel, np.float32)
         expected[kept] = summed[kept] / workers
         np.testing.assert_array_equal(np.nonzero(result)[0], kept[summed[kept] != 0])
         np.testing.assert_allclose(result, expected, rtol=1e-6, atol=1e-7)
-        np.testing.assert_array_equal(np.stack([per_rank[w][call][2].numpy() for w in range(workers)]), residual)
+        np.testing.assert_array_equal(
+            np.stack([per_rank[w][call][2].numpy() for w in range(workers)]), residual
+        )

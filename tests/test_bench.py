@@ -1,4 +1,5 @@
 """The benchmark: contract keys under mpiexec, exactness at density 1, its helpers."""
+
 import csv
 import json
 import os
@@ -9,11 +10,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
-import compressors
-from comm import local_group
 from entry_points import load_script
 from mpirun import ROOT, mpiexec
+
+import compressors
+from allreducers.transports import local_group
 from syncbench import plan
 from syncbench.floor import FloorRun
 from syncbench.gradients import SyntheticGradients
@@ -22,8 +23,17 @@ from syncbench.timing import MethodRun, cosine
 
 bench = load_script("bench_allreduce")
 
-REQUIRED_KEYS = {"method", "workers", "numel", "density", "median_ms", "bytes_per_rank", "rounds",
-                 "nnz", "cosine"}
+REQUIRED_KEYS = {
+    "method",
+    "workers",
+    "numel",
+    "density",
+    "median_ms",
+    "bytes_per_rank",
+    "rounds",
+    "nnz",
+    "cosine",
+}
 SCRIPT = os.path.join("scripts", "bench_allreduce.py")
 
 
@@ -31,8 +41,23 @@ SCRIPT = os.path.join("scripts", "bench_allreduce.py")
 def dense_density_rows(tmp_path_factory):
     """Every method (spardl also with 3 teams) at density 1 on 3 ranks, as JSON rows."""
     path = tmp_path_factory.mktemp("bench") / "rows.json"
-    result = mpiexec(3, SCRIPT, "--numel", "3001", "--density", "1", "--iters", "2", "--warmup", "1",
-                     "--teams", "1,3", "--json", str(path), timeout=180)
+    result = mpiexec(
+        3,
+        SCRIPT,
+        "--numel",
+        "3001",
+        "--density",
+        "1",
+        "--iters",
+        "2",
+        "--warmup",
+        "1",
+        "--teams",
+        "1,3",
+        "--json",
+        str(path),
+        timeout=180,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(path.read_text()), result.stdout
 
@@ -75,13 +100,30 @@ def test_interleaved_and_sequential_order_give_the_same_numbers(tmp_path, monkey
     for order in ("interleaved", "sequential"):
         path = tmp_path / f"{order}.json"
         flags = ["--sequential"] if order == "sequential" else []
-        result = mpiexec(2, SCRIPT, "--numel", "5003", "--density", "0.02", "--iters", "3", "--warmup", "1",
-                         "--methods", "spardl,topk,oktopk", "--json", str(path), *flags, timeout=180)
+        result = mpiexec(
+            2,
+            SCRIPT,
+            "--numel",
+            "5003",
+            "--density",
+            "0.02",
+            "--iters",
+            "3",
+            "--warmup",
+            "1",
+            "--methods",
+            "spardl,topk,oktopk",
+            "--json",
+            str(path),
+            *flags,
+            timeout=180,
+        )
         assert result.returncode == 0, result.stderr[-3000:]
         rows[order] = json.loads(path.read_text())
     keys = ("label", "bytes_per_rank", "messages", "rounds", "nnz", "cosine")
-    assert [[row[k] for k in keys] for row in rows["interleaved"]] == \
-        [[row[k] for k in keys] for row in rows["sequential"]]
+    assert [[row[k] for k in keys] for row in rows["interleaved"]] == [
+        [row[k] for k in keys] for row in rows["sequential"]
+    ]
     assert {row["network"] for order in rows.values() for row in order} == {"10gbit"}
 
 
@@ -89,8 +131,22 @@ def test_interleaved_and_sequential_order_give_the_same_numbers(tmp_path, monkey
 def test_replay_counts_what_the_mpi_run_counts(dense_density_rows):
     """The same rows replayed as rank 0 alone: same traffic, rounds, nnz and exact cosine."""
     rows, _ = dense_density_rows
-    replayed = bench.main(["--replay", "3", "--numel", "3001", "--density", "1", "--iters", "2",
-                           "--warmup", "1", "--teams", "1,3"])
+    replayed = bench.main(
+        [
+            "--replay",
+            "3",
+            "--numel",
+            "3001",
+            "--density",
+            "1",
+            "--iters",
+            "2",
+            "--warmup",
+            "1",
+            "--teams",
+            "1,3",
+        ]
+    )
     keys = ("label", "workers", "rounds", "nnz")
     assert [[row[k] for k in keys] for row in replayed] == [[row[k] for k in keys] for row in rows]
     for live, alone in zip(rows, replayed):  # ranks may differ in bytes: rank 0's is one of them
@@ -104,20 +160,48 @@ def test_replay_counts_what_the_mpi_run_counts(dense_density_rows):
 
 
 def test_replay_times_rank_zero_alone_and_checks_its_result(monkeypatch):
-    rows = bench.main(["--replay", "4", "--numel", "4001", "--density", "0.02", "--iters", "3",
-                       "--methods", "spardl,oktopk,dense", "--sequential"])
+    rows = bench.main(
+        [
+            "--replay",
+            "4",
+            "--numel",
+            "4001",
+            "--density",
+            "0.02",
+            "--iters",
+            "3",
+            "--methods",
+            "spardl,oktopk,dense",
+            "--sequential",
+        ]
+    )
     assert [row["label"] for row in rows] == ["spardl", "oktopk", "dense", "floor", "floor+ef"]
     assert all(row["workers"] == 4 and row["min_ms"] > 0 for row in rows)
     assert rows[0]["nnz"] == 4 * int(1001 * 0.02) and rows[-2]["floor_ratio"] == 1.0
-    assert rows[-1]["ef_floor_ratio"] == 1.0 and rows[-1]["accumulate_ms"] > 0 == rows[-2]["accumulate_ms"]
+    assert (
+        rows[-1]["ef_floor_ratio"] == 1.0
+        and rows[-1]["accumulate_ms"] > 0 == rows[-2]["accumulate_ms"]
+    )
     monkeypatch.setattr(torch, "equal", lambda a, b: False)  # as if a replay went astray
     with pytest.raises(RuntimeError, match="replay of spardl differs from the recorded call"):
         bench.main(["--replay", "2", "--numel", "500", "--iters", "1", "--methods", "spardl"])
 
 
 def test_team_counts_that_do_not_divide_p_are_reported(capsys):
-    rows = bench.main(["--replay", "3", "--numel", "600", "--iters", "1", "--methods", "spardl",
-                       "--teams", "1,2,3"])
+    rows = bench.main(
+        [
+            "--replay",
+            "3",
+            "--numel",
+            "600",
+            "--iters",
+            "1",
+            "--methods",
+            "spardl",
+            "--teams",
+            "1,2,3",
+        ]
+    )
     assert [row["label"] for row in rows] == ["spardl", "spardl(d=3)", "floor", "floor+ef"]
     assert "--teams 2 skipped: a team count must divide P = 3" in capsys.readouterr().err
 
@@ -125,9 +209,29 @@ def test_team_counts_that_do_not_divide_p_are_reported(capsys):
 def test_single_process_writes_csv_and_plot(tmp_path):
     csv_path, png_path = tmp_path / "rows.csv", tmp_path / "bench.png"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
-    result = subprocess.run([sys.executable, SCRIPT, "--numel", "2000", "--iters", "1", "--warmup", "0",
-                             "--methods", "spardl,topkA,dense", "--csv", str(csv_path), "--plot", str(png_path)],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            SCRIPT,
+            "--numel",
+            "2000",
+            "--iters",
+            "1",
+            "--warmup",
+            "0",
+            "--methods",
+            "spardl,topkA,dense",
+            "--csv",
+            str(csv_path),
+            "--plot",
+            str(png_path),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     with open(csv_path) as handle:
         rows = list(csv.DictReader(handle))
@@ -161,27 +265,44 @@ def test_floor_with_error_feedback_does_what_every_residual_method_does():
     assert plain.state() is None and torch.equal(out, before)
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--methods", "spardl,nope"], "unknown synchronization method 'nope'; valid: dense.*spardl"),
-    (["--density", "1.5"], "density must lie in"),
-    (["--teams", "1,x"], "--teams takes comma-separated integers"),
-    (["--teams", "0"], "--teams takes integers >= 1"),
-    (["--srs", "rounds,steps"], "--srs takes a comma-separated list of rounds, blocks"),
-    (["--sag", "ring"], "--sag takes a comma-separated list of bruck, recursive"),
-    (["--replay", "2", "--lost-mass"], "--lost-mass needs the ranks' exchange"),
-    (["--replay", "0"], "--replay >= 1"),
-    (["--json", "/no/such/dir/rows.json"], "--json /no/such/dir/rows.json: no directory"),
-    (["--csv", "."], "--csv .: is a directory"),
-    (["--plot", "bench.txt"], "--plot bench.txt: the name must end in an image format: .*[.]png"),
-    (["--plot", "bench"], "--plot bench: the name must end in an image format"),
-    (["--seed", "-1"], "--seed must be >= 0, got -1"),
-    (["--gradient", "foo"], "--gradient must be 'synthetic' or 'model:NAME'"),
-    (["--gradient", "model:nosuch"], "unknown model 'nosuch'"),
-    (["--gradient", "model:cnn", "--input-shape", "3,32"], "--input-shape takes three integers"),
-    (["--gradient", "model:cnn", "--input-shape", "3,2,2"], "model 'cnn' does not take inputs of shape 3,2,2"),
-    (["--gradient", "model:cnn", "--batch", "0"], "--batch >= 1 and --classes >= 2"),
-])
-@pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")  # the 3,2,2 network's last layer
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (
+            ["--methods", "spardl,nope"],
+            "unknown synchronization method 'nope'; valid: dense.*spardl",
+        ),
+        (["--density", "1.5"], "density must lie in"),
+        (["--teams", "1,x"], "--teams takes comma-separated integers"),
+        (["--teams", "0"], "--teams takes integers >= 1"),
+        (["--srs", "rounds,steps"], "--srs takes a comma-separated list of rounds, blocks"),
+        (["--sag", "ring"], "--sag takes a comma-separated list of bruck, recursive"),
+        (["--replay", "2", "--lost-mass"], "--lost-mass needs the ranks' exchange"),
+        (["--replay", "0"], "--replay >= 1"),
+        (["--json", "/no/such/dir/rows.json"], "--json /no/such/dir/rows.json: no directory"),
+        (["--csv", "."], "--csv .: is a directory"),
+        (
+            ["--plot", "bench.txt"],
+            "--plot bench.txt: the name must end in an image format: .*[.]png",
+        ),
+        (["--plot", "bench"], "--plot bench: the name must end in an image format"),
+        (["--seed", "-1"], "--seed must be >= 0, got -1"),
+        (["--gradient", "foo"], "--gradient must be 'synthetic' or 'model:NAME'"),
+        (["--gradient", "model:nosuch"], "unknown model 'nosuch'"),
+        (
+            ["--gradient", "model:cnn", "--input-shape", "3,32"],
+            "--input-shape takes three integers",
+        ),
+        (
+            ["--gradient", "model:cnn", "--input-shape", "3,2,2"],
+            "model 'cnn' does not take inputs of shape 3,2,2",
+        ),
+        (["--gradient", "model:cnn", "--batch", "0"], "--batch >= 1 and --classes >= 2"),
+    ],
+)
+@pytest.mark.filterwarnings(
+    "ignore:Initializing zero-element tensors"
+)  # the 3,2,2 network's last layer
 def test_bad_arguments_are_usage_errors_naming_the_valid_choices(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         bench.parse_args(argv)
@@ -208,16 +329,35 @@ def test_replay_under_mpiexec_and_usage_messages_of_other_ranks(monkeypatch, cap
 
 def test_no_method_left_to_time_is_an_error(capsys):
     with pytest.raises(SystemExit) as exit_:
-        bench.main(["--replay", "2", "--numel", "600", "--iters", "1", "--methods", "spardl", "--teams", "3"])
+        bench.main(
+            [
+                "--replay",
+                "2",
+                "--numel",
+                "600",
+                "--iters",
+                "1",
+                "--methods",
+                "spardl",
+                "--teams",
+                "3",
+            ]
+        )
     assert exit_.value.code == 2
     assert "nothing to time at P = 2" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("result,exact,expected", [
-    ([1.0, 2.0], [2.0, 4.0], 1.0), ([1.0, 0.0], [0.0, 1.0], 0.0), ([0.0, 0.0], [0.0, 0.0], 1.0),
-    ([0.0, 0.0], [1.0, 2.0], 0.0), ([float("nan"), 1.0], [1.0, 1.0], float("nan")),
-    ([float("inf"), 1.0], [1.0, 1.0], float("nan")),
-])
+@pytest.mark.parametrize(
+    "result,exact,expected",
+    [
+        ([1.0, 2.0], [2.0, 4.0], 1.0),
+        ([1.0, 0.0], [0.0, 1.0], 0.0),
+        ([0.0, 0.0], [0.0, 0.0], 1.0),
+        ([0.0, 0.0], [1.0, 2.0], 0.0),
+        ([float("nan"), 1.0], [1.0, 1.0], float("nan")),
+        ([float("inf"), 1.0], [1.0, 1.0], float("nan")),
+    ],
+)
 def test_cosine_shows_a_zero_or_non_finite_result(result, exact, expected):
     value = cosine(torch.tensor(result), torch.tensor(exact))
     assert value == pytest.approx(expected, nan_ok=True)
@@ -234,31 +374,72 @@ def test_synthetic_gradients_are_seeded_and_heavy_tailed():
 
 def test_method_runs_keep_team_counts_that_divide_the_workers():
     runs = plan.method_runs(["dense", "spardl"], [1, 2, 3], workers=4)
-    assert runs == [("dense", "dense", {}), ("spardl", "spardl", {"teams": 1, "srs": "rounds", "sag": "bruck"}),
-                    ("spardl(d=2)", "spardl", {"teams": 2, "srs": "rounds", "sag": "bruck"})]
+    assert runs == [
+        ("dense", "dense", {}),
+        ("spardl", "spardl", {"teams": 1, "srs": "rounds", "sag": "bruck"}),
+        ("spardl(d=2)", "spardl", {"teams": 2, "srs": "rounds", "sag": "bruck"}),
+    ]
 
 
 def test_spardl_variants_are_labelled_and_those_that_do_not_apply_skipped():
-    runs = plan.method_runs(["spardl"], [1, 2, 3, 4], workers=6, srs=("rounds", "blocks"),
-                            sag=("bruck", "recursive"))
+    runs = plan.method_runs(
+        ["spardl"], [1, 2, 3, 4], workers=6, srs=("rounds", "blocks"), sag=("bruck", "recursive")
+    )
     assert [label for label, _, _ in runs] == [
-        "spardl", "spardl(blocks)", "spardl(d=2)", "spardl(d=2,blocks)", "spardl(d=2,recursive)",
-        "spardl(d=2,blocks,recursive)", "spardl(d=3)", "spardl(d=3,blocks)"]
+        "spardl",
+        "spardl(blocks)",
+        "spardl(d=2)",
+        "spardl(d=2,blocks)",
+        "spardl(d=2,recursive)",
+        "spardl(d=2,blocks,recursive)",
+        "spardl(d=3)",
+        "spardl(d=3,blocks)",
+    ]
     assert runs[5][2] == {"teams": 2, "srs": "blocks", "sag": "recursive"}
     assert plan.skipped(["spardl"], [1, 2, 3, 4], 6, ("bruck", "recursive")) == [
         "--sag recursive skipped at d=1: it needs a team count d > 1 that is a power of two",
         "--sag recursive skipped at d=3: it needs a team count d > 1 that is a power of two",
-        "--teams 4 skipped: a team count must divide P = 6"]
-    assert plan.skipped(["topk"], [4], 6) == [] and plan.method_runs(["spardl"], [1], 4, sag=("recursive",)) == []
+        "--teams 4 skipped: a team count must divide P = 6",
+    ]
+    assert (
+        plan.skipped(["topk"], [4], 6) == []
+        and plan.method_runs(["spardl"], [1], 4, sag=("recursive",)) == []
+    )
 
 
 def test_replayed_variants_run_and_synchronize_alike_at_density_one():
-    rows = bench.main(["--replay", "4", "--numel", "2003", "--density", "1", "--iters", "1", "--warmup", "0",
-                       "--methods", "spardl", "--teams", "1,4", "--srs", "rounds,blocks", "--sag", "recursive"])
-    assert [row["label"] for row in rows] == ["spardl(d=4,recursive)", "spardl(d=4,blocks,recursive)",
-                                              "floor", "floor+ef"]
-    assert [(row["srs"], row["sag"], row["teams"]) for row in rows[:2]] == [("rounds", "recursive", 4),
-                                                                           ("blocks", "recursive", 4)]
+    rows = bench.main(
+        [
+            "--replay",
+            "4",
+            "--numel",
+            "2003",
+            "--density",
+            "1",
+            "--iters",
+            "1",
+            "--warmup",
+            "0",
+            "--methods",
+            "spardl",
+            "--teams",
+            "1,4",
+            "--srs",
+            "rounds,blocks",
+            "--sag",
+            "recursive",
+        ]
+    )
+    assert [row["label"] for row in rows] == [
+        "spardl(d=4,recursive)",
+        "spardl(d=4,blocks,recursive)",
+        "floor",
+        "floor+ef",
+    ]
+    assert [(row["srs"], row["sag"], row["teams"]) for row in rows[:2]] == [
+        ("rounds", "recursive", 4),
+        ("blocks", "recursive", 4),
+    ]
     assert all(row["cosine"] == pytest.approx(1.0, abs=1e-6) for row in rows[:2])
 
 
@@ -273,24 +454,39 @@ def test_lost_mass_is_measured_outside_the_timed_call():
         for name in ("gtopk", "topk"):
             for lost_mass in (False, True):
                 run = MethodRun(transport, name, {}, 3000, 0.05, lost_mass)
-                records.append((name, lost_mass, run.time(grads[transport.rank], exact, torch.empty(3000))))
+                records.append(
+                    (name, lost_mass, run.time(grads[transport.rank], exact, torch.empty(3000)))
+                )
         return records
 
     for name, lost_mass, record in local_group(4).run(body)[0]:
         assert ("lost_mass" in record) == (lost_mass and name == "gtopk"), (name, lost_mass)
         if "lost_mass" in record:
-            assert record["lost_mass"] >= 0 and record["rounds"] == 2 * 2  # the measurement is not counted
+            assert (
+                record["lost_mass"] >= 0 and record["rounds"] == 2 * 2
+            )  # the measurement is not counted
 
 
 def test_summarize_takes_the_slowest_rank_of_each_call_and_its_split():
     def record(seconds, nbytes, select):  # the rest of the time is communication
-        return {"seconds": seconds, "select": select, "comm": seconds - select, "accumulate": 0.0,
-                "bytes": nbytes, "messages": 2, "rounds": 2, "nnz": 7, "cosine": 0.5}
+        return {
+            "seconds": seconds,
+            "select": select,
+            "comm": seconds - select,
+            "accumulate": 0.0,
+            "bytes": nbytes,
+            "messages": 2,
+            "rounds": 2,
+            "nnz": 7,
+            "cosine": 0.5,
+        }
 
     # A rank that selects longest may wait least: the split is the slowest rank's, not each
     # phase's maximum over the ranks (that would be 0.030 + 0.035 for the second call).
-    per_rank = [[record(0.010, 100, 0.009), record(0.030, 100, 0.005), record(0.020, 100, 0.010)],
-                [record(0.040, 300, 0.010), record(0.029, 100, 0.029), record(0.020, 200, 0.020)]]
+    per_rank = [
+        [record(0.010, 100, 0.009), record(0.030, 100, 0.005), record(0.020, 100, 0.010)],
+        [record(0.040, 300, 0.010), record(0.029, 100, 0.029), record(0.020, 200, 0.020)],
+    ]
     args = bench.parse_args(["--density", "0.5", "--methods", "dense"])
     row = summarize("x", "x", {}, per_rank, args, workers=2, numel=10)
     assert row["median_ms"] == pytest.approx(30.0) and row["max_ms"] == pytest.approx(40.0)
@@ -302,9 +498,21 @@ def test_summarize_takes_the_slowest_rank_of_each_call_and_its_split():
 
 @pytest.mark.mpi
 def test_dense_overhead_prints_dense_beside_the_bare_all_reduces():
-    result = mpiexec(3, "scripts/dense_overhead.py", "--numel", "10001", "--repeats", "3", "--warmup", "1",
-                     timeout=120)
+    result = mpiexec(
+        3,
+        "scripts/dense_overhead.py",
+        "--numel",
+        "10001",
+        "--repeats",
+        "3",
+        "--warmup",
+        "1",
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert re.fullmatch(r"P = 3, n = 10001: bare Allreduce out of place [0-9.]+ ms, dense [0-9.]+ ms "
-                        r"\([0-9.]+x\); bare Allreduce in place [0-9.]+ ms, dense in place [0-9.]+ ms "
-                        r"\([0-9.]+x\)\n", result.stdout), result.stdout
+    assert re.fullmatch(
+        r"P = 3, n = 10001: bare Allreduce out of place [0-9.]+ ms, dense [0-9.]+ ms "
+        r"\([0-9.]+x\); bare Allreduce in place [0-9.]+ ms, dense in place [0-9.]+ ms "
+        r"\([0-9.]+x\)\n",
+        result.stdout,
+    ), result.stdout

@@ -1,11 +1,12 @@
 """The DDP communication hook under torchrun with Gloo on CPU."""
+
 import os
 import subprocess
 import sys
 
 import pytest
 
-import hooks
+from compressors.ddp import SparDLState
 from tests.mpirun import ROOT
 
 pytestmark = pytest.mark.slow
@@ -14,15 +15,27 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize("workers", [2, 3])
 def test_hook_matches_ddp_and_keeps_ranks_identical(workers):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                          f"--nproc-per-node={workers}", "tests/ddp_check.py"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={workers}",
+            "tests/ddp_check.py",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert f"passed on {workers} ranks" in run.stdout
 
 
 def test_state_rejects_bad_options_before_touching_the_network():
     with pytest.raises(ValueError, match="unknown synchronization method"):
-        hooks.SparDLState(method="nope")
+        SparDLState(method="nope")
     with pytest.raises(ValueError, match="density"):
-        hooks.SparDLState(density=2.0)
+        SparDLState(density=2.0)

@@ -1,9 +1,10 @@
 """The one schedule engine on an in-process group: when it calls back, and what it gathers."""
+
 import pytest
 import torch
 
 from allreducers import allgather_lists, bruck_allgather_schedule
-from comm import local_group
+from allreducers.transports import local_group
 
 
 def own_list(rank: int) -> tuple:
@@ -21,9 +22,12 @@ def logged(transport, log: list):
 
 
 @pytest.mark.parametrize("schedule, sizes", [(bruck_allgather_schedule, [1, 2, 3, 5, 6, 8])])
-def test_meanwhile_runs_between_each_send_and_its_receive_with_the_lists_held_so_far(schedule, sizes):
+def test_meanwhile_runs_between_each_send_and_its_receive_with_the_lists_held_so_far(
+    schedule, sizes
+):
     for size in sizes:
-        def body(transport):
+
+        def body(transport, size=size):
             log, seen = [], []
             steps = schedule(transport.rank, list(range(size)))
 
@@ -31,19 +35,29 @@ def test_meanwhile_runs_between_each_send_and_its_receive_with_the_lists_held_so
                 log.append("meanwhile")
                 seen.append(sorted(held))
 
-            plain = allgather_lists(transport, steps, transport.rank, own_list(transport.rank), None)
-            gathered = allgather_lists(logged(transport, log), steps, transport.rank,
-                                       own_list(transport.rank), None, meanwhile=meanwhile)
+            plain = allgather_lists(
+                transport, steps, transport.rank, own_list(transport.rank), None
+            )
+            gathered = allgather_lists(
+                logged(transport, log),
+                steps,
+                transport.rank,
+                own_list(transport.rank),
+                None,
+                meanwhile=meanwhile,
+            )
             return steps, log, seen, gathered, plain
 
         for rank, (steps, log, seen, gathered, plain) in enumerate(local_group(size).run(body)):
             assert log == ["send", "meanwhile", "recv"] * len(steps)
-            held = {rank}
+            earlier = {rank}
             for step, items in zip(steps, seen):
-                assert items == sorted(held), "meanwhile sees the lists of earlier steps only"
-                held |= set(step.recv_items)
+                assert items == sorted(earlier), "meanwhile sees the lists of earlier steps only"
+                earlier |= set(step.recv_items)
             assert sorted(gathered) == sorted(plain) == list(range(size))
             for item, (indices, values) in gathered.items():
                 expected_indices, expected_values = own_list(item)
-                assert torch.equal(indices, expected_indices) and torch.equal(values, expected_values)
+                assert torch.equal(indices, expected_indices) and torch.equal(
+                    values, expected_values
+                )
                 assert torch.equal(plain[item][0], indices) and torch.equal(plain[item][1], values)

@@ -1,21 +1,30 @@
 """Thread and MPICH yield defaults, chosen from the launcher's environment before MPI starts."""
+
 import os
 import subprocess
 
 import pytest
 
-from comm.environment import YIELD, apply_launch_defaults, launch_defaults, local_ranks
+from allreducers.transports.environment import (
+    YIELD,
+    apply_launch_defaults,
+    launch_defaults,
+    local_ranks,
+)
 from tests.mpirun import ROOT, command
 
 
-@pytest.mark.parametrize("environ,ranks", [
-    ({}, 1),
-    ({"PMI_SIZE": "8"}, 8),
-    ({"PMI_SIZE": "8", "MPI_LOCALNRANKS": "4"}, 4),
-    ({"OMPI_COMM_WORLD_LOCAL_SIZE": "3", "PMI_SIZE": "6"}, 3),
-    ({"SLURM_NTASKS_PER_NODE": "4(x2)"}, 4),
-    ({"MPI_LOCALNRANKS": "", "PMI_SIZE": "2"}, 2),
-])
+@pytest.mark.parametrize(
+    "environ,ranks",
+    [
+        ({}, 1),
+        ({"PMI_SIZE": "8"}, 8),
+        ({"PMI_SIZE": "8", "MPI_LOCALNRANKS": "4"}, 4),
+        ({"OMPI_COMM_WORLD_LOCAL_SIZE": "3", "PMI_SIZE": "6"}, 3),
+        ({"SLURM_NTASKS_PER_NODE": "4(x2)"}, 4),
+        ({"MPI_LOCALNRANKS": "", "PMI_SIZE": "2"}, 2),
+    ],
+)
 def test_ranks_on_this_host_come_from_the_launcher(environ, ranks):
     assert local_ranks(environ) == ranks
 
@@ -27,14 +36,18 @@ def test_defaults_share_the_cores_and_yield_only_when_oversubscribed():
 
 
 def test_the_users_settings_win():
-    environ = {"MPI_LOCALNRANKS": str(len(os.sched_getaffinity(0)) + 1), "OMP_NUM_THREADS": "3",
-               "MPIR_CVAR_POLLS_BEFORE_YIELD": "1000"}
+    environ = {
+        "MPI_LOCALNRANKS": str(len(os.sched_getaffinity(0)) + 1),
+        "OMP_NUM_THREADS": "3",
+        "MPIR_CVAR_POLLS_BEFORE_YIELD": "1000",
+    }
     assert apply_launch_defaults(environ) == {"MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}
     assert environ["OMP_NUM_THREADS"] == "3" and environ["MPIR_CVAR_POLLS_BEFORE_YIELD"] == "1000"
 
 
 def test_too_late_once_mpi_started():
     from mpi4py import MPI
+
     assert MPI.Is_initialized()
     with pytest.raises(RuntimeError, match="before MPI starts"):
         apply_launch_defaults()  # this process's environment: nothing is changed
@@ -44,20 +57,29 @@ def test_too_late_once_mpi_started():
 def test_the_trainer_sets_them_before_mpi_starts(tmp_path):
     """Twice as many ranks as cores, started with none of the variables set: one thread each,
     and MPICH told to yield (each rank writes what it saw to a file of its own)."""
-    probe = ("import os, runpy, sys\n"
-             "sys.argv = ['main_trainer.py', '--help']\n"
-             "try:\n"
-             "    runpy.run_path('main_trainer.py', run_name='__main__')\n"
-             "except SystemExit:\n"
-             "    pass\n"
-             "import torch\n"
-             f"with open(os.path.join({str(tmp_path)!r}, os.environ['PMI_RANK']), 'w') as seen:\n"
-             "    seen.write(f\"{os.environ['OMP_NUM_THREADS']} \"\n"
-             "               f\"{os.environ.get('MPIR_CVAR_POLLS_BEFORE_YIELD')} {torch.get_num_threads()}\")\n")
-    environ = {key: value for key, value in os.environ.items()
-               if key not in ("OMP_NUM_THREADS", *YIELD)}
+    probe = (
+        "import os, runpy, sys\n"
+        "sys.argv = ['main_trainer.py', '--help']\n"
+        "try:\n"
+        "    runpy.run_path('main_trainer.py', run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "import torch\n"
+        f"with open(os.path.join({str(tmp_path)!r}, os.environ['PMI_RANK']), 'w') as seen:\n"
+        "    seen.write(f\"{os.environ['OMP_NUM_THREADS']} \"\n"
+        "               f\"{os.environ.get('MPIR_CVAR_POLLS_BEFORE_YIELD')} {torch.get_num_threads()}\")\n"
+    )
+    environ = {
+        key: value for key, value in os.environ.items() if key not in ("OMP_NUM_THREADS", *YIELD)
+    }
     ranks = 2 * len(os.sched_getaffinity(0))
-    result = subprocess.run(command(ranks, "-c", probe), cwd=ROOT, capture_output=True, text=True,
-                            timeout=120, env=dict(environ, PYTHONPATH=ROOT))
+    result = subprocess.run(
+        command(ranks, "-c", probe),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(environ, PYTHONPATH=ROOT),
+    )
     assert result.returncode == 0, result.stderr
     assert [(tmp_path / str(rank)).read_text() for rank in range(ranks)] == ["1 1 1"] * ranks

@@ -1,14 +1,18 @@
 """CUDA tensors through the same schedules (skipped without a GPU)."""
+
 import numpy as np
 import pytest
 import torch
 
 import compressors
+from allreducers.transports import local_group
 from compressors.sparse_ops import put_
-from comm import local_group
 from tests.ranks import heavy_tailed
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
 
 
 def synchronize(method, grads, device, **options):
@@ -35,7 +39,9 @@ def test_spardl_on_cuda_matches_cpu_and_conserves_mass(workers, teams, density):
     for call in range(2):
         results = [rank[call][1] for rank in on_gpu]
         assert all(r.is_cuda and torch.equal(r, results[0]) for r in results)
-        np.testing.assert_allclose(results[0].cpu().numpy(), on_cpu[0][call][1].numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            results[0].cpu().numpy(), on_cpu[0][call][1].numpy(), rtol=1e-5, atol=1e-6
+        )
         before = torch.stack([rank[call][0] for rank in on_gpu]).double()
         after = torch.stack([rank[call][2] for rank in on_gpu]).double()
         lhs = (grads.double() + before).sum(0)
@@ -46,7 +52,9 @@ def test_spardl_on_cuda_matches_cpu_and_conserves_mass(workers, teams, density):
 def test_dense_on_cuda():
     grads = heavy_tailed((3, 1000), 1)
     results = synchronize("dense", grads, "cuda", density=1.0)
-    np.testing.assert_allclose(results[0][0][1].cpu().numpy(), grads.double().mean(0).numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        results[0][0][1].cpu().numpy(), grads.double().mean(0).numpy(), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_put_on_cuda_matches_cpu():
@@ -55,5 +63,9 @@ def test_put_on_cuda_matches_cpu():
     indices = torch.randperm(1000, generator=generator)[:64].view(4, 16)
     for values in (torch.randn(4, 16, generator=generator), 0.0):
         on_cpu = torch.randn(4, 1000, generator=generator)
-        on_gpu = put_(on_cpu.cuda(), indices.cuda(), values.cuda() if isinstance(values, torch.Tensor) else values)
+        on_gpu = put_(
+            on_cpu.cuda(),
+            indices.cuda(),
+            values.cuda() if isinstance(values, torch.Tensor) else values,
+        )
         assert torch.equal(on_gpu.cpu(), put_(on_cpu, indices, values))

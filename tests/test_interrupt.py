@@ -1,5 +1,6 @@
 """Ctrl-C during training ends every rank within seconds: exit status 130, one line naming the
 step and the last complete checkpoint, no traceback; with and without mpiexec."""
+
 import signal
 import subprocess
 import sys
@@ -14,8 +15,9 @@ pytestmark = pytest.mark.mpi
 
 def _train_until_epoch_logged(argv, log_dir, timeout=120):
     """Start ``argv`` (a long run logging to ``log_dir``); return it once an epoch is logged."""
-    process = subprocess.Popen(argv, cwd=ROOT, env=environment(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        argv, cwd=ROOT, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     metrics, deadline = log_dir / "metrics.jsonl", time.monotonic() + timeout
     while not (metrics.is_file() and metrics.read_text().strip()):
         if process.poll() is not None or time.monotonic() > deadline:
@@ -27,8 +29,15 @@ def _train_until_epoch_logged(argv, log_dir, timeout=120):
 
 @pytest.mark.parametrize("workers", [None, 4])
 def test_ctrl_c_ends_every_rank_with_one_line_and_status_130(tmp_path, workers):
-    flags = ["main_trainer.py", "--max-epochs", "1000", "--log-dir", str(tmp_path / "log"),
-             "--checkpoint-dir", str(tmp_path / "ckpt")]
+    flags = [
+        "main_trainer.py",
+        "--max-epochs",
+        "1000",
+        "--log-dir",
+        str(tmp_path / "log"),
+        "--checkpoint-dir",
+        str(tmp_path / "ckpt"),
+    ]
     argv = command(workers, *flags) if workers else [sys.executable, *flags]
     process = _train_until_epoch_logged(argv, tmp_path / "log")
     process.send_signal(signal.SIGINT)
@@ -66,8 +75,14 @@ def test_ctrl_c_in_a_library_program_is_no_crash():
     synchronizer: Ctrl-C ends every rank with status 130 and at most one word, not an abort
     report with tracebacks, also when ranks wait inside MPI calls (8 ranks on this machine's
     cores: often some do)."""
-    process = subprocess.Popen(command(8, "-c", LIBRARY_PROGRAM), cwd=ROOT, env=environment(),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        command(8, "-c", LIBRARY_PROGRAM),
+        cwd=ROOT,
+        env=environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert process.stdout.readline() == "started\n"
         time.sleep(0.5)
@@ -76,6 +91,8 @@ def test_ctrl_c_in_a_library_program_is_no_crash():
     finally:
         process.kill()
     assert process.returncode == 130, stdout + stderr
-    assert "Traceback" not in stderr and "aborting" not in stderr and "BAD TERMINATION" not in stdout
+    assert (
+        "Traceback" not in stderr and "aborting" not in stderr and "BAD TERMINATION" not in stdout
+    )
     # Rank 0 says so unless it was waiting inside an MPI call, where no signal reaches Python.
     assert stderr.strip() in ("interrupted", ""), stderr

@@ -1,4 +1,5 @@
 """The language models: exact sizes, padding that changes nothing, the registry's tasks."""
+
 import pytest
 import torch
 
@@ -21,16 +22,32 @@ def test_lstmimdb_has_the_authors_size():
 
 def _bert_size(vocab, layers, hidden, intermediate, positions=512):
     embeddings = (vocab + positions + 2) * hidden + 2 * hidden  # token, position, segment; norm
-    layer = 4 * (hidden * hidden + hidden) + 2 * hidden \
-        + hidden * intermediate + intermediate + intermediate * hidden + hidden + 2 * hidden
+    layer = (
+        4 * (hidden * hidden + hidden)
+        + 2 * hidden
+        + hidden * intermediate
+        + intermediate
+        + intermediate * hidden
+        + hidden
+        + 2 * hidden
+    )
     head = hidden * hidden + hidden + 2 * hidden + vocab  # transform, norm, decoder bias (tied)
     return embeddings + layers * layer + head
 
 
-@pytest.mark.parametrize("name, layers, hidden, intermediate, expected", [
-    ("bert-tiny", 2, 128, 512, 4_416_698),
-    ("bert-base", 12, 768, 3072, 109_514_298),  # BERT-Base's 109,482,240 less the pooler, plus the MLM head
-])
+@pytest.mark.parametrize(
+    "name, layers, hidden, intermediate, expected",
+    [
+        ("bert-tiny", 2, 128, 512, 4_416_698),
+        (
+            "bert-base",
+            12,
+            768,
+            3072,
+            109_514_298,
+        ),  # BERT-Base's 109,482,240 less the pooler, plus the MLM head
+    ],
+)
 def test_bert_presets_have_their_sizes(name, layers, hidden, intermediate, expected):
     with torch.device("meta"):  # sizes only: no memory, no initialisation time
         model = models.create(name, 30_522, (128,), vocab_size=30_522)
@@ -62,8 +79,12 @@ def test_bert_attends_to_real_tokens_only():
 
 
 def test_models_name_their_task_and_need_a_vocabulary():
-    assert [models.task(name) for name in ("vgg16", "lstmimdb", "bert-tiny", "bert-base")] == \
-        ["image-classification", "text-classification", "masked-lm", "masked-lm"]
+    assert [models.task(name) for name in ("vgg16", "lstmimdb", "bert-tiny", "bert-base")] == [
+        "image-classification",
+        "text-classification",
+        "masked-lm",
+        "masked-lm",
+    ]
     with pytest.raises(ValueError, match="lstmimdb reads text: it needs a vocab_size"):
         models.create("lstmimdb", 2, (500,))
     with pytest.raises(ValueError, match="predicts its 100 vocabulary pieces, not 2 classes"):

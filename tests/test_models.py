@@ -1,4 +1,5 @@
 """Every model builds, maps small inputs to one logit per class, and trains a step."""
+
 import pytest
 import torch
 
@@ -6,10 +7,18 @@ import models
 
 # (name, input shape): the smallest images each architecture is meant for.
 CASES = [
-    ("cnn", (1, 8, 8)), ("cnn", (1, 28, 28)), ("mlp", (1, 8, 8)), ("mlp", (3, 32, 32)),
-    ("vgg16", (3, 32, 32)), ("vgg19", (3, 32, 32)), ("resnet20", (3, 32, 32)),
-    ("resnet56", (1, 28, 28)), ("resnet110", (3, 32, 32)), ("resnet50", (3, 64, 64)),
-    ("resnet50", (1, 32, 32)), ("alexnet", (3, 64, 64)),
+    ("cnn", (1, 8, 8)),
+    ("cnn", (1, 28, 28)),
+    ("mlp", (1, 8, 8)),
+    ("mlp", (3, 32, 32)),
+    ("vgg16", (3, 32, 32)),
+    ("vgg19", (3, 32, 32)),
+    ("resnet20", (3, 32, 32)),
+    ("resnet56", (1, 28, 28)),
+    ("resnet110", (3, 32, 32)),
+    ("resnet50", (3, 64, 64)),
+    ("resnet50", (1, 32, 32)),
+    ("alexnet", (3, 64, 64)),
 ]
 
 
@@ -24,10 +33,16 @@ def test_output_shape(name, shape):
     assert torch.isfinite(logits).all()
 
 
-@pytest.mark.parametrize("name,parameters", [
-    ("resnet20", 269_722), ("resnet56", 853_018), ("resnet110", 1_727_962),
-    ("vgg16", 14_728_266), ("resnet50", 23_528_522),
-])
+@pytest.mark.parametrize(
+    "name,parameters",
+    [
+        ("resnet20", 269_722),
+        ("resnet56", 853_018),
+        ("resnet110", 1_727_962),
+        ("vgg16", 14_728_266),
+        ("resnet50", 23_528_522),
+    ],
+)
 def test_parameter_counts_match_the_published_architectures(name, parameters):
     shape = (3, 224, 224) if name == "resnet50" else (3, 32, 32)
     model = models.create(name, num_classes=10, input_shape=shape)
@@ -52,5 +67,14 @@ def test_small_cnn_learns_a_step():
 def test_unknown_model_lists_the_valid_names():
     with pytest.raises(ValueError, match="resnet20.*vgg16"):
         models.create("lenet", 10, (1, 28, 28))
-    assert {"cnn", "mlp", "vgg16", "vgg19", "resnet20", "resnet56", "resnet110", "resnet50",
-            "alexnet"} <= set(models.available())
+    assert {
+        "cnn",
+        "mlp",
+        "vgg16",
+        "vgg19",
+        "resnet20",
+        "resnet56",
+        "resnet110",
+        "resnet50",
+        "alexnet",
+    } <= set(models.available())

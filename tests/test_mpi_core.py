@@ -1,4 +1,5 @@
 """The core under a real ``mpiexec``: invariants on P ranks, and one failing rank ends the job."""
+
 import time
 
 import pytest
@@ -19,5 +20,7 @@ def test_one_failing_rank_ends_the_job_quickly():
     start = time.monotonic()
     run = mpiexec(3, "tests/mpi_crash.py", timeout=60)
     assert run.returncode != 0
-    assert "NaN or inf" in run.stderr and "[rank 1] uncaught exception, aborting the job" in run.stderr
+    assert (
+        "NaN or inf" in run.stderr and "[rank 1] uncaught exception, aborting the job" in run.stderr
+    )
     assert time.monotonic() - start < 30

@@ -1,10 +1,11 @@
-"""Recording one rank's call with its payloads and replaying it alone (comm.recording)."""
+"""Recording one rank's call with its payloads and replaying it alone (allreducers.transports.recording)."""
+
 import pytest
 import torch
 
 import compressors
-from comm import local_group
-from comm.recording import RecordingTransport, ReplayTransport
+from allreducers.transports import local_group
+from allreducers.transports.recording import RecordingTransport, ReplayTransport
 from tests.ranks import heavy_tailed
 
 COUNTS = ("bytes_sent", "messages", "rounds", "nnz")

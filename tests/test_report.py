@@ -3,6 +3,7 @@
 Per iteration: spardl 200 ms (sync 100), topk 300 ms (sync 200), dense 400 ms (sync 300); the
 dense file has no ``epoch_iters`` or ``eval_seconds``, as an older trainer wrote.
 """
+
 import json
 import os
 import shutil
@@ -10,9 +11,10 @@ import subprocess
 import sys
 
 import pytest
-
 from mpirun import ROOT
-from trainreport import cli, runs as report_runs
+
+from trainreport import cli
+from trainreport import runs as report_runs
 from trainreport.plots import FIGURES
 
 RUNS = [os.path.join(ROOT, "tests", "data", "runs", name) for name in ("spardl", "topk", "dense")]
@@ -20,8 +22,11 @@ RUNS = [os.path.join(ROOT, "tests", "data", "runs", name) for name in ("spardl",
 
 def table_rows(text: str, first_cell: str) -> list:
     """The cells of every Markdown row whose first cell is ``first_cell``."""
-    return [[cell.strip() for cell in line.strip("|").split("|")]
-            for line in text.splitlines() if line.startswith(f"| {first_cell} |")]
+    return [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in text.splitlines()
+        if line.startswith(f"| {first_cell} |")
+    ]
 
 
 def test_time_table_split_and_speedups():
@@ -29,9 +34,24 @@ def test_time_table_split_and_speedups():
     assert "## model cnn, dataset digits, workers 4\n" in text
     assert "| run | density | teams | sag | ms/iter |" in text
     (spardl_time, spardl_acc), (topk_time, _), (dense_time, dense_acc) = (
-        table_rows(text, name) for name in ("spardl", "topk", "dense"))
-    assert spardl_time == ["spardl", "0.01", "-", "-", "200.0", "100.0", "40.0", "50.0", "10.0", "100.0", "0.0",
-                           "0.100", "1.00x", "1.00x"]
+        table_rows(text, name) for name in ("spardl", "topk", "dense")
+    )
+    assert spardl_time == [
+        "spardl",
+        "0.01",
+        "-",
+        "-",
+        "200.0",
+        "100.0",
+        "40.0",
+        "50.0",
+        "10.0",
+        "100.0",
+        "0.0",
+        "0.100",
+        "1.00x",
+        "1.00x",
+    ]
     assert topk_time[4] == "300.0" and topk_time[-2:] == ["1.50x", "2.00x"]
     assert dense_time[4] == "400.0" and dense_time[-2:] == ["2.00x", "3.00x"]
     assert spardl_acc == ["spardl", "3", "0.9200", "0.9200", "0.3000", "0.3500", "7.5"]
@@ -40,9 +60,22 @@ def test_time_table_split_and_speedups():
 
 def test_out_dir_gets_markdown_and_plots(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT)
-    result = subprocess.run([sys.executable, os.path.join("scripts", "report.py"), *RUNS, "--out", str(tmp_path),
-                             "--target-accuracy", "0.9"],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            os.path.join("scripts", "report.py"),
+            *RUNS,
+            "--out",
+            str(tmp_path),
+            "--target-accuracy",
+            "0.9",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "report.md").read_text().strip() == result.stdout.strip()
     for name in FIGURES:
@@ -55,7 +88,9 @@ def test_labels_stay_unique_and_groups_split(tmp_path):
     shutil.copytree(RUNS[0], second)
     other = tmp_path / "other_model"
     other.mkdir()
-    rows = [dict(json.loads(line), model="mlp") for line in open(os.path.join(RUNS[1], "metrics.jsonl"))]
+    rows = [
+        dict(json.loads(line), model="mlp") for line in open(os.path.join(RUNS[1], "metrics.jsonl"))
+    ]
     (other / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     text = cli.main([RUNS[0], str(second), str(other)])
     assert table_rows(text, "spardl [spardl]") and table_rows(text, "spardl [spardl_again]")
@@ -87,7 +122,10 @@ def test_same_directory_names_under_different_parents_get_distinct_labels(tmp_pa
     first = write_rows(tmp_path / "seed1" / "spardl", spardl_rows())
     second = write_rows(tmp_path / "seed2" / "spardl", spardl_rows())
     text = cli.main([first, second, first])
-    labels = [row[0] for row in table_rows(text, f"spardl [{first}]") + table_rows(text, f"spardl [{second}]")]
+    labels = [
+        row[0]
+        for row in table_rows(text, f"spardl [{first}]") + table_rows(text, f"spardl [{second}]")
+    ]
     assert labels.count(f"spardl [{second}]") == 2  # time and accuracy tables
     assert table_rows(text, f"spardl [{first}] #1") and table_rows(text, f"spardl [{first}] #2")
 
@@ -97,8 +135,9 @@ def test_rows_superseded_by_a_rerun_or_a_resume_are_left_out(tmp_path, capsys):
     rerun = write_rows(tmp_path / "rerun", rows + rows[:2])
     resumed = write_rows(tmp_path / "resumed", rows + [dict(rows[2], test_acc=0.5)])
     runs = [report_runs.load_run(rerun), report_runs.load_run(resumed)]
-    assert [r["epoch"] for r in runs[0].rows] == [1, 2] and runs[0].wall_times() == \
-        report_runs.Run("x", rows[:2]).wall_times()
+    assert [r["epoch"] for r in runs[0].rows] == [1, 2] and runs[0].wall_times() == report_runs.Run(
+        "x", rows[:2]
+    ).wall_times()
     assert [r["epoch"] for r in runs[1].rows] == [1, 2, 3] and runs[1].rows[-1]["test_acc"] == 0.5
     err = capsys.readouterr().err
     assert "3 of 5 rows superseded" in err and "1 of 4 rows superseded" in err
@@ -106,16 +145,24 @@ def test_rows_superseded_by_a_rerun_or_a_resume_are_left_out(tmp_path, capsys):
 
 def test_epoch_iters_alone_is_enough_and_bad_rows_name_the_file(tmp_path, capsys):
     rows = [{k: v for k, v in row.items() if k != "iters"} for row in spardl_rows()]
-    assert report_runs.load_run(write_rows(tmp_path / "no_iters", rows)).epoch_iters() == [10, 10, 10]
+    assert report_runs.load_run(write_rows(tmp_path / "no_iters", rows)).epoch_iters() == [
+        10,
+        10,
+        10,
+    ]
     (tmp_path / "list.jsonl").write_text("[1, 2]\n")
-    lacking = write_rows(tmp_path / "lacking", [{k: v for k, v in rows[0].items()
-                                                 if k not in ("comm_seconds", "epoch_iters")}])
+    lacking = write_rows(
+        tmp_path / "lacking",
+        [{k: v for k, v in rows[0].items() if k not in ("comm_seconds", "epoch_iters")}],
+    )
     null_time = write_rows(tmp_path / "null_time", [dict(rows[0], sync_seconds=None)])
     text_epoch = write_rows(tmp_path / "text_epoch", [dict(rows[0], epoch="1", test_acc=None)])
-    for path, message in ((str(tmp_path / "list.jsonl"), "list.jsonl: row 1 is not a JSON object"),
-                          (lacking, "metrics.jsonl: row 1 lacks comm_seconds, iters"),
-                          (null_time, "row 1: sync_seconds null should be a number"),
-                          (text_epoch, 'row 1: epoch "1" should be a number')):
+    for path, message in (
+        (str(tmp_path / "list.jsonl"), "list.jsonl: row 1 is not a JSON object"),
+        (lacking, "metrics.jsonl: row 1 lacks comm_seconds, iters"),
+        (null_time, "row 1: sync_seconds null should be a number"),
+        (text_epoch, 'row 1: epoch "1" should be a number'),
+    ):
         with pytest.raises(SystemExit) as exit_:
             cli.main([path])
         assert exit_.value.code == 2 and message in capsys.readouterr().err
@@ -123,8 +170,10 @@ def test_epoch_iters_alone_is_enough_and_bad_rows_name_the_file(tmp_path, capsys
 
 def test_a_reference_without_runs_is_reported_and_several_are_named(tmp_path, capsys):
     cli.main(RUNS + ["--reference", "SparDL"])
-    assert "no run of --reference SparDL, so no speedups; methods here: dense, spardl, topk" in \
-        capsys.readouterr().err
+    assert (
+        "no run of --reference SparDL, so no speedups; methods here: dense, spardl, topk"
+        in capsys.readouterr().err
+    )
     rows = [dict(row, density=0.05) for row in spardl_rows()]
     text = cli.main([RUNS[0], write_rows(tmp_path / "dense_spardl", rows)])
     assert "speedup = this run's time / spardl (spardl (density 0.01))'s." in text
@@ -167,7 +216,9 @@ def test_time_to_target_accuracy_and_the_reference_speedup_in_it(capsys):
     with no evaluation time (0.82, 0.91, 0.93)."""
     text = cli.main(RUNS + ["--target-accuracy", "0.9"])
     assert "| epoch to 0.9 | wall s to 0.9 | spardl speedup to 0.9 |" in text
-    (_, spardl), (_, topk), (_, dense) = (table_rows(text, name) for name in ("spardl", "topk", "dense"))
+    (_, spardl), (_, topk), (_, dense) = (
+        table_rows(text, name) for name in ("spardl", "topk", "dense")
+    )
     assert spardl[-3:] == ["2", "5.0", "1.00x"]
     assert topk[-3:] == ["3", "10.5", "2.10x"]
     assert dense[-3:] == ["2", "8.0", "1.60x"]
@@ -178,17 +229,24 @@ def test_time_to_target_accuracy_and_the_reference_speedup_in_it(capsys):
     for bad in ("0", "90", "-0.5"):
         with pytest.raises(SystemExit) as exit_:
             cli.main(RUNS + ["--target-accuracy", bad])
-        assert exit_.value.code == 2 and "--target-accuracy takes a fraction in (0, 1]" in capsys.readouterr().err
+        assert (
+            exit_.value.code == 2
+            and "--target-accuracy takes a fraction in (0, 1]" in capsys.readouterr().err
+        )
 
 
 def test_runs_are_labelled_and_given_columns_by_their_settings_not_their_folders(tmp_path):
     """Runs of one method that differ in teams or SAG variant are labelled by those settings
     (whatever their folders are called), and each setting gets its column."""
-    runs = [write_rows(tmp_path / name, [dict(row, teams=teams, sag=sag) for row in spardl_rows()])
-            for name, teams, sag in (("a", 1, "bruck"), ("b", 2, "bruck"), ("c", 2, "recursive"))]
+    runs = [
+        write_rows(tmp_path / name, [dict(row, teams=teams, sag=sag) for row in spardl_rows()])
+        for name, teams, sag in (("a", 1, "bruck"), ("b", 2, "bruck"), ("c", 2, "recursive"))
+    ]
     text = cli.main(runs + [RUNS[1]])
-    first, second, third = (table_rows(text, f"spardl (teams {teams}, sag {sag})")
-                            for teams, sag in ((1, "bruck"), (2, "bruck"), (2, "recursive")))
+    first, second, third = (
+        table_rows(text, f"spardl (teams {teams}, sag {sag})")
+        for teams, sag in ((1, "bruck"), (2, "bruck"), (2, "recursive"))
+    )
     assert first[0][1:4] == ["0.01", "1", "bruck"] and third[0][1:4] == ["0.01", "2", "recursive"]
     assert len(second) == 2 and table_rows(text, "topk")[0][1:4] == ["0.01", "-", "-"]
     assert "speedup = this run's time / spardl (spardl (teams 1, sag bruck))'s." in text
@@ -200,12 +258,22 @@ def test_runs_are_labelled_and_given_columns_by_their_settings_not_their_folders
 
 def test_networks_are_never_mixed_and_a_sweep_compares_them(tmp_path):
     """Per iteration: spardl 200 ms and topk 300 ms on 1gbit; on 100mbit twice as long for topk."""
+
     def on(network, source, scale=1.0):
-        rows = [dict(row, network=network, epoch_seconds=row["epoch_seconds"] * scale)
-                for row in map(json.loads, open(os.path.join(source, "metrics.jsonl")))]
+        rows = [
+            dict(row, network=network, epoch_seconds=row["epoch_seconds"] * scale)
+            for row in map(json.loads, open(os.path.join(source, "metrics.jsonl")))
+        ]
         return write_rows(tmp_path / f"{network}_{os.path.basename(source)}", rows)
-    text = cli.main([on("1gbit", RUNS[0]), on("1gbit", RUNS[1]), on("100mbit", RUNS[0]),
-                     on("100mbit", RUNS[1], scale=2.0)])
+
+    text = cli.main(
+        [
+            on("1gbit", RUNS[0]),
+            on("1gbit", RUNS[1]),
+            on("100mbit", RUNS[0]),
+            on("100mbit", RUNS[1], scale=2.0),
+        ]
+    )
     assert "## model cnn, dataset digits, workers 4, network 1gbit\n" in text
     assert "## model cnn, dataset digits, workers 4, network 100mbit\n" in text
     assert [row[-2] for row in table_rows(text, "topk") if len(row) > 7] == ["1.50x", "3.00x"]
@@ -216,9 +284,14 @@ def test_networks_are_never_mixed_and_a_sweep_compares_them(tmp_path):
 
 
 def test_the_script_without_the_package_says_to_install_it(tmp_path):
-    result = subprocess.run([sys.executable, "-S", os.path.join(ROOT, "scripts", "report.py"), *RUNS],
-                            cwd=tmp_path, env={"PATH": os.environ["PATH"]}, capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-S", os.path.join(ROOT, "scripts", "report.py"), *RUNS],
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"]},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2 and "run `pip install -e .`" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
@@ -229,22 +302,49 @@ def test_measured_compute_splits_off_the_rest_of_an_iteration(tmp_path):
     rows = [dict(row, compute_seconds=0.6) for row in spardl_rows()]
     text = cli.main([write_rows(tmp_path / "spardl", rows)])
     assert "| ms/iter | compute | select | comm | other sync | sync | rest | MB/iter |" in text
-    assert table_rows(text, "spardl")[0][4:12] == ["200.0", "60.0", "40.0", "50.0", "10.0", "100.0", "40.0",
-                                                   "0.100"]
+    assert table_rows(text, "spardl")[0][4:12] == [
+        "200.0",
+        "60.0",
+        "40.0",
+        "50.0",
+        "10.0",
+        "100.0",
+        "40.0",
+        "0.100",
+    ]
 
 
 def test_masked_lm_runs_are_labelled_masked_token_accuracy_with_perplexity(tmp_path):
     """BERT's rows (task masked-lm) report masked-token accuracy, the MLM loss and perplexity;
     classification runs keep their headers."""
-    bert = [dict(row, model="bert-tiny", dataset="wikipedia", task="masked-lm", test_perplexity=2.5 + row["epoch"])
-            for row in spardl_rows()]
+    bert = [
+        dict(
+            row,
+            model="bert-tiny",
+            dataset="wikipedia",
+            task="masked-lm",
+            test_perplexity=2.5 + row["epoch"],
+        )
+        for row in spardl_rows()
+    ]
     text = cli.main([write_rows(tmp_path / "bert", bert), RUNS[1]])
-    assert "| run | epochs | final masked-token acc | best masked-token acc | final train MLM loss | " \
-           "final test MLM loss | final test perplexity | wall s |" in text
+    assert (
+        "| run | epochs | final masked-token acc | best masked-token acc | final train MLM loss | "
+        "final test MLM loss | final test perplexity | wall s |" in text
+    )
     assert "Accuracy is masked-token accuracy" in text
-    assert table_rows(text, "spardl")[1][:3] + table_rows(text, "spardl")[1][6:] == ["spardl", "3", "0.9200",
-                                                                                       "5.50", "7.5"]
-    assert "| run | epochs | final test acc | best test acc | final train loss | final test loss | wall s |" in text
+    assert table_rows(text, "spardl")[1][:3] + table_rows(text, "spardl")[1][6:] == [
+        "spardl",
+        "3",
+        "0.9200",
+        "5.50",
+        "7.5",
+    ]
+    assert (
+        "| run | epochs | final test acc | best test acc | final train loss | final test loss | wall s |"
+        in text
+    )
     from trainreport.runs import accuracy_name, load_run
+
     assert accuracy_name([load_run(str(tmp_path / "bert"))]) == "masked-token accuracy"
     assert accuracy_name([load_run(RUNS[1])]) == "test accuracy"

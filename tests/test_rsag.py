@@ -1,5 +1,6 @@
 """R-SAG (``sag="recursive"``): the authors' recursive pairwise reduction, against a plain numpy
 reference written from its description, a case built by hand, and mass conservation."""
+
 import math
 
 import numpy as np
@@ -20,7 +21,9 @@ def reference_rsag(accumulated, teams, density):
     m = workers // teams
     block = math.ceil(n / m)
     k = max(1, int(block * density))
-    copies = np.concatenate([reference_srs(accumulated[t * m:(t + 1) * m], k) for t in range(teams)])
+    copies = np.concatenate(
+        [reference_srs(accumulated[t * m : (t + 1) * m], k) for t in range(teams)]
+    )
     shares = np.zeros_like(copies)
     result = np.zeros(m * block, np.float32)
     present = np.zeros(m * block, bool)
@@ -51,7 +54,9 @@ def reference_rsag(accumulated, teams, density):
             lists = merged
         assert all(final == lists[0] for final in lists), "holders disagree"
         columns = np.array(sorted(lists[0]))
-        result[r * block + columns] = np.array([lists[0][c] for c in columns], np.float32) / np.float32(workers)
+        result[r * block + columns] = np.array(
+            [lists[0][c] for c in columns], np.float32
+        ) / np.float32(workers)
         present[r * block + columns] = True
         rescued += sum(column in lists[0] for column in dropped_columns)
     flat = (copies + shares).reshape(workers, -1)[:, :n]
@@ -64,8 +69,16 @@ CASES = [(2, 2), (4, 2), (4, 4), (8, 2), (8, 4), (8, 8)]
 @pytest.mark.parametrize("workers,teams", CASES)
 @pytest.mark.parametrize("numel,density", [(37, 0.1), (203, 0.05), (64, 0.3)])
 def test_matches_the_reference_and_conserves_mass_over_calls(workers, teams, numel, density):
-    calls, _ = run_calls("spardl", workers, numel, density, calls=3, seed=numel + workers,
-                         teams=teams, sag="recursive")
+    calls, _ = run_calls(
+        "spardl",
+        workers,
+        numel,
+        density,
+        calls=3,
+        seed=numel + workers,
+        teams=teams,
+        sag="recursive",
+    )
     for call in calls:
         accumulated = (call["grads"] + call["before"]).numpy()
         expected, residuals, _ = reference_rsag(accumulated, teams, density)
@@ -83,7 +96,9 @@ def test_the_reference_cases_include_drops_that_reach_the_final_list_through_ano
     built one below: the comparison there would catch a rule that drops them."""
     rescued = 0
     for workers, teams in [(4, 4), (8, 4), (8, 8)]:
-        grads = np.random.default_rng(workers + teams).standard_t(3, (workers, 64)).astype(np.float32)
+        grads = (
+            np.random.default_rng(workers + teams).standard_t(3, (workers, 64)).astype(np.float32)
+        )
         rescued += reference_rsag(grads, teams, 0.3)[2]
     assert rescued > 0
 
@@ -98,8 +113,12 @@ def test_built_case_differs_from_b_sag_and_keeps_the_halves_of_a_rescued_drop():
     bruck, _ = run_calls("spardl", 4, 4, 0.5, grads=grads, teams=4, sag="bruck")
     assert recursive[0]["results"][0].tolist() == [0, 0, 9 / 4, 8 / 4]
     assert bruck[0]["results"][0].tolist() == [0, 0, 10 / 4, 8 / 4]
-    assert recursive[0]["after"].tolist() == [[5, 4, 0.5, 0.25], [np.float32(0.1), 0, 0, 0],
-                                              [0, 0, 0.5, 0.25], [0, np.float32(0.2), 0, 0]]
+    assert recursive[0]["after"].tolist() == [
+        [5, 4, 0.5, 0.25],
+        [np.float32(0.1), 0, 0, 0],
+        [0, 0, 0.5, 0.25],
+        [0, np.float32(0.2), 0, 0],
+    ]
     error, scale = mass_error(recursive[0], 4)
     assert error == 0.0
 

@@ -1,8 +1,15 @@
 """Schedules are pure functions: check them exhaustively with no communication at all."""
+
 import pytest
 
-from allreducers import (bruck_allgather_schedule, ceil_log2, recursive_halving_schedule,
-                         srs_block_schedule, srs_round_shapes, srs_schedule)
+from allreducers import (
+    bruck_allgather_schedule,
+    ceil_log2,
+    recursive_halving_schedule,
+    srs_block_schedule,
+    srs_round_shapes,
+    srs_schedule,
+)
 
 SRS_EXECUTIONS = [srs_schedule, srs_block_schedule]
 
@@ -66,16 +73,25 @@ def test_srs_blocks_play_the_round_table_one_block_per_step(m):
         blocks = srs_block_schedule(r, list(range(m)))
         assert len(blocks) == m - 1
         assert all(len(step.send_items) == len(step.recv_items) == 1 for step in blocks)
-        flattened = [(step.send_to, step.recv_from, sent, received) for step in rounds
-                     for sent, received in zip(step.send_items, step.recv_items)]
-        assert flattened == [(step.send_to, step.recv_from, *step.send_items, *step.recv_items)
-                             for step in blocks]
+        flattened = [
+            (step.send_to, step.recv_from, sent, received)
+            for step in rounds
+            for sent, received in zip(step.send_items, step.recv_items)
+        ]
+        assert flattened == [
+            (step.send_to, step.recv_from, *step.send_items, *step.recv_items) for step in blocks
+        ]
 
 
 def test_srs_blocks_table_for_six_workers():
     steps = srs_block_schedule(0, list(range(6)))
     assert [(s.send_to, s.send_items, s.recv_from, s.recv_items) for s in steps] == [
-        (4, (4,), 2, (0,)), (4, (5,), 2, (1,)), (2, (2,), 4, (0,)), (2, (3,), 4, (1,)), (1, (1,), 5, (0,))]
+        (4, (4,), 2, (0,)),
+        (4, (5,), 2, (1,)),
+        (2, (2,), 4, (0,)),
+        (2, (3,), 4, (1,)),
+        (1, (1,), 5, (0,)),
+    ]
 
 
 def test_srs_uses_global_ranks():
@@ -121,10 +137,17 @@ def test_recursive_halving_merges_every_position_once(m):
         for r, step in enumerate(steps):
             partner = step.send_to
             assert step.recv_from == partner and steps[partner].send_to == r
-            assert step.send_items == tuple(sorted(sums[r])) and step.recv_items == tuple(sorted(sums[partner]))
+            assert step.send_items == tuple(sorted(sums[r])) and step.recv_items == tuple(
+                sorted(sums[partner])
+            )
             assert abs(r - partner) == m >> (step_no + 1), "distance m/2 first"
-        sums = [{q: sums[r].get(q, 0) + sums[steps[r].send_to].get(q, 0)
-                 for q in set(sums[r]) | set(sums[steps[r].send_to])} for r in range(m)]
+        sums = [
+            {
+                q: sums[r].get(q, 0) + sums[steps[r].send_to].get(q, 0)
+                for q in set(sums[r]) | set(sums[steps[r].send_to])
+            }
+            for r in range(m)
+        ]
     assert all(total == {q: 1 for q in range(m)} for total in sums)
     assert all(len(schedule) == ceil_log2(m) for schedule in schedules)
 
@@ -132,7 +155,10 @@ def test_recursive_halving_merges_every_position_once(m):
 def test_recursive_halving_table_for_eight():
     steps = recursive_halving_schedule(0, list(range(8)))
     assert [(s.send_to, s.send_items, s.recv_items) for s in steps] == [
-        (4, (0,), (4,)), (2, (0, 4), (2, 6)), (1, (0, 2, 4, 6), (1, 3, 5, 7))]
+        (4, (0,), (4,)),
+        (2, (0, 4), (2, 6)),
+        (1, (0, 2, 4, 6), (1, 3, 5, 7)),
+    ]
 
 
 @pytest.mark.parametrize("m", [3, 6, 12])

@@ -1,8 +1,14 @@
 """The baselines' schedules (gTop-k tree, Ok-Topk rotation), checked symbolically for many sizes."""
+
 import pytest
 
-from allreducers import (Step, binomial_broadcast_schedule, binomial_reduce_schedule, ceil_log2,
-                         rotation_schedule)
+from allreducers import (
+    Step,
+    binomial_broadcast_schedule,
+    binomial_reduce_schedule,
+    ceil_log2,
+    rotation_schedule,
+)
 
 SIZES = range(1, 41)
 
@@ -76,18 +82,26 @@ def test_tree_broadcast_reaches_every_position_once(m):
 def test_tree_table_of_the_docstring():
     members = list(range(6))
     reduce_steps = [binomial_reduce_schedule(r, members) for r in members]
-    assert [(r, s.send_to) for r in members for s in reduce_steps[r][:1] if s.send_to is not None] == [(4, 0), (5, 1)]
+    assert [
+        (r, s.send_to) for r in members for s in reduce_steps[r][:1] if s.send_to is not None
+    ] == [(4, 0), (5, 1)]
     assert reduce_steps[1][1] == Step(send_to=0, recv_from=None, send_items=(1, 5))
     assert reduce_steps[2][2] == Step(send_to=0, recv_from=None, send_items=(2, 3))
     broadcast = [binomial_broadcast_schedule(r, members) for r in members]
-    assert [(r, s.send_to) for r in members for s in broadcast[r][2:] if s.send_to is not None] == [(0, 4), (1, 5)]
+    assert [(r, s.send_to) for r in members for s in broadcast[r][2:] if s.send_to is not None] == [
+        (0, 4),
+        (1, 5),
+    ]
     assert binomial_reduce_schedule(0, [7]) == [] and binomial_broadcast_schedule(0, [7]) == []
 
 
 def test_tree_uses_global_ranks():
     steps = binomial_reduce_schedule(1, [10, 11, 12])
     assert [(s.send_to, s.recv_from) for s in steps] == [(None, None), (10, None)]
-    assert [(s.send_to, s.recv_from) for s in binomial_broadcast_schedule(2, [10, 11, 12])] == [(None, None), (None, 10)]
+    assert [(s.send_to, s.recv_from) for s in binomial_broadcast_schedule(2, [10, 11, 12])] == [
+        (None, None),
+        (None, 10),
+    ]
 
 
 @pytest.mark.parametrize("m", SIZES)
@@ -108,13 +122,17 @@ def test_rotation_delivers_every_region_part_to_its_owner_once(m):
 
 
 def test_rotation_table_of_the_docstring():
-    table = [[(s.send_to, s.recv_from) for s in rotation_schedule(r, list(range(4)))] for r in range(4)]
+    table = [
+        [(s.send_to, s.recv_from) for s in rotation_schedule(r, list(range(4)))] for r in range(4)
+    ]
     assert table[0] == [(1, 3), (2, 2), (3, 1)]
     assert [row[0][0] for row in table] == [1, 2, 3, 0]
     assert [s.send_to for s in rotation_schedule(1, [5, 6, 7])] == [7, 5]
 
 
-@pytest.mark.parametrize("schedule", [binomial_reduce_schedule, binomial_broadcast_schedule, rotation_schedule])
+@pytest.mark.parametrize(
+    "schedule", [binomial_reduce_schedule, binomial_broadcast_schedule, rotation_schedule]
+)
 def test_bad_groups_are_rejected(schedule):
     with pytest.raises(ValueError):
         schedule(0, [])

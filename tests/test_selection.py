@@ -1,4 +1,5 @@
 """The one selection function against a plain numpy reference (exact k, ties to the lower index)."""
+
 import numpy as np
 import pytest
 import torch
@@ -72,10 +73,14 @@ def threads(request):
     torch.set_num_threads(previous)
 
 
-@pytest.mark.parametrize("rows,n", [(1, 300000), (3, 40000), (5, 7), (4, 1000), (2, 600000), (9, 70000)])
+@pytest.mark.parametrize(
+    "rows,n", [(1, 300000), (3, 40000), (5, 7), (4, 1000), (2, 600000), (9, 70000)]
+)
 @pytest.mark.parametrize("density", [0.001, 0.01, 0.3])
 def test_topk_rows_selects_each_row_exactly(threads, rows, n, density):
-    x = torch.from_numpy(np.random.default_rng(rows * n).standard_t(3, (rows, n)).astype(np.float32))
+    x = torch.from_numpy(
+        np.random.default_rng(rows * n).standard_t(3, (rows, n)).astype(np.float32)
+    )
     x[0] *= 100.0  # rows of very different scales get their own thresholds
     k = max(1, int(n * density))
     got = Selector().topk_rows(x, k)
@@ -88,9 +93,9 @@ def test_topk_rows_mixes_regular_sparse_and_tied_rows(threads):
     n, k = 50000, 500
     x = torch.randn(4, n, generator=torch.Generator().manual_seed(3))
     x[1] = 0.0
-    x[1, ::20000] = 5.0               # 3 non-zeros: the rest are the lowest-index zeros
+    x[1, ::20000] = 5.0  # 3 non-zeros: the rest are the lowest-index zeros
     x[2] = 1.0
-    x[2, 777] = -3.0                   # all ties but one
+    x[2, 777] = -3.0  # all ties but one
     x[3, 1000:3000] = 0.0
     got = Selector().topk_rows(x, k)
     for row in range(4):
@@ -135,7 +140,9 @@ def spy_on_passes(selector):
     """Make ``selector`` log the matrix of every candidate pass it runs; returns the log."""
     passes = []
     candidates = selector._candidates
-    selector._candidates = lambda rows, *rest: passes.append(rows.clone()) or candidates(rows, *rest)
+    selector._candidates = lambda rows, *rest: (
+        passes.append(rows.clone()) or candidates(rows, *rest)
+    )
     return passes
 
 
@@ -153,8 +160,16 @@ def test_non_finite_values_are_a_clear_error(bad, k):
         Selector().topk(x, k)
 
 
-@pytest.mark.parametrize("shape,pad", [((1, 300000), 0), ((4, 50000), 0), ((4, 50000), 3 * 50000 + 17),
-                                       ((3, 7), 5), ((2, 600000), 1)])
+@pytest.mark.parametrize(
+    "shape,pad",
+    [
+        ((1, 300000), 0),
+        ((4, 50000), 0),
+        ((4, 50000), 3 * 50000 + 17),
+        ((3, 7), 5),
+        ((2, 600000), 1),
+    ],
+)
 @pytest.mark.parametrize("density", [0.001, 0.01, 0.3, 1.0])
 def test_cut_with_an_addend_takes_the_top_k_of_the_sum_out(threads, shape, pad, density):
     """``cut`` adds ``addend`` into the first entries of the rows (all but ``pad`` of them), then
@@ -165,7 +180,7 @@ def test_cut_with_an_addend_takes_the_top_k_of_the_sum_out(threads, shape, pad, 
     x = torch.from_numpy(rng.standard_t(3, shape).astype(np.float32))
     addend = torch.from_numpy(rng.standard_t(3, rows * n - pad).astype(np.float32))
     total = x.clone().view(-1)
-    total[:addend.numel()] += addend
+    total[: addend.numel()] += addend
     total = total.view(shape)
     k = max(1, int(n * density))
     columns, values = Selector().cut(x, k, addend)
@@ -207,7 +222,7 @@ def test_cut_keeps_signs_and_zeros_of_mostly_zero_rows(threads):
     x = -torch.rand(2, n)
     x[0, sample] = -10.0  # estimate too high: a second pass
     x[1] = -0.0
-    x[1, ::100] = -1.0    # 400 non-zeros: 1600 negative zeros complete the row
+    x[1, ::100] = -1.0  # 400 non-zeros: 1600 negative zeros complete the row
     before = x.clone()
     columns, values = selector.cut(x, k)
     for row in range(2):
@@ -232,9 +247,11 @@ def test_a_sum_holding_nan_is_a_clear_error():
 @pytest.mark.parametrize("short", [0, 1234])
 def test_at_least_adds_then_returns_every_entry_at_or_above_the_threshold(threads, short):
     x = torch.from_numpy(np.random.default_rng(short).standard_t(3, 300000).astype(np.float32))
-    addend = torch.from_numpy(np.random.default_rng(9).standard_t(3, 300000 - short).astype(np.float32))
+    addend = torch.from_numpy(
+        np.random.default_rng(9).standard_t(3, 300000 - short).astype(np.float32)
+    )
     total = x.clone()
-    total[:addend.numel()] += addend
+    total[: addend.numel()] += addend
     threshold = float(total.abs().kthvalue(300000 - 3000).values)
     indices, values = Selector().at_least(x, threshold, addend)
     assert torch.equal(x, total)
@@ -245,7 +262,9 @@ def test_at_least_adds_then_returns_every_entry_at_or_above_the_threshold(thread
 
 def heavy_rows(rows, n, seed, scale=1.0):
     """Heavy-tailed rows of independent draws, times ``scale`` (one call's residual + gradient)."""
-    return torch.from_numpy(np.random.default_rng(seed).standard_t(3, (rows, n)).astype(np.float32) * scale)
+    return torch.from_numpy(
+        np.random.default_rng(seed).standard_t(3, (rows, n)).astype(np.float32) * scale
+    )
 
 
 @pytest.mark.parametrize("rows,n,k", [(1, 300000, 3000), (8, 60000, 600), (3, 7, 2)])
@@ -259,7 +278,7 @@ def test_a_key_keeps_selections_exact_while_the_values_drift(threads, rows, n, k
         x = heavy_rows(rows, n, call, scale)
         if call == 4:
             x[-1] = 0.0
-            x[-1, ::n // 3 + 1] = 1.0  # fewer than k non-zeros: completed with zeros
+            x[-1, :: n // 3 + 1] = 1.0  # fewer than k non-zeros: completed with zeros
         now = max(1, k + k_steps[call % len(k_steps)] * k // 100)
         got = selector.topk_rows(x, now, key="grad")
         for row in range(rows):
@@ -280,7 +299,10 @@ def test_a_key_lets_fewer_candidates_through_from_the_second_call(threads):
     for other_k in (k, 690, 520):
         second = selector.scan(heavy_rows(rows, n, 1), other_k, key="grad")
         assert first.hinted.sum() == 0 and second.hinted.all() and not estimates
-        assert second.sizes.min() >= other_k and second.sizes.mean() < 0.7 * first.sizes.mean() * other_k / k
+        assert (
+            second.sizes.min() >= other_k
+            and second.sizes.mean() < 0.7 * first.sizes.mean() * other_k / k
+        )
     assert not selector.scan(heavy_rows(rows, n, 1), k).hinted.any()
     assert not selector.scan(heavy_rows(rows + 1, n, 1), k, key="grad").hinted.any()
     assert len(estimates) == 2
@@ -298,12 +320,16 @@ def test_a_remembered_threshold_that_misses_rescans_that_row_and_widens_its_marg
     x[1] *= 0.5
     passes, limits = [], []
     candidates = selector._candidates
-    selector._candidates = lambda rows, limit, *rest: (passes.append(rows.clone()),
-                                                      limits.append(limit.copy()),
-                                                      candidates(rows, limit, *rest))[-1]
+    selector._candidates = lambda rows, limit, *rest: (
+        passes.append(rows.clone()),
+        limits.append(limit.copy()),
+        candidates(rows, limit, *rest),
+    )[-1]
     got = selector.topk_rows(x, k, key="grad")
     assert [p.shape[0] for p in passes] == [2, 1] and torch.equal(passes[1], x[1:2])
-    assert 0.1 < limits[1][0] < limits[0][1]  # the estimate: neither "all non-zeros" (1e-45) nor the hint
+    assert (
+        0.1 < limits[1][0] < limits[0][1]
+    )  # the estimate: neither "all non-zeros" (1e-45) nor the hint
     after = selector._memory["grad"].margins
     np.testing.assert_allclose(after, [before[0] * 0.9, before[1] * 2])
     for row in range(rows):

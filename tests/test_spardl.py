@@ -1,4 +1,5 @@
 """SparDL on the in-process group: an exact numpy reference, invariants, accounting, options."""
+
 import math
 
 import numpy as np
@@ -6,8 +7,8 @@ import pytest
 import torch
 
 import compressors
+from allreducers.transports import local_group
 from compressors.spardl import HeightAdapter
-from comm import local_group
 from tests.ranks import heavy_tailed, mass_error, run_calls
 
 TEAM_CASES = [(4, 2), (6, 2), (6, 3), (8, 2), (8, 4), (9, 3), (16, 4)]
@@ -80,7 +81,9 @@ def test_matches_reference_when_many_values_tie(workers):
     """Gradients of small integers: many entries tie with a cut's k-th largest |x|, so the cuts
     break ties by position and global residual collection looks those up among a cut's columns."""
     numel = 3001
-    grads = torch.from_numpy(np.random.default_rng(workers).integers(-3, 4, (3, workers, numel)).astype(np.float32))
+    grads = torch.from_numpy(
+        np.random.default_rng(workers).integers(-3, 4, (3, workers, numel)).astype(np.float32)
+    )
     check_against_reference(workers, numel, 0.05, grads)
 
 
@@ -108,7 +111,9 @@ def team_configurations():
 @pytest.mark.parametrize("numel", [3, 101, 4099])
 @pytest.mark.parametrize("density", [0.001, 0.02, 0.3, 1.0])
 def test_invariants(workers, teams, sag, numel, density):
-    calls, _ = run_calls("spardl", workers, numel, density, calls=3, seed=numel, teams=teams, sag=sag)
+    calls, _ = run_calls(
+        "spardl", workers, numel, density, calls=3, seed=numel, teams=teams, sag=sag
+    )
     team_size = workers // teams
     block = math.ceil(numel / team_size)
     budget = max(1, int(block * density))
@@ -137,7 +142,7 @@ def test_bytes_with_teams_follow_the_cost_model():
     team_size = workers // teams
     budget = int(math.ceil(numel / team_size) * density)
     for call in calls:
-        for rank, stats in enumerate(call["stats"]):
+        for stats in call["stats"]:
             srs = 8 * (team_size - 1) * budget
             sag = 8 * (teams - 1) * budget  # h <= k_b entries per other team
             gather = 8 * (team_size - 1) * budget + 4 * (team_size - 1)  # plus one count per block
@@ -148,11 +153,15 @@ def test_density_one_is_the_dense_average_for_every_team_count():
     workers, numel = 12, 1001
     grads = heavy_tailed((workers, numel), 3)
     for teams in (1, 2, 3, 4, 6, 12):
-        def body(transport):
+
+        def body(transport, teams=teams):
             sync = compressors.create("spardl", transport, numel=numel, density=1.0, teams=teams)
             return sync.allreduce(grads[transport.rank])
+
         results = local_group(workers).run(body)
-        np.testing.assert_allclose(results[0].numpy(), grads.double().mean(0).numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            results[0].numpy(), grads.double().mean(0).numpy(), rtol=1e-5, atol=1e-6
+        )
 
 
 def test_state_dict_round_trip_continues_bit_identically():
@@ -174,16 +183,19 @@ def test_state_dict_round_trip_continues_bit_identically():
     assert all(local_group(workers).run(body))
 
 
-@pytest.mark.parametrize("options,message", [
-    (dict(density=0.0), "density"),
-    (dict(density=1.5), "density"),
-    (dict(density=0.1, teams=4), "valid: 1, 2, 3, 6"),
-    (dict(density=0.1, teams=3, sag="recursive"), "power of two"),
-    (dict(density=0.1, sag="ring"), "bruck, recursive"),
-    (dict(density=0.1, srs="tree"), "valid: rounds, blocks"),
-    (dict(density=0.1, srs=None), "valid: rounds, blocks"),
-    (dict(density=0.1, colour="red"), "unknown option"),
-])
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        (dict(density=0.0), "density"),
+        (dict(density=1.5), "density"),
+        (dict(density=0.1, teams=4), "valid: 1, 2, 3, 6"),
+        (dict(density=0.1, teams=3, sag="recursive"), "power of two"),
+        (dict(density=0.1, sag="ring"), "bruck, recursive"),
+        (dict(density=0.1, srs="tree"), "valid: rounds, blocks"),
+        (dict(density=0.1, srs=None), "valid: rounds, blocks"),
+        (dict(density=0.1, colour="red"), "unknown option"),
+    ],
+)
 def test_bad_options_raise_value_error_naming_valid_choices(options, message):
     transport = local_group(6).rank(0)
     with pytest.raises(ValueError, match=message):
@@ -193,15 +205,18 @@ def test_bad_options_raise_value_error_naming_valid_choices(options, message):
 def test_dense_warmup_runs_dense_then_sparse():
     calls, _ = run_calls("spardl", 4, 400, 0.01, calls=3, dense_warmup=2)
     for call in calls[:2]:
-        np.testing.assert_allclose(call["results"][0].numpy(), call["grads"].double().mean(0).numpy(),
-                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            call["results"][0].numpy(), call["grads"].double().mean(0).numpy(), rtol=1e-5, atol=1e-6
+        )
         assert float(call["after"].abs().max()) == 0.0
     assert int(torch.count_nonzero(calls[2]["results"][0])) <= 4 * 1
 
 
 def test_height_adapter_tracks_the_budget_within_bounds():
     adapter = HeightAdapter(block_budget=50, teams=4, block_size=5000)
-    assert adapter.value == 12 and adapter.step == 1  # small blocks still move (the authors froze them)
+    assert (
+        adapter.value == 12 and adapter.step == 1
+    )  # small blocks still move (the authors froze them)
     seen = []
     for _ in range(60):  # a union of about 3.5 h entries: the fixed point is h = 14 or 15
         adapter.update(int(3.5 * adapter.value))

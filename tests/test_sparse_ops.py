@@ -1,4 +1,5 @@
 """The shared helpers of compressors.sparse_ops."""
+
 import torch
 
 from compressors.sparse_ops import count_nonzero, entries_at_least, is_member, put_, zero_
@@ -19,7 +20,13 @@ def test_zero_clears_exactly_the_tensor_it_is_given():
 def test_count_nonzero_counts_as_torch_does():
     """NaN and inf count, zero and -0.0 do not; any shape or stride, and a tensor that requires grad."""
     values = torch.tensor([0.0, -0.0, 1.0, float("nan"), float("inf"), -3.0, 1e-45, 0.0])
-    for tensor in (values, values.view(2, 4).t(), values[::3], torch.zeros(0), values.clone().requires_grad_()):
+    for tensor in (
+        values,
+        values.view(2, 4).t(),
+        values[::3],
+        torch.zeros(0),
+        values.clone().requires_grad_(),
+    ):
         assert count_nonzero(tensor) == int(torch.count_nonzero(tensor)), tensor
     assert count_nonzero(values) == 5
     long = torch.zeros(3 * (1 << 18) + 5)  # several chunks and a short last one
@@ -33,10 +40,12 @@ def test_put_sets_the_listed_entries_along_the_last_dimension_as_scatter_does():
     ``scatter_(-1, ...)`` for a vector, a matrix and strided views, with a tensor, a number or
     a bool; written in place into the tensor's storage (nothing else changes) and returned."""
     generator = torch.Generator().manual_seed(5)
-    cases = [(lambda m: m[2], torch.randperm(300, generator=generator)[:40].sort().values),
-             (lambda m: m, torch.randperm(300, generator=generator)[:24].view(6, 4)),
-             (lambda m: m.t()[:, 1:5], torch.randint(0, 4, (300, 1), generator=generator)),
-             (lambda m: m.t()[:, 1:5], torch.tensor([[0, 3]]).expand(300, 2))]
+    cases = [
+        (lambda m: m[2], torch.randperm(300, generator=generator)[:40].sort().values),
+        (lambda m: m, torch.randperm(300, generator=generator)[:24].view(6, 4)),
+        (lambda m: m.t()[:, 1:5], torch.randint(0, 4, (300, 1), generator=generator)),
+        (lambda m: m.t()[:, 1:5], torch.tensor([[0, 3]]).expand(300, 2)),
+    ]
     for view, indices in cases:
         for values in (torch.randn(indices.shape, generator=generator), 0.0, -2.5):
             whole = torch.randn(6, 300, generator=generator)
@@ -57,10 +66,16 @@ def test_is_member_matches_python_sets_for_mixed_index_types():
     query = torch.randperm(5000, generator=generator)[:900]
     expected = [int(v) in set(sorted_set.tolist()) for v in query]
     assert 100 < sum(expected) < 900  # both outcomes occur
-    for set_type, query_type in [(torch.int64, torch.int64), (torch.int32, torch.int64), (torch.int64, torch.int32)]:
+    for set_type, query_type in [
+        (torch.int64, torch.int64),
+        (torch.int32, torch.int64),
+        (torch.int64, torch.int32),
+    ]:
         mask = is_member(sorted_set.to(set_type), query.to(query_type))
         assert mask.dtype == torch.bool and mask.tolist() == expected
-        assert is_member(sorted_set.to(set_type), query[:5].to(query_type)).tolist() == expected[:5]  # searches
+        assert (
+            is_member(sorted_set.to(set_type), query[:5].to(query_type)).tolist() == expected[:5]
+        )  # searches
     assert is_member(sorted_set[:0], query).tolist() == [False] * 900
     assert is_member(sorted_set, query[:0]).numel() == 0
 

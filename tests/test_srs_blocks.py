@@ -1,21 +1,33 @@
 """``srs="blocks"`` (the SRS round table one block per step, as the authors' code runs it) gives
 the bits of ``srs="rounds"``; only messages and rounds differ."""
+
 import math
 
 import pytest
 import torch
 
 import compressors
-from comm import local_group
+from allreducers.transports import local_group
 from tests.ranks import heavy_tailed, run_calls
 
-CONFIGURATIONS = [(2, 1, "bruck"), (3, 1, "bruck"), (5, 1, "bruck"), (6, 1, "bruck"), (8, 1, "bruck"),
-                  (6, 2, "bruck"), (9, 3, "bruck"), (8, 2, "recursive"), (8, 4, "recursive")]
+CONFIGURATIONS = [
+    (2, 1, "bruck"),
+    (3, 1, "bruck"),
+    (5, 1, "bruck"),
+    (6, 1, "bruck"),
+    (8, 1, "bruck"),
+    (6, 2, "bruck"),
+    (9, 3, "bruck"),
+    (8, 2, "recursive"),
+    (8, 4, "recursive"),
+]
 
 
 @pytest.mark.parametrize("workers,teams,sag", CONFIGURATIONS)
 @pytest.mark.parametrize("numel,density", [(1001, 0.02), (50, 0.3)])
-def test_blocks_give_the_bits_of_rounds_with_m_minus_1_srs_steps(workers, teams, sag, numel, density):
+def test_blocks_give_the_bits_of_rounds_with_m_minus_1_srs_steps(
+    workers, teams, sag, numel, density
+):
     grads = heavy_tailed((3, workers, numel), workers * numel)
     options = dict(calls=3, grads=grads, teams=teams, sag=sag)
     rounds, _ = run_calls("spardl", workers, numel, density, srs="rounds", **options)

@@ -1,5 +1,6 @@
 """The contract of the Synchronizer base class, kept by every registered method: the gradient is
 left alone, an ``out`` buffer receives the result, bad input raises ``ValueError``, the stats."""
+
 import re
 
 import numpy as np
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 import compressors
-from comm import GroupAborted, local_group
+from allreducers.transports import GroupAborted, local_group
 from tests.ranks import heavy_tailed, run_calls
 
 METHODS = compressors.available()
@@ -78,7 +79,9 @@ def test_a_strided_out_buffer_gets_the_dense_average(method, options):
         return out
 
     for out in local_group(3).run(body):  # under MPI too: tests/mpi_check_core.py
-        np.testing.assert_allclose(out.numpy(), grads.double().mean(0).numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            out.numpy(), grads.double().mean(0).numpy(), rtol=1e-5, atol=1e-6
+        )
 
 
 def test_unknown_method_lists_the_registry():
@@ -87,9 +90,17 @@ def test_unknown_method_lists_the_registry():
 
 
 @pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("grad", [torch.zeros(99), torch.zeros(100, dtype=torch.float64),
-                                  torch.zeros(10, 10), [0.0] * 100, torch.zeros(100).to_sparse(),
-                                  torch.zeros(100, device="meta")])
+@pytest.mark.parametrize(
+    "grad",
+    [
+        torch.zeros(99),
+        torch.zeros(100, dtype=torch.float64),
+        torch.zeros(10, 10),
+        [0.0] * 100,
+        torch.zeros(100).to_sparse(),
+        torch.zeros(100, device="meta"),
+    ],
+)
 def test_bad_gradients_raise_value_error(method, grad):
     sync = compressors.create(method, local_group(1).rank(0), numel=100, density=0.1)
     with pytest.raises(ValueError, match="gradient"):
@@ -100,6 +111,7 @@ def test_bad_gradients_raise_value_error(method, grad):
 def test_load_state_dict_restores_the_residual_in_place(method):
     """Into the residual's own buffer: spardl keeps it inside its padded blocks, and a new tensor
     would cost a copy of n entries on the next call."""
+
     def body(transport):
         sync = compressors.create(method, transport, numel=700, density=0.02)
         sync.allreduce(heavy_tailed(700, transport.rank))
@@ -114,8 +126,11 @@ def test_load_state_dict_restores_the_residual_in_place(method):
 
 def spardl_state(workers=4, **options):
     """Rank 0's state of spardl on ``workers`` in-process ranks after two calls."""
+
     def body(transport):
-        sync = compressors.create("spardl", transport, numel=1000, **dict(dict(density=0.05), **options))
+        sync = compressors.create(
+            "spardl", transport, numel=1000, **dict(dict(density=0.05), **options)
+        )
         for call in range(2):
             sync.allreduce(heavy_tailed(1000, 10 * call + transport.rank))
         return sync.state_dict()
@@ -123,11 +138,14 @@ def spardl_state(workers=4, **options):
     return local_group(workers).run(body)[0]
 
 
-@pytest.mark.parametrize("workers,options,message", [
-    (4, {"density": 0.1}, "density 0.05 (here 0.1)"),
-    (2, {"density": 0.05}, "workers 4 (here 2)"),
-    (4, {"density": 0.05, "teams": 2}, "teams 1 (here 2)"),
-])
+@pytest.mark.parametrize(
+    "workers,options,message",
+    [
+        (4, {"density": 0.1}, "density 0.05 (here 0.1)"),
+        (2, {"density": 0.05}, "workers 4 (here 2)"),
+        (4, {"density": 0.05, "teams": 2}, "teams 1 (here 2)"),
+    ],
+)
 def test_a_state_saved_with_other_settings_is_refused(workers, options, message):
     """SparDL's h and Ok-Topk's regions depend on the density, P and teams: loading them into
     another configuration used to crash a later call (malformed message) or run silently at the
@@ -139,8 +157,15 @@ def test_a_state_saved_with_other_settings_is_refused(workers, options, message)
         sync.load_state_dict(state)
 
 
-@pytest.mark.parametrize("state", [None, {}, {"method": "spardl", "numel": 1000},
-                                   {"method": "spardl", "numel": 1000, "calls": 1, "residual": torch.ones(1)}])
+@pytest.mark.parametrize(
+    "state",
+    [
+        None,
+        {},
+        {"method": "spardl", "numel": 1000},
+        {"method": "spardl", "numel": 1000, "calls": 1, "residual": torch.ones(1)},
+    ],
+)
 def test_a_malformed_state_is_a_value_error(state):
     sync = compressors.create("spardl", local_group(1).rank(0), numel=1000, density=0.05)
     with pytest.raises(ValueError, match="not a synchronizer state|residual of shape"):
@@ -160,15 +185,19 @@ def test_a_gradient_that_requires_grad_is_read_as_data(method):
 
 def test_numpy_integers_are_accepted_and_strings_bools_and_huge_sizes_refused():
     transport = local_group(2).rank(0)
-    sync = compressors.create("spardl", transport, numel=np.int64(100), density=0.5, teams=np.int64(2))
+    sync = compressors.create(
+        "spardl", transport, numel=np.int64(100), density=0.5, teams=np.int64(2)
+    )
     assert (sync.numel, sync.teams) == (100, 2) and type(sync.teams) is int
-    oktopk = compressors.create("oktopk", transport, numel=100, density=0.5, raise_scale=np.float32(1.5))
+    oktopk = compressors.create(
+        "oktopk", transport, numel=100, density=0.5, raise_scale=np.float32(1.5)
+    )
     assert oktopk.raise_scale == 1.5 and type(oktopk.raise_scale) is float
     for density in ("0.5", True):
         with pytest.raises(ValueError, match="density must be a number"):
             compressors.create("topk", transport, numel=100, density=density)
     with pytest.raises(ValueError, match="int32 indices"):
-        compressors.create("topk", transport, numel=2 ** 31, density=0.01)
+        compressors.create("topk", transport, numel=2**31, density=0.01)
 
 
 def test_a_group_aborted_by_a_failed_run_says_so():

@@ -1,4 +1,5 @@
 """The synthetic CIFAR-shaped data set of timing runs: shapes, classes and determinism."""
+
 import torch
 
 import datasets
@@ -6,7 +7,10 @@ from datasets import synthetic
 
 
 def test_cifar_shaped_images_and_ten_classes_the_same_on_every_load():
-    first, second = datasets.load("synthetic-cifar10", None), datasets.load("synthetic-cifar10", "ignored")
+    first, second = (
+        datasets.load("synthetic-cifar10", None),
+        datasets.load("synthetic-cifar10", "ignored"),
+    )
     assert (first.num_classes, first.input_shape) == (10, (3, 32, 32))
     assert (len(first.train), len(first.test)) == (synthetic.TRAIN_IMAGES, synthetic.TEST_IMAGES)
     for part in ("train", "test"):

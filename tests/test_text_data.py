@@ -1,5 +1,6 @@
 """The text data sets: IMDB in both layouts with its cache, the WordPiece vocabulary, packing
 and BERT's masking, and the plain-text corpus loader."""
+
 import os
 import shutil
 import tempfile
@@ -29,12 +30,23 @@ def imdb_dirs(tmp_path):
 
 
 def test_normalisation_is_the_authors():
-    assert imdb.normalise("Great<br />film, 10/10!It's OK...") == \
-        ["great", "film", "!", "it", "s", "ok", ".", ".", "."]
+    assert imdb.normalise("Great<br />film, 10/10!It's OK...") == [
+        "great",
+        "film",
+        "!",
+        "it",
+        "s",
+        "ok",
+        ".",
+        ".",
+        ".",
+    ]
 
 
 def test_both_layouts_load_to_the_same_tokens(imdb_dirs):
-    acl, csv = (datasets.load("imdb", imdb_dirs[layout], vocab_size=30) for layout in ("acl", "csv"))
+    acl, csv = (
+        datasets.load("imdb", imdb_dirs[layout], vocab_size=30) for layout in ("acl", "csv")
+    )
     for part in ("train", "test"):
         for name in ("tokens", "offsets", "labels"):
             assert torch.equal(getattr(getattr(acl, part), name), getattr(getattr(csv, part), name))
@@ -70,13 +82,13 @@ def test_padded_batches_end_in_padding(imdb_dirs):
     longest = max(len(t) for t, _ in items)
     assert tokens.shape == (3, longest) and labels.tolist() == [0, 0, 0]
     for row, (sequence, _) in zip(tokens, items):
-        assert torch.equal(row[:len(sequence)], sequence) and (row[len(sequence):] == PAD).all()
+        assert torch.equal(row[: len(sequence)], sequence) and (row[len(sequence) :] == PAD).all()
 
 
 def test_cache_is_used_on_the_second_load_and_rebuilt_when_damaged(imdb_dirs, monkeypatch):
     folder = imdb_dirs["csv"]
     first = datasets.load("imdb", folder, vocab_size=30)
-    cache, = folder.glob(".imdb-*.pt")
+    (cache,) = folder.glob(".imdb-*.pt")
     stamp = cache.stat().st_mtime_ns
 
     def no_tokenising(text):
@@ -87,7 +99,7 @@ def test_cache_is_used_on_the_second_load_and_rebuilt_when_damaged(imdb_dirs, mo
     assert torch.equal(first.train.tokens, second.train.tokens)
     assert cache.stat().st_mtime_ns == stamp
     monkeypatch.undo()
-    for damage in (cache.read_bytes()[:len(cache.read_bytes()) // 2], b"not a cache"):
+    for damage in (cache.read_bytes()[: len(cache.read_bytes()) // 2], b"not a cache"):
         cache.write_bytes(damage)
         again = datasets.load("imdb", folder, vocab_size=30)
         assert torch.equal(again.test.tokens, first.test.tokens)
@@ -96,7 +108,9 @@ def test_cache_is_used_on_the_second_load_and_rebuilt_when_damaged(imdb_dirs, mo
     content = torch.load(cache, weights_only=True)
     content["train"]["tokens"][0] = 10_000
     torch.save(content, cache)
-    assert torch.equal(datasets.load("imdb", folder, vocab_size=30).train.tokens, first.train.tokens)
+    assert torch.equal(
+        datasets.load("imdb", folder, vocab_size=30).train.tokens, first.train.tokens
+    )
     # other settings: another cache file
     datasets.load("imdb", folder, vocab_size=20)
     assert len(list(folder.glob(".imdb-*.pt"))) == 2
@@ -112,15 +126,19 @@ def test_an_unwritable_cache_directory_is_noted_not_fatal(imdb_dirs, monkeypatch
     assert len(split.train) == 24 and not list(imdb_dirs["acl"].rglob(".imdb-*"))
 
 
-@pytest.mark.parametrize("layout, damage, message", [
-    ("none", None, r"imdb: no data in .*aclImdb folder .*imdb_train\.csv"),
-    ("csv", "label,review\n2,great film\n", r"imdb_train\.csv line 2 is not 'label,review'"),
-    ("csv", "label,review\n1,great,film\n", r"line 2 is not 'label,review'.*quoted"),
-    ("csv", "label,review\n", r"imdb_train\.csv holds no reviews"),
-    ("csv", b"label,review\n1,\xff\xfe\n", r"cannot read .*imdb_train\.csv"),
-])
-def test_missing_or_malformed_imdb_says_which_layout_is_expected(imdb_dirs, tmp_path, layout,
-                                                                 damage, message):
+@pytest.mark.parametrize(
+    "layout, damage, message",
+    [
+        ("none", None, r"imdb: no data in .*aclImdb folder .*imdb_train\.csv"),
+        ("csv", "label,review\n2,great film\n", r"imdb_train\.csv line 2 is not 'label,review'"),
+        ("csv", "label,review\n1,great,film\n", r"line 2 is not 'label,review'.*quoted"),
+        ("csv", "label,review\n", r"imdb_train\.csv holds no reviews"),
+        ("csv", b"label,review\n1,\xff\xfe\n", r"cannot read .*imdb_train\.csv"),
+    ],
+)
+def test_missing_or_malformed_imdb_says_which_layout_is_expected(
+    imdb_dirs, tmp_path, layout, damage, message
+):
     folder = tmp_path / "empty" if layout == "none" else imdb_dirs[layout]
     folder.mkdir(exist_ok=True)
     if damage is not None:
@@ -131,7 +149,9 @@ def test_missing_or_malformed_imdb_says_which_layout_is_expected(imdb_dirs, tmp_
 
 
 def test_unknown_loader_options_are_refused():
-    with pytest.raises(datasets.DataError, match=r"takes no option\(s\) seq_len .*vocab_size, max_tokens"):
+    with pytest.raises(
+        datasets.DataError, match=r"takes no option\(s\) seq_len .*vocab_size, max_tokens"
+    ):
         datasets.load("imdb", ".", seq_len=3)
 
 
@@ -139,16 +159,43 @@ def test_wordpiece_merges_the_most_frequent_pairs():
     vocab = wordpiece.train({"low": 5, "lower": 2, "newest": 6, "widest": 3}, 100)
     # worked by hand: ##e ##s (9, tie broken by order), ##es ##t (9), ##o ##w (7), l ##ow (7),
     # ##e ##w (6), ##ew ##est, n ##ewest, ##d ##est (3), ##i ##dest, w ##idest, ##e ##r (2), low ##er
-    assert vocab[len(wordpiece.SPECIALS):] == [
-        "##d", "##e", "##i", "##o", "##r", "##s", "##t", "##w", "l", "n", "w",
-        "##es", "##est", "##ow", "low", "##ew", "##ewest", "newest", "##dest", "##idest", "widest",
-        "##er", "lower"]
+    assert vocab[len(wordpiece.SPECIALS) :] == [
+        "##d",
+        "##e",
+        "##i",
+        "##o",
+        "##r",
+        "##s",
+        "##t",
+        "##w",
+        "l",
+        "n",
+        "w",
+        "##es",
+        "##est",
+        "##ow",
+        "low",
+        "##ew",
+        "##ewest",
+        "newest",
+        "##dest",
+        "##idest",
+        "widest",
+        "##er",
+        "lower",
+    ]
     assert len(wordpiece.train({"low": 5, "lower": 2, "newest": 6, "widest": 3}, 20)) == 20
     encoder = wordpiece.WordPiece(vocab)
-    pieces = {word: [vocab[i] for i in encoder.encode_word(word)] for word in ("lowest", "newer", "q")}
+    pieces = {
+        word: [vocab[i] for i in encoder.encode_word(word)] for word in ("lowest", "newer", "q")
+    }
     assert pieces == {"lowest": ["low", "##est"], "newer": ["n", "##ew", "##er"], "q": ["[UNK]"]}
-    assert encoder.encode("Low, LOWER!") == [vocab.index("low"), wordpiece.UNK,
-                                             vocab.index("lower"), wordpiece.UNK]
+    assert encoder.encode("Low, LOWER!") == [
+        vocab.index("low"),
+        wordpiece.UNK,
+        vocab.index("lower"),
+        wordpiece.UNK,
+    ]
 
 
 def test_packing_fills_sequences_in_order():
@@ -160,7 +207,11 @@ def test_packing_fills_sequences_in_order():
 def test_masking_statistics_are_berts():
     generator = torch.Generator().manual_seed(1)
     sequences = torch.randint(5, 1000, (400, 128), generator=generator)
-    sequences[:, 0], sequences[:, -1], sequences[:3, 60:] = wordpiece.CLS, wordpiece.SEP, wordpiece.PAD
+    sequences[:, 0], sequences[:, -1], sequences[:3, 60:] = (
+        wordpiece.CLS,
+        wordpiece.SEP,
+        wordpiece.PAD,
+    )
     inputs, labels = wikipedia.mask(sequences, 1000, 0.15, generator)
     chosen = labels != wikipedia.IGNORE
     candidates = sequences > wordpiece.MASK
@@ -196,7 +247,9 @@ def test_corpus_holds_out_every_nth_paragraph_with_a_training_vocabulary(tmp_pat
     originals = torch.where(labels == wikipedia.IGNORE, inputs, labels)
     assert originals.tolist()[:3] == [wordpiece.CLS, wordpiece.UNK, wordpiece.UNK]  # "quiz quiz"
     assert wordpiece.UNK not in split.train.sequences.flatten().tolist()
-    again = datasets.load("wikipedia", _corpus(tmp_path / "copy", paragraphs), vocab_size=60, seq_len=8)
+    again = datasets.load(
+        "wikipedia", _corpus(tmp_path / "copy", paragraphs), vocab_size=60, seq_len=8
+    )
     assert torch.equal(again.test.tensors[1], split.test.tensors[1])  # fixed held-out masks
 
 
@@ -214,13 +267,19 @@ def test_a_real_corpus_trains_a_vocabulary_that_covers_it(tmp_path):
     assert one_file.vocab_size <= 500
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda d: d / "absent", "does not exist"),
-    (lambda d: d, "holds no text files"),
-    (lambda d: (d / "x.bin").write_bytes(b"text\0\1\2") and d, "x.bin is not readable UTF-8 text"),
-    (lambda d: (d / "x.txt").write_bytes(b"caf\xe9") and d, "x.txt is not readable UTF-8 text"),
-    (lambda d: (d / "x.txt").write_text("one paragraph") and d, "too few to hold out"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda d: d / "absent", "does not exist"),
+        (lambda d: d, "holds no text files"),
+        (
+            lambda d: (d / "x.bin").write_bytes(b"text\0\1\2") and d,
+            "x.bin is not readable UTF-8 text",
+        ),
+        (lambda d: (d / "x.txt").write_bytes(b"caf\xe9") and d, "x.txt is not readable UTF-8 text"),
+        (lambda d: (d / "x.txt").write_text("one paragraph") and d, "too few to hold out"),
+    ],
+)
 def test_bad_corpora_say_what_is_expected(tmp_path, make, message):
     with pytest.raises(datasets.DataError, match=message):
         datasets.load("wikipedia", make(tmp_path))

@@ -1,5 +1,6 @@
 """The command line: bad input ends every rank with status 2 and one message, fast; a failure on
 one rank aborts the job; every flag is documented."""
+
 import re
 import time
 from pathlib import Path
@@ -14,30 +15,36 @@ pytestmark = pytest.mark.mpi
 MESSAGE = "main_trainer.py: error:"
 
 
-@pytest.mark.parametrize("flags,fragment", [
-    (["--dnn", "lenet"], "unknown model 'lenet'; choose one of: alexnet"),
-    (["--dataset", "svhn"], "unknown data set 'svhn'"),
-    (["--compression", "--compressor", "nope"], "unknown synchronization method 'nope'"),
-    (["--compressor", "nope"], "unknown synchronization method 'nope'"),
-    (["--compression", "--density", "0"], "--density must lie in (0, 1]"),
-    (["--density", "1.5"], "--density must lie in (0, 1]"),
-    (["--nworkers", "3"], "--nworkers 3 does not match the 2 MPI process(es)"),
-    (["--data-dir", "/nonexistent/data"], "data directory /nonexistent/data does not exist"),
-    (["--dataset", "cifar10", "--data-dir", "{tmp}"], "cifar-10-batches-py lacks data_batch_1"),
-    (["--compression", "--teams", "3"], "--teams 3 must divide the number of workers 2"),
-    (["--dnn", "vgg16", "--dataset", "digits"], "vgg16 cannot train on batches of 1x8x8 images"),
-    (["--resume"], "--resume needs --checkpoint-dir"),
-    (["--config", "{tmp}/absent.json"], "absent.json does not exist"),
-    (["--batch-size", "many"], "invalid int value: 'many'"),
-    (["--lr", "inf"], "--lr must be a positive number"),
-    (["--lr-gamma", "-1"], "--lr-gamma must be a positive number"),
-    (["--momentum", "-0.5"], "--momentum must be a number >= 0"),
-    (["--weight-decay", "-1"], "--weight-decay must be a number >= 0"),
-    (["--log-dir", "/etc/passwd"], "--log-dir /etc/passwd: "),
-    (["--checkpoint-dir", "/etc/passwd/ckpt"], "--checkpoint-dir /etc/passwd/ckpt: "),
-    (["--seed", "-1"], "--seed must lie in [0, 2^32), got -1"),
-    (["--lr-milestones", "-3"], "--lr-milestones must be epochs >= 0"),
-])
+@pytest.mark.parametrize(
+    "flags,fragment",
+    [
+        (["--dnn", "lenet"], "unknown model 'lenet'; choose one of: alexnet"),
+        (["--dataset", "svhn"], "unknown data set 'svhn'"),
+        (["--compression", "--compressor", "nope"], "unknown synchronization method 'nope'"),
+        (["--compressor", "nope"], "unknown synchronization method 'nope'"),
+        (["--compression", "--density", "0"], "--density must lie in (0, 1]"),
+        (["--density", "1.5"], "--density must lie in (0, 1]"),
+        (["--nworkers", "3"], "--nworkers 3 does not match the 2 MPI process(es)"),
+        (["--data-dir", "/nonexistent/data"], "data directory /nonexistent/data does not exist"),
+        (["--dataset", "cifar10", "--data-dir", "{tmp}"], "cifar-10-batches-py lacks data_batch_1"),
+        (["--compression", "--teams", "3"], "--teams 3 must divide the number of workers 2"),
+        (
+            ["--dnn", "vgg16", "--dataset", "digits"],
+            "vgg16 cannot train on batches of 1x8x8 images",
+        ),
+        (["--resume"], "--resume needs --checkpoint-dir"),
+        (["--config", "{tmp}/absent.json"], "absent.json does not exist"),
+        (["--batch-size", "many"], "invalid int value: 'many'"),
+        (["--lr", "inf"], "--lr must be a positive number"),
+        (["--lr-gamma", "-1"], "--lr-gamma must be a positive number"),
+        (["--momentum", "-0.5"], "--momentum must be a number >= 0"),
+        (["--weight-decay", "-1"], "--weight-decay must be a number >= 0"),
+        (["--log-dir", "/etc/passwd"], "--log-dir /etc/passwd: "),
+        (["--checkpoint-dir", "/etc/passwd/ckpt"], "--checkpoint-dir /etc/passwd/ckpt: "),
+        (["--seed", "-1"], "--seed must lie in [0, 2^32), got -1"),
+        (["--lr-milestones", "-3"], "--lr-milestones must be epochs >= 0"),
+    ],
+)
 def test_bad_input_exits_2_with_one_message(tmp_path, flags, fragment):
     flags = [flag.replace("{tmp}", str(tmp_path)) for flag in flags]
     started = time.monotonic()
@@ -52,8 +59,17 @@ def test_bad_input_exits_2_with_one_message(tmp_path, flags, fragment):
 
 
 def test_a_failure_on_one_rank_aborts_every_rank(tmp_path):
-    saved = mpiexec(2, "main_trainer.py", "--max-epochs", "1", "--max-iters", "2",
-                    "--checkpoint-dir", str(tmp_path), timeout=120)
+    saved = mpiexec(
+        2,
+        "main_trainer.py",
+        "--max-epochs",
+        "1",
+        "--max-iters",
+        "2",
+        "--checkpoint-dir",
+        str(tmp_path),
+        timeout=120,
+    )
     assert saved.returncode == 0, saved.stderr
     # Rank 0 resumes fine and waits in its first collective; only rank 1 fails, loading a model
     # state that lacks a tensor (a readable file: an unreadable one is a usage error, exit 2).
@@ -62,38 +78,80 @@ def test_a_failure_on_one_rank_aborts_every_rank(tmp_path):
     state["model"].popitem()
     torch.save(state, path)
     started = time.monotonic()
-    result = mpiexec(2, "main_trainer.py", "--max-epochs", "2", "--max-iters", "2",
-                     "--checkpoint-dir", str(tmp_path), "--resume", timeout=120)
+    result = mpiexec(
+        2,
+        "main_trainer.py",
+        "--max-epochs",
+        "2",
+        "--max-iters",
+        "2",
+        "--checkpoint-dir",
+        str(tmp_path),
+        "--resume",
+        timeout=120,
+    )
     assert result.returncode not in (0, 2)
     assert "rank 1 failed" in result.stderr and "Traceback" in result.stderr
     assert "rank 0 failed" not in result.stderr
     assert time.monotonic() - started < 60
 
 
-@pytest.mark.parametrize("flags", [[], ["--compression"], ["--compression", "--compressor", "oktopk"]])
+@pytest.mark.parametrize(
+    "flags", [[], ["--compression"], ["--compression", "--compressor", "oktopk"]]
+)
 def test_a_diverging_run_stops_every_rank_with_one_line(flags):
     """The ranks agree on a loss or gradient that is not finite before synchronizing it: one
     line from rank 0 naming the step, status 1 (a sparse method used to fail inside its
     selection on every rank, with tracebacks)."""
-    result = mpiexec(4, "main_trainer.py", "--lr", "1e6", "--max-epochs", "1", "--max-iters", "20",
-                     *flags, timeout=120)
+    result = mpiexec(
+        4,
+        "main_trainer.py",
+        "--lr",
+        "1e6",
+        "--max-epochs",
+        "1",
+        "--max-iters",
+        "20",
+        *flags,
+        timeout=120,
+    )
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert re.fullmatch(r"main_trainer.py: error: the run diverged at epoch 1, iteration \d+: "
-                        r"(the training loss is (nan|inf|-inf)|the gradient holds NaN or inf) "
-                        r"\(a lower --lr, or more --warmup-epochs\?\)", lines[0]), lines[0]
+    assert re.fullmatch(
+        r"main_trainer.py: error: the run diverged at epoch 1, iteration \d+: "
+        r"(the training loss is (nan|inf|-inf)|the gradient holds NaN or inf) "
+        r"\(a lower --lr, or more --warmup-epochs\?\)",
+        lines[0],
+    ), lines[0]
 
 
 def test_help_lists_and_the_docs_describe_every_flag():
     result = mpiexec(2, "main_trainer.py", "--help", timeout=120)
     assert result.returncode == 0
     flags = set(re.findall(r"--[a-z][a-z-]+", result.stdout))
-    contract = {"--dnn", "--dataset", "--data-dir", "--batch-size", "--lr", "--max-epochs",
-                "--nworkers", "--compression", "--compressor", "--density", "--teams", "--sag",
-                "--seed", "--log-dir", "--checkpoint-dir", "--resume", "--max-iters", "--device",
-                "--dense-warmup"}
+    contract = {
+        "--dnn",
+        "--dataset",
+        "--data-dir",
+        "--batch-size",
+        "--lr",
+        "--max-epochs",
+        "--nworkers",
+        "--compression",
+        "--compressor",
+        "--density",
+        "--teams",
+        "--sag",
+        "--seed",
+        "--log-dir",
+        "--checkpoint-dir",
+        "--resume",
+        "--max-iters",
+        "--device",
+        "--dense-warmup",
+    }
     assert contract <= flags
     assert result.stdout.count("usage: main_trainer.py") == 1  # printed by rank 0 only
     docs = (Path(ROOT) / "docs" / "TRAINING.md").read_text()
@@ -108,26 +166,55 @@ def test_nothing_left_to_train_is_said():
 
 
 def test_a_milestone_inside_the_warm_up_is_noted():
-    result = mpiexec(1, "main_trainer.py", "--max-epochs", "0", "--warmup-epochs", "2.5",
-                     "--lr-milestones", "1,2,3", timeout=120)
+    result = mpiexec(
+        1,
+        "main_trainer.py",
+        "--max-epochs",
+        "0",
+        "--warmup-epochs",
+        "2.5",
+        "--lr-milestones",
+        "1,2,3",
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     output = result.stdout + result.stderr
-    assert "--lr-milestones 1,2 fall inside the 2.5-epoch warm-up: their decay starts when it ends" \
+    assert (
+        "--lr-milestones 1,2 fall inside the 2.5-epoch warm-up: their decay starts when it ends"
         in output
+    )
 
 
 def test_an_unreadable_image_met_in_training_ends_the_job_with_one_line(tmp_path):
     from PIL import Image
+
     for part in ("train", "val"):
         for label in ("n01", "n02"):
             (tmp_path / part / label).mkdir(parents=True)
             Image.new("RGB", (40, 30)).save(tmp_path / part / label / "a.JPEG")
     (tmp_path / "train" / "n02" / "b.JPEG").write_bytes(b"not an image")
     started = time.monotonic()
-    result = mpiexec(2, "main_trainer.py", "--dnn", "cnn", "--dataset", "imagenet", "--data-dir",
-                     str(tmp_path), "--batch-size", "1", "--max-epochs", "1", "--loader-workers", "1",
-                     timeout=120)
+    result = mpiexec(
+        2,
+        "main_trainer.py",
+        "--dnn",
+        "cnn",
+        "--dataset",
+        "imagenet",
+        "--data-dir",
+        str(tmp_path),
+        "--batch-size",
+        "1",
+        "--max-epochs",
+        "1",
+        "--loader-workers",
+        "1",
+        timeout=120,
+    )
     assert result.returncode not in (0, 2)
-    assert f"failed: {tmp_path}/train/n02/b.JPEG: unreadable image (UnidentifiedImageError" in result.stderr
+    assert (
+        f"failed: {tmp_path}/train/n02/b.JPEG: unreadable image (UnidentifiedImageError"
+        in result.stderr
+    )
     assert "Traceback" not in result.stderr
     assert time.monotonic() - started < 60

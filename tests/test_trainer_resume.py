@@ -1,4 +1,5 @@
 """Resuming from a checkpoint continues exactly as if the run had never stopped."""
+
 import json
 
 import pytest
@@ -15,9 +16,18 @@ SAME = ("iters", "train_loss", "test_loss", "test_acc", "lr", "bytes_sent_per_ra
 
 
 def train(tmp_path, name, epochs, *extra):
-    result = mpiexec(2, "main_trainer.py", "--max-epochs", str(epochs), "--log-dir",
-                     str(tmp_path / name), "--checkpoint-dir", str(tmp_path / f"{name}-ckpt"),
-                     *FLAGS, *extra)
+    result = mpiexec(
+        2,
+        "main_trainer.py",
+        "--max-epochs",
+        str(epochs),
+        "--log-dir",
+        str(tmp_path / name),
+        "--checkpoint-dir",
+        str(tmp_path / f"{name}-ckpt"),
+        *FLAGS,
+        *extra,
+    )
     assert result.returncode == 0, result.stderr
     return result
 
@@ -35,23 +45,37 @@ def test_two_epochs_equal_one_epoch_resume_one_epoch(tmp_path):
     assert "resumed from the checkpoint of epoch 1" in second.stdout
     assert rows(tmp_path, "straight") == rows(tmp_path, "resumed")
     for rank in range(2):
-        straight, resumed = (torch.load(tmp_path / f"{name}-ckpt" / "epoch-0002" /
-                                        f"rank-{rank:04d}.pt", weights_only=True)
-                             for name in ("straight", "resumed"))
+        straight, resumed = (
+            torch.load(
+                tmp_path / f"{name}-ckpt" / "epoch-0002" / f"rank-{rank:04d}.pt", weights_only=True
+            )
+            for name in ("straight", "resumed")
+        )
         for key, tensor in straight["model"].items():
             assert torch.equal(tensor, resumed["model"][key]), key
-        assert torch.equal(straight["synchronizer"]["residual"],
-                           resumed["synchronizer"]["residual"])
+        assert torch.equal(
+            straight["synchronizer"]["residual"], resumed["synchronizer"]["residual"]
+        )
 
 
 def test_resume_refuses_a_checkpoint_of_another_world_size(tmp_path):
     epoch = tmp_path / "epoch-0001"
     epoch.mkdir()
     for rank in range(2):  # what ranks 0 and 1 of a 3-worker run would have left
-        torch.save({"nworkers": 3, "run_info": {"compressor": "spardl"}},
-                   epoch / f"rank-{rank:04d}.pt")
-    result = mpiexec(2, "main_trainer.py", "--max-epochs", "2", "--checkpoint-dir",
-                     str(tmp_path), "--resume", *FLAGS, timeout=120)
+        torch.save(
+            {"nworkers": 3, "run_info": {"compressor": "spardl"}}, epoch / f"rank-{rank:04d}.pt"
+        )
+    result = mpiexec(
+        2,
+        "main_trainer.py",
+        "--max-epochs",
+        "2",
+        "--checkpoint-dir",
+        str(tmp_path),
+        "--resume",
+        *FLAGS,
+        timeout=120,
+    )
     assert result.returncode == 2
     assert "does not fit this run" in result.stderr and "nworkers 3 (this run: 2)" in result.stderr
     assert "Traceback" not in result.stderr
@@ -59,10 +83,25 @@ def test_resume_refuses_a_checkpoint_of_another_world_size(tmp_path):
 
 def quick(tmp_path, name, checkpoints, epochs, iters, *extra):
     """A short 2-rank run logging to ``tmp_path/name``; its result and metrics rows."""
-    result = mpiexec(2, "main_trainer.py", "--max-epochs", str(epochs), "--max-iters", str(iters),
-                     "--log-dir", str(tmp_path / name), "--checkpoint-dir", str(tmp_path / checkpoints),
-                     *extra, timeout=120)
-    lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines() if result.returncode == 0 else []
+    result = mpiexec(
+        2,
+        "main_trainer.py",
+        "--max-epochs",
+        str(epochs),
+        "--max-iters",
+        str(iters),
+        "--log-dir",
+        str(tmp_path / name),
+        "--checkpoint-dir",
+        str(tmp_path / checkpoints),
+        *extra,
+        timeout=120,
+    )
+    lines = (
+        (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        if result.returncode == 0
+        else []
+    )
     return result, [json.loads(line) for line in lines]
 
 
@@ -70,11 +109,14 @@ def test_resume_follows_this_runs_flags_and_keeps_one_history(tmp_path):
     """Resumed with another --lr and --max-iters, epochs 2-3 run the schedule those flags give,
     as a straight run with them does (it used to keep the first run's rate and steps per epoch);
     the log holds each epoch once."""
-    _, straight = quick(tmp_path, "straight", "straight-ckpt", 3, 3, "--lr", "0.01", "--warmup-epochs", "1")
+    _, straight = quick(
+        tmp_path, "straight", "straight-ckpt", 3, 3, "--lr", "0.01", "--warmup-epochs", "1"
+    )
     first, _ = quick(tmp_path, "split", "split-ckpt", 1, 2, "--warmup-epochs", "1")
     assert first.returncode == 0, first.stderr
-    again, split = quick(tmp_path, "split", "split-ckpt", 3, 3, "--lr", "0.01", "--warmup-epochs", "1",
-                         "--resume")
+    again, split = quick(
+        tmp_path, "split", "split-ckpt", 3, 3, "--lr", "0.01", "--warmup-epochs", "1", "--resume"
+    )
     assert again.returncode == 0, again.stderr
     assert [row["epoch"] for row in split] == [1, 2, 3]
     assert [row["lr"] for row in split[1:]] == [row["lr"] for row in straight[1:]]
@@ -89,9 +131,21 @@ def test_resume_refuses_another_model_and_a_fresh_run_refuses_old_checkpoints(tm
     fresh, _ = quick(tmp_path, "log", "ckpt", 2, 2)
     assert fresh.returncode == 2, fresh.stderr
     assert "holds checkpoints of an earlier run (epochs 1): pass --resume" in fresh.stderr
-    more = mpiexec(3, "main_trainer.py", "--max-epochs", "2", "--max-iters", "2", "--checkpoint-dir",
-                   str(tmp_path / "ckpt"), "--resume", timeout=120)  # 2 ranks' files, 3 ranks
-    assert more.returncode == 2 and "none of them complete for this run's 3 worker(s)" in more.stderr
+    more = mpiexec(
+        3,
+        "main_trainer.py",
+        "--max-epochs",
+        "2",
+        "--max-iters",
+        "2",
+        "--checkpoint-dir",
+        str(tmp_path / "ckpt"),
+        "--resume",
+        timeout=120,
+    )  # 2 ranks' files, 3 ranks
+    assert (
+        more.returncode == 2 and "none of them complete for this run's 3 worker(s)" in more.stderr
+    )
     elsewhere, rows = quick(tmp_path, "log", "ckpt-new", 1, 2, "--seed", "3")
     assert elsewhere.returncode == 0 and [row["epoch"] for row in rows] == [1]  # a fresh log
 
@@ -107,13 +161,18 @@ def test_resume_refuses_another_density_and_an_unreadable_checkpoint(tmp_path):
     assert "Traceback" not in other.stderr
     # Refused from what the command line says, before the data and model are built; a refused
     # run leaves no log directory behind.
-    teams, _ = quick(tmp_path, "refused", "ckpt", 2, 2, *spardl, "--density", "0.05", "--teams", "2", "--resume")
+    teams, _ = quick(
+        tmp_path, "refused", "ckpt", 2, 2, *spardl, "--density", "0.05", "--teams", "2", "--resume"
+    )
     assert teams.returncode == 2 and "teams 1 (this run: 2)" in teams.stderr, teams.stderr
     assert not (tmp_path / "refused").exists()
     (tmp_path / "ckpt" / "epoch-0001" / "rank-0001.pt").write_text("garbage\n")
     broken, _ = quick(tmp_path, "log", "ckpt", 2, 2, *spardl, "--density", "0.05", "--resume")
     assert broken.returncode == 2, broken.stderr
-    assert "epoch-0001/rank-0001.pt is unreadable" in broken.stderr and "Traceback" not in broken.stderr
+    assert (
+        "epoch-0001/rank-0001.pt is unreadable" in broken.stderr
+        and "Traceback" not in broken.stderr
+    )
 
 
 class _RunsCode:
@@ -135,6 +194,8 @@ def test_resume_refuses_a_checkpoint_holding_an_arbitrary_object(tmp_path):
     crafted, _ = quick(tmp_path, "log", "ckpt", 2, 2, "--resume")
     assert crafted.returncode == 2, crafted.stderr
     assert not marker.exists()
-    assert f"checkpoint {path} holds something other than tensors and plain values" in crafted.stderr
+    assert (
+        f"checkpoint {path} holds something other than tensors and plain values" in crafted.stderr
+    )
     assert "refused, since loading it could run code" in crafted.stderr
     assert "Traceback" not in crafted.stderr and len(crafted.stderr.splitlines()) == 1

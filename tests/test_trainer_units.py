@@ -1,6 +1,7 @@
 """Unit tests of the trainer's pieces: sharding, flat gradients, lr schedule, configs,
 collective helpers (on MPI.COMM_SELF), metrics rows, checkpoints, and the command line's checks
 (in process, as rank 0 of a pretended job)."""
+
 import json
 import re
 import struct
@@ -11,7 +12,6 @@ from mpi4py import MPI
 
 import main_trainer
 import models
-
 from trainer.checkpoint import Checkpoints, restore_rng, rng_state
 from trainer.config import DEFAULTS, ConfigError, config_path, load_config, merge
 from trainer.distributed import UsageError, agree, broadcast_tensors, sum_over_ranks
@@ -87,8 +87,9 @@ def test_gradient_buffer_zero_fills_missing_grads():
 
 
 def test_schedule_warms_up_linearly_from_lr_over_p_then_decays():
-    factor = WarmupMultiStep(iters_per_epoch=10, warmup_epochs=2, start_factor=0.25,
-                             milestones=[5, 3], gamma=0.1)
+    factor = WarmupMultiStep(
+        iters_per_epoch=10, warmup_epochs=2, start_factor=0.25, milestones=[5, 3], gamma=0.1
+    )
     assert factor(0) == pytest.approx(0.25)
     assert factor(10) == pytest.approx(0.625)  # half-way through warm-up
     assert factor(19) == pytest.approx(0.25 + 0.75 * 19 / 20)
@@ -101,8 +102,9 @@ def test_schedule_warms_up_linearly_from_lr_over_p_then_decays():
 def test_scheduler_drives_the_optimizer_and_round_trips_its_state():
     parameter = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.SGD([parameter], lr=0.4)
-    scheduler = make_scheduler(optimizer, iters_per_epoch=4, warmup_epochs=1, workers=4,
-                               milestones=[2], gamma=0.5)
+    scheduler = make_scheduler(
+        optimizer, iters_per_epoch=4, warmup_epochs=1, workers=4, milestones=[2], gamma=0.5
+    )
     lrs = []
     for _ in range(12):
         lrs.append(optimizer.param_groups[0]["lr"])
@@ -131,15 +133,21 @@ def test_config_files_fill_in_defaults_and_flags_override(tmp_path):
     assert merged["lr"] == 0.5 and merged["batch_size"] == 8 and "unrelated" not in merged
 
 
-@pytest.mark.parametrize("content,fragment", [
-    ('{"learning_rate": 1}', "unknown key"),
-    ('{"batch_size": "big"}', "batch_size"),
-    ('{"batch_size": true}', "batch_size"),
-    ('{"lr_milestones": [true, 2]}', r"lr_milestones must be a list of whole epochs, like \[30, 60\], got \[True, 2\]"),
-    ('{"lr_milestones": [2.7]}', "lr_milestones must be a list of whole epochs"),
-    ('[1, 2]', "one JSON object"),
-    ('{', "cannot read"),
-])
+@pytest.mark.parametrize(
+    "content,fragment",
+    [
+        ('{"learning_rate": 1}', "unknown key"),
+        ('{"batch_size": "big"}', "batch_size"),
+        ('{"batch_size": true}', "batch_size"),
+        (
+            '{"lr_milestones": [true, 2]}',
+            r"lr_milestones must be a list of whole epochs, like \[30, 60\], got \[True, 2\]",
+        ),
+        ('{"lr_milestones": [2.7]}', "lr_milestones must be a list of whole epochs"),
+        ("[1, 2]", "one JSON object"),
+        ("{", "cannot read"),
+    ],
+)
 def test_bad_config_files_are_refused(tmp_path, content, fragment):
     path = tmp_path / "bad.json"
     path.write_text(content)
@@ -187,21 +195,29 @@ class _FirstOfSix:
         return [value] * 6
 
 
-@pytest.mark.parametrize("flags,fragment", [
-    (["--compression", "--teams", "4"], "--teams 4 must divide the number of workers 6"),
-    (["--compression", "--teams", "0"], "--teams 0 must divide the number of workers 6"),
-    (["--compression", "--teams", "3", "--sag", "recursive"],
-     "--sag recursive needs --teams a power of two, got 3; use --sag bruck"),
-])
+@pytest.mark.parametrize(
+    "flags,fragment",
+    [
+        (["--compression", "--teams", "4"], "--teams 4 must divide the number of workers 6"),
+        (["--compression", "--teams", "0"], "--teams 0 must divide the number of workers 6"),
+        (
+            ["--compression", "--teams", "3", "--sag", "recursive"],
+            "--sag recursive needs --teams a power of two, got 3; use --sag bruck",
+        ),
+    ],
+)
 def test_spardl_team_flags_are_checked_in_the_trainers_terms(flags, fragment):
     with pytest.raises(UsageError, match=fragment.replace("(", r"\(")):
         main_trainer.parse_settings(flags, _FirstOfSix())
 
 
-@pytest.mark.parametrize("flags", [
-    ["--teams", "4"],
-    ["--compression", "--compressor", "topk", "--teams", "4"],
-])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--teams", "4"],
+        ["--compression", "--compressor", "topk", "--teams", "4"],
+    ],
+)
 def test_teams_must_divide_the_workers_for_every_method(flags):
     with pytest.raises(UsageError, match="--teams 4 must divide the number of workers 6"):
         main_trainer.parse_settings(flags, _FirstOfSix())
@@ -220,8 +236,10 @@ def test_more_loader_workers_than_cpus_are_capped_with_a_note(monkeypatch, capsy
     _, settings = main_trainer.parse_settings(["--loader-workers", "4"], _FirstOfSix())
     assert "loader workers" not in capsys.readouterr().err  # not before the later checks pass
     assert main_trainer.loader_workers(settings, _FirstOfSix()) == 2
-    assert "4 loader workers (--loader-workers or the config) are more than the 2 CPU(s) this process " \
-           "may use; using 2" in capsys.readouterr().err
+    assert (
+        "4 loader workers (--loader-workers or the config) are more than the 2 CPU(s) this process "
+        "may use; using 2" in capsys.readouterr().err
+    )
     _, settings = main_trainer.parse_settings(["--loader-workers", "2"], _FirstOfSix())
     assert main_trainer.loader_workers(settings, _FirstOfSix()) == 2
     assert "loader workers" not in capsys.readouterr().err
@@ -235,8 +253,10 @@ def test_an_empty_data_dir_is_refused():
 def test_a_rejected_run_leaves_no_directory_behind(tmp_path):
     log_dir, checkpoint_dir = tmp_path / "runs" / "a", tmp_path / "ckpt"
     with pytest.raises(UsageError, match="--density must lie in"):
-        main_trainer.parse_settings(["--density", "2", "--log-dir", str(log_dir),
-                                     "--checkpoint-dir", str(checkpoint_dir)], _FirstOfSix())
+        main_trainer.parse_settings(
+            ["--density", "2", "--log-dir", str(log_dir), "--checkpoint-dir", str(checkpoint_dir)],
+            _FirstOfSix(),
+        )
     assert list(tmp_path.iterdir()) == []
     (tmp_path / "file").write_text("")
     with pytest.raises(UsageError, match="file is not a directory"):
@@ -247,17 +267,32 @@ def test_an_older_checkpoint_is_checked_against_the_built_synchronizer(tmp_path)
     """A checkpoint whose settings lack teams and sag, or name no parameter count, is refused by
     what the built model and synchronizer say."""
     import compressors
-    from comm import local_group
+    from allreducers.transports import local_group
+
     numel = sum(p.numel() for p in models.create("cnn", 10, (1, 8, 8)).parameters())
     run_info = {"model": "cnn", "dataset": "digits", "compressor": "spardl", "density": 0.05}
-    flags = ["--compression", "--compressor", "spardl", "--density", "0.05", "--resume",
-             "--checkpoint-dir", str(tmp_path)]
-    recursive = compressors.create("spardl", local_group(1).rank(0), numel=numel, density=0.05, sag="recursive")
-    for synchronizer, reason in (({"numel": 5}, f"parameters 5 (this run: {numel})"),
-                                 (recursive.state_dict(), "sag 'recursive' (here 'bruck')")):
+    flags = [
+        "--compression",
+        "--compressor",
+        "spardl",
+        "--density",
+        "0.05",
+        "--resume",
+        "--checkpoint-dir",
+        str(tmp_path),
+    ]
+    recursive = compressors.create(
+        "spardl", local_group(1).rank(0), numel=numel, density=0.05, sag="recursive"
+    )
+    for synchronizer, reason in (
+        ({"numel": 5}, f"parameters 5 (this run: {numel})"),
+        (recursive.state_dict(), "sag 'recursive' (here 'bruck')"),
+    ):
         (tmp_path / "epoch-0001").mkdir(exist_ok=True)
-        torch.save({"nworkers": 1, "run_info": run_info, "synchronizer": synchronizer},
-                   tmp_path / "epoch-0001" / "rank-0000.pt")
+        torch.save(
+            {"nworkers": 1, "run_info": run_info, "synchronizer": synchronizer},
+            tmp_path / "epoch-0001" / "rank-0000.pt",
+        )
         with pytest.raises(UsageError, match=re.escape(reason)):
             main_trainer.build_trainer(flags, MPI.COMM_SELF)
 
@@ -266,23 +301,43 @@ def test_images_too_small_for_the_model_are_one_error_without_warnings(recwarn):
     from types import SimpleNamespace
 
     import datasets
+
     split = datasets.DataSplit(train=range(60), test=None, num_classes=10, input_shape=(1, 2, 2))
     with pytest.raises(UsageError, match="model cnn cannot train on batches of 1x2x2 images"):
-        main_trainer.build_model(SimpleNamespace(dnn="cnn"), split, 8, MPI.COMM_SELF, torch.device("cpu"))
+        main_trainer.build_model(
+            SimpleNamespace(dnn="cnn"), split, 8, MPI.COMM_SELF, torch.device("cpu")
+        )
     assert not recwarn.list, [str(w.message) for w in recwarn.list]
 
 
 def test_a_checkpoint_of_other_settings_is_refused_before_the_data_is_read(tmp_path, monkeypatch):
     epoch = tmp_path / "ckpt" / "epoch-0001"
     epoch.mkdir(parents=True)
-    run_info = {"model": "cnn", "dataset": "digits", "compressor": "spardl", "density": 0.05,
-                "batch_size": 32, "teams": 1, "sag": "bruck"}
+    run_info = {
+        "model": "cnn",
+        "dataset": "digits",
+        "compressor": "spardl",
+        "density": 0.05,
+        "batch_size": 32,
+        "teams": 1,
+        "sag": "bruck",
+    }
     torch.save({"nworkers": 1, "run_info": run_info}, epoch / "rank-0000.pt")
     monkeypatch.setattr(main_trainer, "load_data", lambda *_: pytest.fail("the data was read"))
-    flags = ["--compression", "--compressor", "spardl", "--checkpoint-dir", str(tmp_path / "ckpt"),
-             "--log-dir", str(tmp_path / "log"), "--resume"]
-    for extra, reason in ((["--density", "0.1"], "density 0.05 (this run: 0.1)"),
-                          (["--density", "0.05", "--sag", "recursive"], "sag bruck (this run: recursive)")):
+    flags = [
+        "--compression",
+        "--compressor",
+        "spardl",
+        "--checkpoint-dir",
+        str(tmp_path / "ckpt"),
+        "--log-dir",
+        str(tmp_path / "log"),
+        "--resume",
+    ]
+    for extra, reason in (
+        (["--density", "0.1"], "density 0.05 (this run: 0.1)"),
+        (["--density", "0.05", "--sag", "recursive"], "sag bruck (this run: recursive)"),
+    ):
         with pytest.raises(UsageError, match=re.escape(f"does not fit this run: {reason}")):
             main_trainer.build_trainer(flags + extra, MPI.COMM_SELF)
     assert not (tmp_path / "log").exists()
@@ -292,17 +347,27 @@ def test_a_model_that_cannot_train_on_the_batches_is_refused_and_the_probe_leave
     from types import SimpleNamespace
 
     import datasets
+
     split = datasets.DataSplit(train=range(60), test=None, num_classes=10, input_shape=(3, 32, 32))
     args = SimpleNamespace(dnn="resnet50")
     # Batch norm over the 1x1 maps of ResNet-50 on 32x32 images cannot train on one image.
-    with pytest.raises(UsageError, match="resnet50 cannot train on batches of 3x32x32 images") as refused:
+    with pytest.raises(
+        UsageError, match="resnet50 cannot train on batches of 3x32x32 images"
+    ) as refused:
         main_trainer.build_model(args, split, 1, _FirstOfSix(), torch.device("cpu"))
     assert "shard" not in str(refused.value)
-    main_trainer.build_model(args, split, 32, MPI.COMM_SELF, torch.device("cpu"))  # batches of 32 and 28
+    main_trainer.build_model(
+        args, split, 32, MPI.COMM_SELF, torch.device("cpu")
+    )  # batches of 32 and 28
     # Nor can it on 6 ranks' shards of one sample each, whatever the batch size.
-    one_each = datasets.DataSplit(train=range(6), test=None, num_classes=10, input_shape=(3, 32, 32))
-    with pytest.raises(UsageError, match="the 6 training samples give each of the 6 workers a shard of one "
-                                         "sample: use fewer workers or more data"):
+    one_each = datasets.DataSplit(
+        train=range(6), test=None, num_classes=10, input_shape=(3, 32, 32)
+    )
+    with pytest.raises(
+        UsageError,
+        match="the 6 training samples give each of the 6 workers a shard of one "
+        "sample: use fewer workers or more data",
+    ):
         main_trainer.build_model(args, one_each, 32, _FirstOfSix(), torch.device("cpu"))
     args.dnn = "resnet20"
     torch.manual_seed(5)
@@ -315,13 +380,17 @@ def test_a_model_that_cannot_train_on_the_batches_is_refused_and_the_probe_leave
         assert torch.equal(value, expected[key]), key
 
 
-@pytest.mark.parametrize("samples,batch,sizes", [(9, 4, [4]), (12, 4, [4, 2]), (9, 1, [1] * 5),
-                                                 (8, 4, [4]), (2, 4, [1])])
+@pytest.mark.parametrize(
+    "samples,batch,sizes", [(9, 4, [4]), (12, 4, [4, 2]), (9, 1, [1] * 5), (8, 4, [4]), (2, 4, [1])]
+)
 def test_a_last_training_batch_of_one_sample_is_dropped(samples, batch, sizes):
     """Only after full batches: a shard of one sample (2 samples on 2 ranks) keeps its batch."""
     import datasets
     from trainer.data import make_loaders, smallest_training_batch
-    data = datasets.split.ArrayDataset(torch.zeros(samples, 1, 2, 2), torch.zeros(samples), [0.0], [1.0])
+
+    data = datasets.split.ArrayDataset(
+        torch.zeros(samples, 1, 2, 2), torch.zeros(samples), [0.0], [1.0]
+    )
     split = datasets.DataSplit(data, data, num_classes=2, input_shape=(1, 2, 2))
     train, test = make_loaders(split, batch, 3, 0, 2, 0, 0, torch.device("cpu"))
     assert len(train) == len(sizes) and [len(labels) for _, labels in train] == sizes
@@ -333,6 +402,7 @@ def test_download_only_fetches_what_does_not_load(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
     import datasets
+
     fetched = []
     monkeypatch.setattr(datasets, "download", lambda name, directory: fetched.append(name))
     args = SimpleNamespace(data_dir=str(tmp_path), download=True)
@@ -357,10 +427,21 @@ def test_epoch_meter_summarises_means_per_sample_and_per_rank():
 
 
 def test_metrics_log_appends_rows_and_writes_tensorboard(tmp_path, capsys):
-    row = {"epoch": 1, "max_epochs": 2, "train_loss": 1.0, "test_loss": 1.0, "test_acc": 0.5,
-           "lr": 0.1, "epoch_seconds": 1.0, "compute_seconds": 0.5, "sync_seconds": 0.4,
-           "select_seconds": 0.1, "comm_seconds": 0.2, "bytes_sent_per_rank": 2.0 ** 20,
-           "compressor": "dense"}
+    row = {
+        "epoch": 1,
+        "max_epochs": 2,
+        "train_loss": 1.0,
+        "test_loss": 1.0,
+        "test_acc": 0.5,
+        "lr": 0.1,
+        "epoch_seconds": 1.0,
+        "compute_seconds": 0.5,
+        "sync_seconds": 0.4,
+        "select_seconds": 0.1,
+        "comm_seconds": 0.2,
+        "bytes_sent_per_rank": 2.0**20,
+        "compressor": "dense",
+    }
     for epoch in (1, 2):
         log = MetricsLog(tmp_path, rank=0)
         log.log({**row, "epoch": epoch})
@@ -376,10 +457,11 @@ def test_metrics_log_appends_rows_and_writes_tensorboard(tmp_path, capsys):
 def tensorboard_events(path):
     """The events of one TensorBoard event file (TFRecords: length, its CRC, data, data's CRC)."""
     from tensorboardX.proto.event_pb2 import Event
+
     data, events, position = path.read_bytes(), [], 0
     while position < len(data):
-        length = struct.unpack("<Q", data[position:position + 8])[0]
-        events.append(Event.FromString(data[position + 12:position + 12 + length]))
+        length = struct.unpack("<Q", data[position : position + 8])[0]
+        events.append(Event.FromString(data[position + 12 : position + 12 + length]))
         position += 16 + length
     return events
 
@@ -388,9 +470,20 @@ def test_metrics_log_start_hides_the_later_epochs_of_earlier_tensorboard_files(t
     """A resumed run (from epoch 2) and a fresh run in a used --log-dir: each new event file starts
     with TensorBoard's purge marker at the first epoch it writes, so the older files' events from
     that epoch on are hidden instead of mixed with the new curves."""
-    row = {"epoch": 1, "max_epochs": 3, "train_loss": 1.0, "test_loss": 1.0, "test_acc": 0.5,
-           "lr": 0.1, "epoch_seconds": 1.0, "compute_seconds": 0.5, "sync_seconds": 0.4,
-           "select_seconds": 0.1, "comm_seconds": 0.2, "bytes_sent_per_rank": 1.0}
+    row = {
+        "epoch": 1,
+        "max_epochs": 3,
+        "train_loss": 1.0,
+        "test_loss": 1.0,
+        "test_acc": 0.5,
+        "lr": 0.1,
+        "epoch_seconds": 1.0,
+        "compute_seconds": 0.5,
+        "sync_seconds": 0.4,
+        "select_seconds": 0.1,
+        "comm_seconds": 0.2,
+        "bytes_sent_per_rank": 1.0,
+    }
     runs = []
     for after_epoch, epochs in [(0, (1, 2, 3)), (2, (3,)), (0, (1,))]:
         log = MetricsLog(tmp_path, rank=0)
@@ -403,8 +496,11 @@ def test_metrics_log_start_hides_the_later_epochs_of_earlier_tensorboard_files(t
         (written,) = tmp_path.glob("events.out.tfevents.*")
         runs.append(tensorboard_events(written.rename(tmp_path / f"run-{len(runs)}")))
     for events, purged_from, epochs in zip(runs, (1, 3, 1), [(1, 2, 3), (3,), (1,)]):
-        starts = [event.step for event in events if event.HasField("session_log")
-                  and event.session_log.status == event.session_log.START]
+        starts = [
+            event.step
+            for event in events
+            if event.HasField("session_log") and event.session_log.status == event.session_log.START
+        ]
         assert starts == [purged_from]
         assert sorted({event.step for event in events if event.HasField("summary")}) == list(epochs)
 
@@ -431,6 +527,7 @@ def test_rng_state_round_trip():
 
 def test_byte_counts_keep_their_digits_in_the_epoch_line():
     from trainer.metrics import format_bytes
+
     assert format_bytes(0) == "0 B"
     assert format_bytes(1000) == "1000 B"
     assert format_bytes(93_000) == "90.82 KiB"  # a sparse run on a small model: not "0.0 MiB"
@@ -458,10 +555,20 @@ def test_training_steps_reuse_one_result_buffer():
     sync.allreduce = recording
     batches = [(torch.randn(4, 6), torch.randint(0, 3, (4,))) for _ in range(3)]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    trainer = Trainer(model=model, train_loader=batches, test_loader=None, synchronizer=sync,
-                      optimizer=optimizer, scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0),
-                      comm=MPI.COMM_SELF, device=torch.device("cpu"), log=None, max_epochs=1,
-                      iters_per_epoch=3, run_info={})
+    trainer = Trainer(
+        model=model,
+        train_loader=batches,
+        test_loader=None,
+        synchronizer=sync,
+        optimizer=optimizer,
+        scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0),
+        comm=MPI.COMM_SELF,
+        device=torch.device("cpu"),
+        log=None,
+        max_epochs=1,
+        iters_per_epoch=3,
+        run_info={},
+    )
     trainer._train_epoch(0)
     assert len(outs) == 3 and all(out is trainer.averaged for out in outs)
     flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
@@ -470,11 +577,15 @@ def test_training_steps_reuse_one_result_buffer():
 
 def test_metrics_log_start_keeps_the_epochs_a_resume_continues_from(tmp_path, capsys):
     rows = [{"epoch": epoch, "train_loss": 1.0 / epoch} for epoch in (1, 2, 3)]
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + "{broken\n")
+    (tmp_path / "metrics.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows) + "{broken\n"
+    )
     original = (tmp_path / "metrics.jsonl").read_text()
     log = MetricsLog(tmp_path, rank=0)
     log.start(2)  # resumed from the checkpoint of epoch 2: epoch 3 will be logged again
-    assert [json.loads(line)["epoch"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert [
+        json.loads(line)["epoch"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
+    ] == [1, 2]
     log.start(2)  # nothing to drop: no copy
     log.start(0)  # a fresh run
     assert (tmp_path / "metrics.jsonl").read_text() == ""
@@ -482,8 +593,14 @@ def test_metrics_log_start_keeps_the_epochs_a_resume_continues_from(tmp_path, ca
     log.close()
     # Every file that lost rows was copied whole first; nothing else was.
     assert (tmp_path / "metrics.jsonl.1").read_text() == original
-    assert [json.loads(line)["epoch"] for line in (tmp_path / "metrics.jsonl.2").read_text().splitlines()] == [1, 2]
-    assert sorted(path.name for path in tmp_path.glob("metrics.jsonl.*")) == ["metrics.jsonl.1", "metrics.jsonl.2"]
+    assert [
+        json.loads(line)["epoch"]
+        for line in (tmp_path / "metrics.jsonl.2").read_text().splitlines()
+    ] == [1, 2]
+    assert sorted(path.name for path in tmp_path.glob("metrics.jsonl.*")) == [
+        "metrics.jsonl.1",
+        "metrics.jsonl.2",
+    ]
     assert "kept the earlier rows" in capsys.readouterr().out
 
 
@@ -495,43 +612,73 @@ def test_progress_lines_when_stdout_is_not_a_terminal(monkeypatch, capsys):
     monkeypatch.setattr(loop, "PROGRESS_SECONDS", 0.0)
     model = torch.nn.Linear(6, 3)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    trainer = loop.Trainer(model=model, train_loader=[(torch.randn(4, 6), torch.randint(0, 3, (4,)))] * 2,
-                           test_loader=None, synchronizer=compressors.create("dense", MPI.COMM_SELF, numel=21),
-                           optimizer=optimizer, scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0),
-                           comm=MPI.COMM_SELF, device=torch.device("cpu"), log=None, max_epochs=1,
-                           iters_per_epoch=2, run_info={})
+    trainer = loop.Trainer(
+        model=model,
+        train_loader=[(torch.randn(4, 6), torch.randint(0, 3, (4,)))] * 2,
+        test_loader=None,
+        synchronizer=compressors.create("dense", MPI.COMM_SELF, numel=21),
+        optimizer=optimizer,
+        scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0),
+        comm=MPI.COMM_SELF,
+        device=torch.device("cpu"),
+        log=None,
+        max_epochs=1,
+        iters_per_epoch=2,
+        run_info={},
+    )
     trainer._train_epoch(0)
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(",")[0] for line in lines] == ["epoch 1: 1/2 iterations", "epoch 1: 2/2 iterations"]
+    assert [line.split(",")[0] for line in lines] == [
+        "epoch 1: 1/2 iterations",
+        "epoch 1: 2/2 iterations",
+    ]
 
 
-@pytest.mark.parametrize("method,kept", [("topk", 1), ("oktopk", 1), ("gtopk", 1), ("gaussiank", 1),
-                                         ("topkdsa", 1), ("spardl", 4), ("dense", 22_650)])
+@pytest.mark.parametrize(
+    "method,kept",
+    [
+        ("topk", 1),
+        ("oktopk", 1),
+        ("gtopk", 1),
+        ("gaussiank", 1),
+        ("topkdsa", 1),
+        ("spardl", 4),
+        ("dense", 22_650),
+    ],
+)
 def test_a_density_rounded_up_to_whole_entries_is_noted_and_recorded(method, kept, capsys):
     """--density 1e-9 keeps one entry per selection (per block of SparDL's 4 at P = 4): the
     effective density is what the method keeps, and rank 0 says so once."""
     import compressors
-    from comm import local_group
+    from allreducers.transports import local_group
 
     density = 1.0 if method == "dense" else 1e-9  # what the trainer gives dense
-    effective = local_group(4).run(lambda transport: compressors.create(
-        method, transport, numel=22_650, density=density).effective_density)
+    effective = local_group(4).run(
+        lambda transport: (
+            compressors.create(method, transport, numel=22_650, density=density).effective_density
+        )
+    )
     assert effective == [kept / 22_650] * 4
-    sync = local_group(1).run(lambda transport: compressors.create(
-        method, transport, numel=22_650, density=density))[0]
+    sync = local_group(1).run(
+        lambda transport: compressors.create(method, transport, numel=22_650, density=density)
+    )[0]
     assert main_trainer.effective_density(sync, _FirstOfSix()) == sync.effective_density
     noted = capsys.readouterr().err
     assert (noted.count("main_trainer.py: note:") == 1) == (method != "dense"), noted
     if method != "dense":
-        assert f"--density 1e-09 keeps 1 of the 22,650 gradient entries per call with {method}" in noted
+        assert (
+            f"--density 1e-09 keeps 1 of the 22,650 gradient entries per call with {method}"
+            in noted
+        )
 
 
 def test_a_density_that_rounds_little_is_not_noted(capsys):
     import compressors
-    from comm import local_group
+    from allreducers.transports import local_group
 
-    sync = local_group(1).run(lambda transport: compressors.create(
-        "spardl", transport, numel=22_650, density=0.01))[0]
+    sync = local_group(1).run(
+        lambda transport: compressors.create("spardl", transport, numel=22_650, density=0.01)
+    )[0]
     assert main_trainer.effective_density(sync, _FirstOfSix()) == 226 / 22_650
     assert capsys.readouterr().err == ""
 
@@ -547,7 +694,11 @@ def test_ranks_agree_on_stopping_flags_from_the_loss_and_the_gradient():
         gradient = finite.clone()
         gradient[7] = bad
         assert agree_flags(MPI.COMM_SELF, False, 1.0, gradient) == (False, False, True)
-    assert agree_flags(MPI.COMM_SELF, False) == (False, False, False)  # no gradient: the epoch's end
+    assert agree_flags(MPI.COMM_SELF, False) == (
+        False,
+        False,
+        False,
+    )  # no gradient: the epoch's end
 
 
 def test_ctrl_c_is_remembered_while_deferred_and_raised_otherwise():
@@ -591,8 +742,10 @@ def test_a_checkpoint_holding_another_object_is_refused_unread(tmp_path):
     checkpoints.save(1, {"rng": rng_state(), "weights": torch.zeros(2)})
     assert checkpoints.load(1)["weights"].tolist() == [0.0, 0.0]
     checkpoints.save(2, {"weights": torch.zeros(2), "extra": fractions.Fraction(1, 3)})
-    refused = (r"holds something other than tensors and plain values \(it names "
-               r"fractions.Fraction\): refused, since loading it could run code")
+    refused = (
+        r"holds something other than tensors and plain values \(it names "
+        r"fractions.Fraction\): refused, since loading it could run code"
+    )
     with pytest.raises(UnsafeCheckpoint, match=refused):
         checkpoints.load(2)
     checkpoints.path(2).write_text("garbage\n")  # damaged: torch's reason, not its advice

@@ -11,6 +11,7 @@ read with ``torch.load(..., weights_only=True)``: a file that holds any other ob
 unpickling would construct, running whatever code it names) is refused, not loaded, so a
 checkpoint directory others can write to cannot make the trainer run their code.
 """
+
 import os
 import pickle
 import random
@@ -78,7 +79,8 @@ class Checkpoints:
             raise UnsafeCheckpoint(
                 f"checkpoint {path} holds something other than tensors and plain values (it "
                 f"names {named.group(1)}): refused, since loading it could run code; was it "
-                "written by this trainer?") from None
+                "written by this trainer?"
+            ) from None
 
     def _own_epochs(self):
         if not self.directory.is_dir():
@@ -103,10 +105,17 @@ def rng_state():
     """Every random generator the training touches: torch (CPU and CUDA), python, numpy; as
     tensors and plain values (NumPy's key array as an int64 tensor)."""
     kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
-             "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)),
-                       "position": int(position), "has_gauss": int(has_gauss),
-                       "cached_gaussian": float(cached_gaussian)}}
+    state = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "position": int(position),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached_gaussian),
+        },
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -117,7 +126,14 @@ def restore_rng(state):
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     saved = state["numpy"]
-    np.random.set_state((saved["kind"], saved["keys"].numpy().astype(np.uint32), saved["position"],
-                         saved["has_gauss"], saved["cached_gaussian"]))
+    np.random.set_state(
+        (
+            saved["kind"],
+            saved["keys"].numpy().astype(np.uint32),
+            saved["position"],
+            saved["has_gauss"],
+            saved["cached_gaussian"],
+        )
+    )
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

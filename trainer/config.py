@@ -3,25 +3,26 @@
 A config file is one JSON object whose keys are a subset of ``DEFAULTS``; keys it leaves out take
 the value of ``DEFAULTS``. A flag given on the command line beats both.
 """
+
 import json
 from pathlib import Path
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 DEFAULTS = {
-    "dataset": "digits",       # data set trained on
-    "batch_size": 32,          # samples per worker per iteration
-    "lr": 0.1,                 # base learning rate (after warm-up)
-    "max_epochs": 10,          # epochs to train
-    "warmup_epochs": 0.0,      # epochs of linear warm-up from lr/P to lr
-    "lr_milestones": [],       # epochs (0-based) at whose start the lr is multiplied by lr_gamma
-    "lr_gamma": 0.1,           # decay factor at each milestone
-    "momentum": 0.9,           # SGD momentum, applied after synchronization
-    "weight_decay": 1e-4,      # SGD weight decay, applied after synchronization
-    "eval_batch_size": 256,    # samples per worker per evaluation batch
-    "loader_workers": 0,       # DataLoader worker processes per rank
-    "clip_grad_norm": 0.0,     # clip each worker's gradient to this L2 norm before synchronizing (0: off)
-    "data_options": {},        # keyword options of the data set's loader (datasets.options)
+    "dataset": "digits",  # data set trained on
+    "batch_size": 32,  # samples per worker per iteration
+    "lr": 0.1,  # base learning rate (after warm-up)
+    "max_epochs": 10,  # epochs to train
+    "warmup_epochs": 0.0,  # epochs of linear warm-up from lr/P to lr
+    "lr_milestones": [],  # epochs (0-based) at whose start the lr is multiplied by lr_gamma
+    "lr_gamma": 0.1,  # decay factor at each milestone
+    "momentum": 0.9,  # SGD momentum, applied after synchronization
+    "weight_decay": 1e-4,  # SGD weight decay, applied after synchronization
+    "eval_batch_size": 256,  # samples per worker per evaluation batch
+    "loader_workers": 0,  # DataLoader worker processes per rank
+    "clip_grad_norm": 0.0,  # clip each worker's gradient to this L2 norm before synchronizing (0: off)
+    "data_options": {},  # keyword options of the data set's loader (datasets.options)
 }
 
 
@@ -45,8 +46,11 @@ def load_config(path):
         raise ConfigError(f"cannot read config file {path}: {error}") from None
     if not isinstance(values, dict):
         raise ConfigError(f"config file {path} must hold one JSON object")
-    problems = [f"{key} must be {_kind(DEFAULTS[key])}, got {value!r}"
-                for key, value in values.items() if key in DEFAULTS and not _same_kind(value, DEFAULTS[key])]
+    problems = [
+        f"{key} must be {_kind(DEFAULTS[key])}, got {value!r}"
+        for key, value in values.items()
+        if key in DEFAULTS and not _same_kind(value, DEFAULTS[key])
+    ]
     unknown = sorted(set(values) - set(DEFAULTS))
     if unknown:
         problems.insert(0, f"unknown key(s) {', '.join(unknown)} (valid: {', '.join(DEFAULTS)})")
@@ -57,8 +61,10 @@ def load_config(path):
 
 def merge(config, overrides):
     """Return ``config`` with every key of ``overrides`` whose value is not None replaced."""
-    return {key: value if overrides.get(key) is None else overrides[key]
-            for key, value in config.items()}
+    return {
+        key: value if overrides.get(key) is None else overrides[key]
+        for key, value in config.items()
+    }
 
 
 def _same_kind(value, default):
@@ -67,10 +73,16 @@ def _same_kind(value, default):
     if isinstance(default, float):
         return isinstance(value, (int, float))
     if isinstance(default, list):  # epochs, whole as on the command line
-        return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        return isinstance(value, list) and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        )
     return isinstance(value, type(default))
 
 
 def _kind(default):
     """What a value of the key whose default is ``default`` must look like, for messages."""
-    return "a list of whole epochs, like [30, 60]" if isinstance(default, list) else f"like {default!r}"
+    return (
+        "a list of whole epochs, like [30, 60]"
+        if isinstance(default, list)
+        else f"like {default!r}"
+    )

@@ -1,4 +1,5 @@
 """Data loaders of one rank: its shuffled training shard and its part of the test set."""
+
 from torch.utils.data import DataLoader, Subset
 
 from trainer.sampler import ShardedSampler, evaluation_shard
@@ -16,12 +17,23 @@ def make_loaders(split, batch_size, eval_batch_size, rank, world_size, seed, wor
     # Workers start anew every epoch (not persistent): each epoch's augmentation seeds then come
     # from the main process's generator, which checkpoints restore, so a resumed run draws what
     # an uninterrupted one would.
-    train = DataLoader(split.train, batch_size=batch_size, sampler=sampler, num_workers=workers,
-                       pin_memory=pin, drop_last=_drops_single_last(len(sampler), batch_size),
-                       collate_fn=getattr(split.train, "collate", None))
+    train = DataLoader(
+        split.train,
+        batch_size=batch_size,
+        sampler=sampler,
+        num_workers=workers,
+        pin_memory=pin,
+        drop_last=_drops_single_last(len(sampler), batch_size),
+        collate_fn=getattr(split.train, "collate", None),
+    )
     test_part = Subset(split.test, evaluation_shard(len(split.test), rank, world_size))
-    test = DataLoader(test_part, batch_size=eval_batch_size, num_workers=workers, pin_memory=pin,
-                      collate_fn=getattr(split.test, "collate", None))
+    test = DataLoader(
+        test_part,
+        batch_size=eval_batch_size,
+        num_workers=workers,
+        pin_memory=pin,
+        collate_fn=getattr(split.test, "collate", None),
+    )
     return train, test
 
 

@@ -1,15 +1,15 @@
 """Collective helpers of the trainer: agreeing on usage errors, aborting on failures,
-broadcasting tensors and summing numbers over ranks (``comm.placement`` places a rank on
+broadcasting tensors and summing numbers over ranks (``allreducers.transports.placement`` places a rank on
 cores and devices).
 
 All of them take an ``mpi4py`` communicator and are called by every rank.
 """
+
 import traceback
 from contextlib import contextmanager
 
-from comm.mpi import report_and_abort
+from allreducers.transports.mpi import report_and_abort
 from datasets.split import DataError
-
 
 _DATA_ERROR = f"{DataError.__module__}.{DataError.__name__}"
 
@@ -36,7 +36,7 @@ def abort_on_error(comm):
     A ``DataError`` (bad data found during training) is printed as its one line instead.
 
     Without this, the other ranks would wait forever in their next collective
-    (``comm.mpi.report_and_abort`` gives the launcher time to forward the report first).
+    (``allreducers.transports.mpi.report_and_abort`` gives the launcher time to forward the report first).
     """
     try:
         yield

@@ -1,5 +1,6 @@
 """The loss a model trains on, and test-set evaluation split across ranks, with numbers every
 rank agrees on."""
+
 import torch
 from torch.nn import functional
 
@@ -17,8 +18,9 @@ def prediction_loss(output, labels, reduction="mean"):
     ``IGNORE`` count. (Cross-entropy of log-probabilities equals their negative log-likelihood,
     so a model ending in log-softmax trains on the same loss.)
     """
-    return functional.cross_entropy(output.flatten(0, -2), labels.flatten(), reduction=reduction,
-                                    ignore_index=IGNORE)
+    return functional.cross_entropy(
+        output.flatten(0, -2), labels.flatten(), reduction=reduction, ignore_index=IGNORE
+    )
 
 
 def predictions(labels):

@@ -1,4 +1,5 @@
 """All parameter gradients as one flat buffer: what a synchronizer takes and returns."""
+
 import torch
 
 
@@ -29,8 +30,9 @@ class GradientBuffer:
     def scatter(self, flat):
         """Write the 1-D tensor ``flat`` (length ``numel``) back into the parameters' grads."""
         if flat.shape != self.flat.shape:
-            raise ValueError(f"expected a flat gradient of {self.numel} elements, "
-                             f"got shape {tuple(flat.shape)}")
+            raise ValueError(
+                f"expected a flat gradient of {self.numel} elements, got shape {tuple(flat.shape)}"
+            )
         for parameter, segment in zip(self.parameters, flat.split(self.sizes)):
             if parameter.grad is None:
                 parameter.grad = torch.empty_like(parameter)

@@ -1,4 +1,5 @@
 """The data-parallel training loop."""
+
 import itertools
 import math
 import sys
@@ -13,7 +14,6 @@ from trainer.evaluation import evaluate, prediction_loss, predictions
 from trainer.gradients import GradientBuffer
 from trainer.metrics import EpochMeter
 from trainer.stopping import DIVERGED, INTERRUPTED, Interrupt, Stopped, agree_flags
-
 
 PROGRESS_SECONDS = 30.0  # between rank 0's progress lines when stdout is not a terminal
 
@@ -42,9 +42,24 @@ class Trainer:
     ``run_info`` (compressor, density, ...) is copied into every logged row.
     """
 
-    def __init__(self, *, model, train_loader, test_loader, synchronizer, optimizer, scheduler,
-                 comm, device, log, max_epochs, iters_per_epoch, run_info, checkpoints=None,
-                 clip_grad_norm=0.0):
+    def __init__(
+        self,
+        *,
+        model,
+        train_loader,
+        test_loader,
+        synchronizer,
+        optimizer,
+        scheduler,
+        comm,
+        device,
+        log,
+        max_epochs,
+        iters_per_epoch,
+        run_info,
+        checkpoints=None,
+        clip_grad_norm=0.0,
+    ):
         self.model = model
         self.train_loader = train_loader
         self.test_loader = test_loader
@@ -93,9 +108,17 @@ class Trainer:
             started = time.perf_counter()
             test_loss, test_acc = evaluate(self.model, self.test_loader, self.device, self.comm)
             self.epoch = epoch + 1
-            row = {"epoch": self.epoch, "max_epochs": self.max_epochs, "iters": self.global_step,
-                   **row, "test_loss": test_loss, "test_acc": test_acc, "lr": last_lr,
-                   "eval_seconds": time.perf_counter() - started, **self.run_info}
+            row = {
+                "epoch": self.epoch,
+                "max_epochs": self.max_epochs,
+                "iters": self.global_step,
+                **row,
+                "test_loss": test_loss,
+                "test_acc": test_acc,
+                "lr": last_lr,
+                "eval_seconds": time.perf_counter() - started,
+                **self.run_info,
+            }
             if self.run_info.get("task") == "masked-lm":
                 row["test_perplexity"] = math.exp(test_loss)
             self.log.log(row)
@@ -113,8 +136,13 @@ class Trainer:
         epoch_start = last_line = time.perf_counter()
         batches = itertools.islice(self.train_loader, self.iters_per_epoch)
         last_lr = self.optimizer.param_groups[0]["lr"]
-        for images, labels in tqdm(batches, total=self.iters_per_epoch, leave=False,
-                                   desc=f"epoch {epoch + 1}", disable=not self.show_progress):
+        for images, labels in tqdm(
+            batches,
+            total=self.iters_per_epoch,
+            leave=False,
+            desc=f"epoch {epoch + 1}",
+            disable=not self.show_progress,
+        ):
             started = time.perf_counter()
             images, labels = images.to(self.device), labels.to(self.device)
             loss = prediction_loss(self.model(images), labels)
@@ -135,36 +163,55 @@ class Trainer:
             self.optimizer.step()
             self.scheduler.step()
             self.global_step += 1
-            meter.add_step(value, predictions(labels), computed - started,
-                           synchronized - computed - (checked - checking), self.synchronizer.stats)
+            meter.add_step(
+                value,
+                predictions(labels),
+                computed - started,
+                synchronized - computed - (checked - checking),
+                self.synchronizer.stats,
+            )
             if self.progress_lines and synchronized - last_line >= PROGRESS_SECONDS:
                 last_line = synchronized
-                print(f"epoch {epoch + 1}: {meter.iterations}/{self.iters_per_epoch} iterations, "
-                      f"{(synchronized - epoch_start) / meter.iterations * 1e3:.0f} ms each, "
-                      f"loss {value:.4f}", flush=True)
+                print(
+                    f"epoch {epoch + 1}: {meter.iterations}/{self.iters_per_epoch} iterations, "
+                    f"{(synchronized - epoch_start) / meter.iterations * 1e3:.0f} ms each, "
+                    f"loss {value:.4f}",
+                    flush=True,
+                )
         return meter, last_lr
 
     def _agree(self, position, loss=0.0, gradient=None):
         """Raise ``Stopped`` on every rank if any rank was interrupted, or its ``loss`` or
         ``gradient`` is not finite (collective; ``position`` names the step)."""
-        interrupted, bad_loss, bad_gradient = agree_flags(self.comm, self.interrupt.requested,
-                                                          loss, gradient)
+        interrupted, bad_loss, bad_gradient = agree_flags(
+            self.comm, self.interrupt.requested, loss, gradient
+        )
         # Every rank got here, so every rank has finished writing its checkpoints.
         self.position, self.complete_epoch = position, self.saved_epoch
         if bad_loss or bad_gradient:
-            what = (f"the training loss is {loss}" if not math.isfinite(loss) else
-                    "the training loss is not finite on another worker" if bad_loss else
-                    "the gradient holds NaN or inf")
-            raise Stopped(f"error: the run diverged at {position}: {what} (a lower --lr, or more "
-                          "--warmup-epochs?)", DIVERGED)
+            what = (
+                f"the training loss is {loss}"
+                if not math.isfinite(loss)
+                else "the training loss is not finite on another worker"
+                if bad_loss
+                else "the gradient holds NaN or inf"
+            )
+            raise Stopped(
+                f"error: the run diverged at {position}: {what} (a lower --lr, or more "
+                "--warmup-epochs?)",
+                DIVERGED,
+            )
         if interrupted:
             raise Stopped(self.interrupted_line(), INTERRUPTED)
 
     def interrupted_line(self):
         """What to say when interrupted now: where, and the newest checkpoint every rank has."""
         where = f"at {self.position}" if self.position else "before training started"
-        last = (f"the last checkpoint is {self.checkpoints.path(self.complete_epoch).parent}"
-                if self.complete_epoch is not None else "no checkpoint was written")
+        last = (
+            f"the last checkpoint is {self.checkpoints.path(self.complete_epoch).parent}"
+            if self.complete_epoch is not None
+            else "no checkpoint was written"
+        )
         return f"interrupted {where}; {last}"
 
     def _now(self):
@@ -175,11 +222,17 @@ class Trainer:
 
     def state_dict(self):
         """Everything this rank needs to continue bit-identically after the current epoch."""
-        return {"epoch": self.epoch, "global_step": self.global_step,
-                "nworkers": self.comm.Get_size(), "run_info": self.run_info,
-                "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
-                "synchronizer": self.synchronizer.state_dict(), "rng": rng_state()}
+        return {
+            "epoch": self.epoch,
+            "global_step": self.global_step,
+            "nworkers": self.comm.Get_size(),
+            "run_info": self.run_info,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "synchronizer": self.synchronizer.state_dict(),
+            "rng": rng_state(),
+        }
 
     def load_state_dict(self, state):
         """Continue from a ``state_dict`` of the same model, data and world size.
@@ -190,8 +243,10 @@ class Trainer:
         changed ones (``--lr``, ``--lr-milestones``, ``--max-iters``, ...) the new flags hold.
         """
         self.model.load_state_dict(state["model"])
-        hyper = [{key: value for key, value in group.items() if key != "params"}
-                 for group in self.optimizer.param_groups]
+        hyper = [
+            {key: value for key, value in group.items() if key != "params"}
+            for group in self.optimizer.param_groups
+        ]
         self.optimizer.load_state_dict(state["optimizer"])
         for group, settings in zip(self.optimizer.param_groups, hyper):
             group.update(settings)
@@ -202,6 +257,7 @@ class Trainer:
         if self.checkpoints is not None:  # every rank read its file of this epoch
             self.saved_epoch = self.complete_epoch = self.epoch
         step = self.scheduler.last_epoch = self.epoch * self.iters_per_epoch
-        for group, base, factor in zip(self.optimizer.param_groups, self.scheduler.base_lrs,
-                                       self.scheduler.lr_lambdas):
+        for group, base, factor in zip(
+            self.optimizer.param_groups, self.scheduler.base_lrs, self.scheduler.lr_lambdas
+        ):
             group["lr"] = base * factor(step)  # what LambdaLR sets at that step

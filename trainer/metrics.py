@@ -3,6 +3,7 @@
 ``EpochMeter`` sums what one rank saw during an epoch; ``MetricsLog`` writes one row per epoch
 to ``LOG_DIR/metrics.jsonl`` and TensorBoard, and prints one readable line.
 """
+
 import json
 import time
 from pathlib import Path
@@ -13,8 +14,15 @@ from trainer.distributed import sum_over_ranks
 class EpochMeter:
     """Sums of one rank's training epoch: loss, samples, phase times and bytes sent."""
 
-    _FIELDS = ("loss_sum", "samples", "compute_seconds", "sync_seconds", "comm_seconds",
-               "select_seconds", "bytes_sent")
+    _FIELDS = (
+        "loss_sum",
+        "samples",
+        "compute_seconds",
+        "sync_seconds",
+        "comm_seconds",
+        "select_seconds",
+        "bytes_sent",
+    )
 
     def __init__(self):
         self.sums = dict.fromkeys(self._FIELDS, 0.0)
@@ -79,7 +87,9 @@ class MetricsLog:
             return
         text = self.path.read_text()
         lines = text.splitlines()
-        kept = [line for line in lines if _epoch_of(line) is not None and _epoch_of(line) <= after_epoch]
+        kept = [
+            line for line in lines if _epoch_of(line) is not None and _epoch_of(line) <= after_epoch
+        ]
         if len(kept) == len(lines):
             return
         backup = _first_free_copy(self.path)
@@ -120,6 +130,7 @@ class MetricsLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # Imported here: only rank 0 pays tensorboardX's import time.
         from tensorboardX import SummaryWriter
+
         self.writer = SummaryWriter(str(self.path.parent), purge_step=purge_step)
 
 
@@ -142,12 +153,14 @@ def _epoch_of(line):
 
 def format_row(row):
     """One human-readable line for an epoch row."""
-    return (f"epoch {row['epoch']:>3}/{row['max_epochs']}  train loss {row['train_loss']:.4f}  "
-            f"test loss {row['test_loss']:.4f}  test acc {100 * row['test_acc']:.2f}%  "
-            f"lr {row['lr']:.4g}  {format_seconds(row['epoch_seconds'])} "
-            f"(compute {format_seconds(row['compute_seconds'])}, sync {format_seconds(row['sync_seconds'])}: "
-            f"select {format_seconds(row['select_seconds'])}, comm {format_seconds(row['comm_seconds'])})  "
-            f"{format_bytes(row['bytes_sent_per_rank'])}/rank")
+    return (
+        f"epoch {row['epoch']:>3}/{row['max_epochs']}  train loss {row['train_loss']:.4f}  "
+        f"test loss {row['test_loss']:.4f}  test acc {100 * row['test_acc']:.2f}%  "
+        f"lr {row['lr']:.4g}  {format_seconds(row['epoch_seconds'])} "
+        f"(compute {format_seconds(row['compute_seconds'])}, sync {format_seconds(row['sync_seconds'])}: "
+        f"select {format_seconds(row['select_seconds'])}, comm {format_seconds(row['comm_seconds'])})  "
+        f"{format_bytes(row['bytes_sent_per_rank'])}/rank"
+    )
 
 
 def format_seconds(seconds) -> str:

@@ -1,4 +1,5 @@
 """Which samples each rank reads: shuffled equal shards for training, disjoint ones for testing."""
+
 import math
 
 import torch
@@ -40,7 +41,7 @@ class ShardedSampler(Sampler):
         else:
             order = torch.arange(self.num_samples)
         padded = order[torch.arange(len(self) * self.world_size) % self.num_samples]
-        return iter(padded[self.rank::self.world_size].tolist())
+        return iter(padded[self.rank :: self.world_size].tolist())
 
 
 def evaluation_shard(num_samples, rank, world_size):

@@ -1,4 +1,5 @@
 """The learning-rate schedule of the authors' runs: linear warm-up from lr/P, then step decays."""
+
 import bisect
 
 from torch.optim.lr_scheduler import LambdaLR

@@ -10,6 +10,7 @@ finite, any gradient holding NaN or inf. When one is set, every rank raises :cla
 at the same step, leaves its collectives together and exits normally; rank 0 prints one line.
 A second Ctrl-C does not wait for that point: it raises ``KeyboardInterrupt`` at once.
 """
+
 import math
 import signal
 import threading
@@ -73,8 +74,13 @@ def agree_flags(comm, interrupted, loss=0.0, gradient=None):
     The gradient is checked through its sum, one vectorized pass: NaN and inf propagate into
     it (an overflow of the sum to inf means values near float32's limit: diverged as well).
     """
-    flags = np.array([interrupted, not math.isfinite(loss),
-                      gradient is not None and not bool(torch.isfinite(gradient.sum()))],
-                     dtype=np.uint8)
+    flags = np.array(
+        [
+            interrupted,
+            not math.isfinite(loss),
+            gradient is not None and not bool(torch.isfinite(gradient.sum())),
+        ],
+        dtype=np.uint8,
+    )
     comm.Allreduce(MPI.IN_PLACE, flags, op=MPI.MAX)
     return tuple(bool(flag) for flag in flags)

@@ -1,4 +1,5 @@
 """The command line of ``scripts/report.py``."""
+
 from __future__ import annotations
 
 import argparse
@@ -41,19 +42,35 @@ time_split.png and speedup.png.
 
 def main(argv=None) -> str:
     """Print the report; with ``--out`` also write report.md and the figures. Returns the Markdown."""
-    parser = argparse.ArgumentParser(prog="report.py", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="directories holding metrics.jsonl")
-    parser.add_argument("--out", metavar="DIR", help="also write report.md and the figures into DIR")
-    parser.add_argument("--reference", default="spardl",
-                        help="method whose speed-up is reported (default: %(default)s)")
-    parser.add_argument("--target-accuracy", type=float, metavar="A",
-                        help="also report when each run first reached test accuracy A (a fraction "
-                             "in (0, 1], e.g. 0.9) and the reference's speed-up in that time")
+    parser = argparse.ArgumentParser(
+        prog="report.py",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "runs", nargs="+", metavar="RUN_DIR", help="directories holding metrics.jsonl"
+    )
+    parser.add_argument(
+        "--out", metavar="DIR", help="also write report.md and the figures into DIR"
+    )
+    parser.add_argument(
+        "--reference",
+        default="spardl",
+        help="method whose speed-up is reported (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--target-accuracy",
+        type=float,
+        metavar="A",
+        help="also report when each run first reached test accuracy A (a fraction "
+        "in (0, 1], e.g. 0.9) and the reference's speed-up in that time",
+    )
     args = parser.parse_args(argv)
     if args.target_accuracy is not None and not 0.0 < args.target_accuracy <= 1.0:
-        parser.error(f"--target-accuracy takes a fraction in (0, 1] (test accuracy as logged, "
-                     f"e.g. 0.9 for 90%), got {args.target_accuracy}")
+        parser.error(
+            f"--target-accuracy takes a fraction in (0, 1] (test accuracy as logged, "
+            f"e.g. 0.9 for 90%), got {args.target_accuracy}"
+        )
     if args.out:  # made now, so that a path that cannot be one fails before any work
         try:
             os.makedirs(args.out, exist_ok=True)
@@ -66,8 +83,11 @@ def main(argv=None) -> str:
     except ValueError as error:
         parser.exit(2, f"report.py: {error}\n")
     if all(run.method != args.reference for run in runs):
-        print(f"note: no run of --reference {args.reference}, so no speedups; methods here: "
-              f"{', '.join(sorted({run.method for run in runs}))}", file=sys.stderr)
+        print(
+            f"note: no run of --reference {args.reference}, so no speedups; methods here: "
+            f"{', '.join(sorted({run.method for run in runs}))}",
+            file=sys.stderr,
+        )
     text = markdown(runs, args.reference, args.target_accuracy, FIGURES if args.out else ())
     print(text)
     if args.out:

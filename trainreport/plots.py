@@ -1,5 +1,6 @@
 """The report's figures, one panel per group: test accuracy against epochs and wall time, the
 time split per iteration, and the reference method's speed-up over every run."""
+
 from __future__ import annotations
 
 import os
@@ -17,30 +18,52 @@ def plot(runs: list, out_dir: str, reference: str, target: float = None) -> list
     """Write :data:`FIGURES` into ``out_dir`` (a dashed line at the ``target`` accuracy if one is
     given); return their paths."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
+
     grouped = list(groups(runs).items())
     paths = []
-    for name, x_of in (("accuracy_vs_epoch", lambda r: [row["epoch"] for row in r.rows]),
-                       ("accuracy_vs_time", Run.wall_times)):
+    for name, x_of in (
+        ("accuracy_vs_epoch", lambda r: [row["epoch"] for row in r.rows]),
+        ("accuracy_vs_time", Run.wall_times),
+    ):
         fig, axes = plt.subplots(1, len(grouped), figsize=(5.5 * len(grouped), 4), squeeze=False)
         for axis, (key, members) in zip(axes[0], grouped):
             for run in members:
-                points = [(x, row["test_acc"]) for x, row in zip(x_of(run), run.rows)
-                          if row.get("test_acc") is not None]
+                points = [
+                    (x, row["test_acc"])
+                    for x, row in zip(x_of(run), run.rows)
+                    if row.get("test_acc") is not None
+                ]
                 if points:
                     axis.plot(*zip(*points), marker=".", label=run.label)
-            axis.set(xlabel="epoch" if name.endswith("epoch") else "wall time (s)", ylabel=accuracy_name(members),
-                     title=_title(key))
+            axis.set(
+                xlabel="epoch" if name.endswith("epoch") else "wall time (s)",
+                ylabel=accuracy_name(members),
+                title=_title(key),
+            )
             if name.endswith("epoch"):
                 axis.xaxis.set_major_locator(MaxNLocator(integer=True))  # whole epochs only
             if axis.lines:
                 if target is not None:
-                    axis.axhline(target, color="gray", linestyle="--", linewidth=1, label=f"target {target:g}")
+                    axis.axhline(
+                        target,
+                        color="gray",
+                        linestyle="--",
+                        linewidth=1,
+                        label=f"target {target:g}",
+                    )
                 axis.legend(fontsize=8)
             else:
-                axis.text(0.5, 0.5, f"no {accuracy_name(members)} logged", ha="center", transform=axis.transAxes)
+                axis.text(
+                    0.5,
+                    0.5,
+                    f"no {accuracy_name(members)} logged",
+                    ha="center",
+                    transform=axis.transAxes,
+                )
         paths.append(_save(fig, plt, out_dir, name))
     width = max(4.5, 1.5 + 1.3 * max(len(m) for _, m in grouped))  # per group: room for its title
     fig, axes = plt.subplots(1, len(grouped), figsize=(width * len(grouped), 4), squeeze=False)
@@ -60,15 +83,27 @@ def plot(runs: list, out_dir: str, reference: str, target: float = None) -> list
         others = [run.label for run in members if run.label in ratios and run.method != reference]
         if others:
             positions = range(len(others))
-            for offset, (index, part) in ((-0.2, (0, "per iteration")), (0.2, (1, "synchronization"))):
-                axis.bar([p + offset for p in positions], [ratios[label][index] or 0.0 for label in others],
-                         width=0.4, label=part)
+            for offset, (index, part) in (
+                (-0.2, (0, "per iteration")),
+                (0.2, (1, "synchronization")),
+            ):
+                axis.bar(
+                    [p + offset for p in positions],
+                    [ratios[label][index] or 0.0 for label in others],
+                    width=0.4,
+                    label=part,
+                )
             axis.set_xticks(list(positions), others, rotation=30)
             axis.axhline(1.0, color="gray", linestyle="--", linewidth=1)
             axis.legend(fontsize=8)
         else:
-            axis.text(0.5, 0.5, f"no {reference} run, or nothing to compare it with", ha="center",
-                      transform=axis.transAxes)
+            axis.text(
+                0.5,
+                0.5,
+                f"no {reference} run, or nothing to compare it with",
+                ha="center",
+                transform=axis.transAxes,
+            )
         axis.set(ylabel=f"{reference}'s speed-up (x)", title=_title(key))
     paths.append(_save(fig, plt, out_dir, "speedup"))
     return paths

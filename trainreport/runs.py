@@ -1,5 +1,6 @@
 """One training run's per-epoch rows, as the trainer writes them to ``metrics.jsonl``, and what
 the report computes from them: time per iteration and its split, wall time, time to an accuracy."""
+
 from __future__ import annotations
 
 import json
@@ -7,7 +8,14 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-REQUIRED = ("epoch", "epoch_seconds", "sync_seconds", "select_seconds", "comm_seconds", "bytes_sent_per_rank")
+REQUIRED = (
+    "epoch",
+    "epoch_seconds",
+    "sync_seconds",
+    "select_seconds",
+    "comm_seconds",
+    "bytes_sent_per_rank",
+)
 #: Keys the report computes with, where a row has them: numbers ...
 NUMBERS = REQUIRED + ("iters", "epoch_iters", "max_epochs", "eval_seconds", "compute_seconds")
 #: ... and numbers or null (an epoch without evaluation).
@@ -62,11 +70,21 @@ class Run:
         sync = sum(r["sync_seconds"] for r in self.rows) / iters
         select = sum(r["select_seconds"] for r in self.rows) / iters
         comm = sum(r["comm_seconds"] for r in self.rows) / iters
-        compute = sum(r["compute_seconds"] for r in self.rows) / iters \
-            if all("compute_seconds" in r for r in self.rows) else total - sync
-        return {"total": total, "compute": compute, "select": select, "comm": comm,
-                "other": sync - select - comm, "sync": sync, "rest": total - compute - sync,
-                "bytes": sum(r["bytes_sent_per_rank"] for r in self.rows) / iters}
+        compute = (
+            sum(r["compute_seconds"] for r in self.rows) / iters
+            if all("compute_seconds" in r for r in self.rows)
+            else total - sync
+        )
+        return {
+            "total": total,
+            "compute": compute,
+            "select": select,
+            "comm": comm,
+            "other": sync - select - comm,
+            "sync": sync,
+            "rest": total - compute - sync,
+            "bytes": sum(r["bytes_sent_per_rank"] for r in self.rows) / iters,
+        }
 
     def wall_times(self) -> list:
         """Cumulative wall seconds (training plus evaluation) at the end of every epoch."""
@@ -90,7 +108,9 @@ def accuracy_name(runs: list) -> str:
     kinds = {run.masked_lm for run in runs}
     if kinds == {True}:
         return "masked-token accuracy"
-    return "test accuracy" if kinds == {False} else "test accuracy (masked-token for masked-LM runs)"
+    return (
+        "test accuracy" if kinds == {False} else "test accuracy (masked-token for masked-LM runs)"
+    )
 
 
 def _is_number(value) -> bool:
@@ -114,10 +134,15 @@ def load_run(path: str) -> Run:
             rows.append(json.loads(line))
         except json.JSONDecodeError as error:
             if number == lines[-1][0] and not line.endswith("\n"):  # cut off mid-write
-                print(f"note: {file}: line {number} is cut off (the run stopped while writing it); "
-                      "reporting the lines before it", file=sys.stderr)
+                print(
+                    f"note: {file}: line {number} is cut off (the run stopped while writing it); "
+                    "reporting the lines before it",
+                    file=sys.stderr,
+                )
                 break
-            raise ValueError(f"{file}: line {number} is not JSON ({error.msg}, column {error.colno})") from None
+            raise ValueError(
+                f"{file}: line {number} is not JSON ({error.msg}, column {error.colno})"
+            ) from None
     if not rows:
         raise ValueError(f"{file}: no epochs logged")
     for number, row in enumerate(rows, 1):
@@ -127,11 +152,17 @@ def load_run(path: str) -> Run:
         raise ValueError(f"{file}: no training iterations logged")
     last = latest[-1]
     if last.get("max_epochs", last["epoch"]) > last["epoch"]:
-        print(f"note: {file}: the run stopped after epoch {last['epoch']} of {last['max_epochs']} "
-              "(killed, crashed, or still running): its numbers are not final", file=sys.stderr)
+        print(
+            f"note: {file}: the run stopped after epoch {last['epoch']} of {last['max_epochs']} "
+            "(killed, crashed, or still running): its numbers are not final",
+            file=sys.stderr,
+        )
     if len(latest) < len(rows):
-        print(f"note: {file}: {len(rows) - len(latest)} of {len(rows)} rows superseded by a later run "
-              f"or resume in the same directory; reporting the latest {len(latest)} epochs", file=sys.stderr)
+        print(
+            f"note: {file}: {len(rows) - len(latest)} of {len(rows)} rows superseded by a later run "
+            f"or resume in the same directory; reporting the latest {len(latest)} epochs",
+            file=sys.stderr,
+        )
     return Run(path=path.rstrip("/"), rows=latest)
 
 
@@ -140,15 +171,21 @@ def _check_row(file: str, number: int, row) -> None:
     keys the report needs, numbers where it computes."""
     if not isinstance(row, dict):
         raise ValueError(f"{file}: row {number} is not a JSON object")
-    missing = [key for key in REQUIRED if key not in row] + \
-        ([] if "iters" in row or "epoch_iters" in row else ["iters"])
+    missing = [key for key in REQUIRED if key not in row] + (
+        [] if "iters" in row or "epoch_iters" in row else ["iters"]
+    )
     if missing:
         raise ValueError(f"{file}: row {number} lacks {', '.join(missing)}")
-    wrong = [key for key in NUMBERS + NULLABLE if key in row and not _is_number(row[key])
-             and not (key in NULLABLE and row[key] is None)]
+    wrong = [
+        key
+        for key in NUMBERS + NULLABLE
+        if key in row and not _is_number(row[key]) and not (key in NULLABLE and row[key] is None)
+    ]
     if wrong:
-        raise ValueError(f"{file}: row {number}: {', '.join(f'{key} {json.dumps(row[key])}' for key in wrong)} "
-                         "should be a number")
+        raise ValueError(
+            f"{file}: row {number}: {', '.join(f'{key} {json.dumps(row[key])}' for key in wrong)} "
+            "should be a number"
+        )
 
 
 def latest_history(rows: list) -> list:

@@ -5,10 +5,16 @@ Runs are compared only within a group: the same model, data set, worker count an
 a group a run is labelled by its method and, where runs of that method differ in them, its
 method settings (density, teams, SAG variant, SRS variant).
 """
+
 from __future__ import annotations
 
 #: (title, row key) of what puts runs into one group.
-GROUP_KEYS = (("model", "model"), ("dataset", "dataset"), ("workers", "nworkers"), ("network", "network"))
+GROUP_KEYS = (
+    ("model", "model"),
+    ("dataset", "dataset"),
+    ("workers", "nworkers"),
+    ("network", "network"),
+)
 #: Method settings: table columns, and parts of a label where runs of one method differ.
 SETTINGS = ("density", "teams", "sag", "srs")
 #: Settings that always get a column; the others only where some run of the group records them.
@@ -36,8 +42,11 @@ def groups(runs: list) -> dict:
 
 def shown_settings(runs: list) -> list:
     """The settings that get a column in a table of ``runs``."""
-    return [key for key in SETTINGS
-            if key in ALWAYS_SHOWN or any(run.setting(key) is not None for run in runs)]
+    return [
+        key
+        for key in SETTINGS
+        if key in ALWAYS_SHOWN or any(run.setting(key) is not None for run in runs)
+    ]
 
 
 def format_setting(value) -> str:
@@ -56,12 +65,19 @@ def label_runs(runs: list) -> list:
         run.group = group_key(run)
     for run in runs:
         peers = [other for other in runs if other.group == run.group and other.method == run.method]
-        differing = [key for key in SETTINGS if len({repr(peer.setting(key)) for peer in peers}) > 1]
-        run.label = run.method + (f" ({', '.join(f'{key} {format_setting(run.setting(key))}' for key in differing)})"
-                                  if differing else "")
-    for extra in (lambda run, _: f"{run.label} [{_folder(run.path)}]",
-                  lambda run, _: f"{run.label.rsplit(' [', 1)[0]} [{run.path}]",
-                  lambda run, number: f"{run.label} #{number}"):
+        differing = [
+            key for key in SETTINGS if len({repr(peer.setting(key)) for peer in peers}) > 1
+        ]
+        run.label = run.method + (
+            f" ({', '.join(f'{key} {format_setting(run.setting(key))}' for key in differing)})"
+            if differing
+            else ""
+        )
+    for extra in (
+        lambda run, _: f"{run.label} [{_folder(run.path)}]",
+        lambda run, _: f"{run.label.rsplit(' [', 1)[0]} [{run.path}]",
+        lambda run, number: f"{run.label} #{number}",
+    ):
         seen: dict = {}
         for run in runs:
             seen.setdefault((run.group, run.label), []).append(run)

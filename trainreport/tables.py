@@ -3,10 +3,18 @@
 Speed-ups are the ``reference`` method's (``spardl`` by default): a run's time divided by the
 group's first reference run's time, so above 1 where the reference is faster.
 """
+
 from __future__ import annotations
 
 from trainreport.runs import accuracy_name
-from trainreport.settings import GROUP_KEYS, format_setting, group_key, group_title, groups, shown_settings
+from trainreport.settings import (
+    GROUP_KEYS,
+    format_setting,
+    group_key,
+    group_title,
+    groups,
+    shown_settings,
+)
 
 
 def markdown(runs: list, reference: str, target: float = None, figures: list = ()) -> str:
@@ -17,9 +25,17 @@ def markdown(runs: list, reference: str, target: float = None, figures: list = (
         out.append(f"## {group_title(key)}\n")
         out.append(time_table(members, reference))
         out.append(accuracy_table(members, reference, target))
-    out += [sweep for sweep in (network_sweep(members, reference) for members in _by_setup(runs).values()) if sweep]
+    out += [
+        sweep
+        for sweep in (network_sweep(members, reference) for members in _by_setup(runs).values())
+        if sweep
+    ]
     if figures:
-        out.append("## Figures\n\n" + "\n".join(f"![{name.rsplit('.', 1)[0]}]({name})" for name in figures) + "\n")
+        out.append(
+            "## Figures\n\n"
+            + "\n".join(f"![{name.rsplit('.', 1)[0]}]({name})" for name in figures)
+            + "\n"
+        )
     return "\n".join(out)
 
 
@@ -37,8 +53,13 @@ def speedups(runs: list, reference: str) -> dict:
     if base is None:
         return {}
     ref = base.per_iteration()
-    return {run.label: tuple(run.per_iteration()[key] / ref[key] if ref[key] > 0 else None
-                             for key in ("total", "sync")) for run in runs}
+    return {
+        run.label: tuple(
+            run.per_iteration()[key] / ref[key] if ref[key] > 0 else None
+            for key in ("total", "sync")
+        )
+        for run in runs
+    }
 
 
 def time_table(runs: list, reference: str) -> str:
@@ -49,16 +70,37 @@ def time_table(runs: list, reference: str) -> str:
     which = f" ({base.label})" if sum(run.method == reference for run in runs) > 1 else ""
     settings = shown_settings(runs)
     ratios = speedups(runs, reference)
-    header = ["run", *settings, "ms/iter", "compute", "select", "comm", "other sync", "sync", "rest", "MB/iter",
-              f"{reference} speedup", f"{reference} sync speedup"]
-    lines = [f"Time per iteration (ms); speedup = this run's time / {reference}{which}'s.\n",
-             "| " + " | ".join(header) + " |",
-             "|---|" + "---|" * len(settings) + "---:|" * (len(header) - 1 - len(settings))]
+    header = [
+        "run",
+        *settings,
+        "ms/iter",
+        "compute",
+        "select",
+        "comm",
+        "other sync",
+        "sync",
+        "rest",
+        "MB/iter",
+        f"{reference} speedup",
+        f"{reference} sync speedup",
+    ]
+    lines = [
+        f"Time per iteration (ms); speedup = this run's time / {reference}{which}'s.\n",
+        "| " + " | ".join(header) + " |",
+        "|---|" + "---|" * len(settings) + "---:|" * (len(header) - 1 - len(settings)),
+    ]
     for run in runs:
         t = run.per_iteration()
-        cells = [run.label, *(format_setting(run.setting(key)) for key in settings),
-                 *(f"{t[key] * 1e3:.1f}" for key in ("total", "compute", "select", "comm", "other", "sync", "rest")),
-                 f"{t['bytes'] / 1e6:.3f}", *(_ratio(value) for value in ratios.get(run.label, (None, None)))]
+        cells = [
+            run.label,
+            *(format_setting(run.setting(key)) for key in settings),
+            *(
+                f"{t[key] * 1e3:.1f}"
+                for key in ("total", "compute", "select", "comm", "other", "sync", "rest")
+            ),
+            f"{t['bytes'] / 1e6:.3f}",
+            *(_ratio(value) for value in ratios.get(run.label, (None, None))),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -73,14 +115,22 @@ def accuracy_table(runs: list, reference: str = "spardl", target: float = None) 
     accuracy on held-out text, the masked-LM loss, and a column of test perplexity."""
     masked_lm = all(run.masked_lm for run in runs)
     acc, loss = ("masked-token acc", "MLM loss") if masked_lm else ("test acc", "loss")
-    header = (f"| run | epochs | final {acc} | best {acc} | final train {loss} | final test {loss} |"
-              + (" final test perplexity |" if masked_lm else "") + " wall s |")
+    header = (
+        f"| run | epochs | final {acc} | best {acc} | final train {loss} | final test {loss} |"
+        + (" final test perplexity |" if masked_lm else "")
+        + " wall s |"
+    )
     if target is not None:
-        header += f" epoch to {target:g} | wall s to {target:g} | {reference} speedup to {target:g} |"
+        header += (
+            f" epoch to {target:g} | wall s to {target:g} | {reference} speedup to {target:g} |"
+        )
     lines = [header, "|---|" + "---:|" * (header.count("|") - 2)]
     if masked_lm:
-        lines.insert(0, "Accuracy is masked-token accuracy: the fraction of masked tokens of the held-out "
-                        "text that the model predicts exactly.\n")
+        lines.insert(
+            0,
+            "Accuracy is masked-token accuracy: the fraction of masked tokens of the held-out "
+            "text that the model predicts exactly.\n",
+        )
     elif any(run.masked_lm for run in runs):
         lines.insert(0, f"Accuracy is {accuracy_name(runs)}.\n")
     base = reference_run(runs, reference)
@@ -88,18 +138,26 @@ def accuracy_table(runs: list, reference: str = "spardl", target: float = None) 
     for run in runs:
         last = run.rows[-1]
         accuracies = [r["test_acc"] for r in run.rows if r.get("test_acc") is not None]
-        epochs = f"{last['epoch']}" + (f" of {last['max_epochs']}" if last.get("max_epochs", 0) > last["epoch"] else "")
-        line = (f"| {run.label} | {epochs} | {_number(last.get('test_acc'), 4)} | "
-                f"{_number(max(accuracies) if accuracies else None, 4)} | {_number(last.get('train_loss'), 4)} | "
-                f"{_number(last.get('test_loss'), 4)} |"
-                + (f" {_number(last.get('test_perplexity'), 2)} |" if masked_lm else "")
-                + f" {run.wall_times()[-1]:.1f} |")
+        epochs = f"{last['epoch']}" + (
+            f" of {last['max_epochs']}" if last.get("max_epochs", 0) > last["epoch"] else ""
+        )
+        line = (
+            f"| {run.label} | {epochs} | {_number(last.get('test_acc'), 4)} | "
+            f"{_number(max(accuracies) if accuracies else None, 4)} | {_number(last.get('train_loss'), 4)} | "
+            f"{_number(last.get('test_loss'), 4)} |"
+            + (f" {_number(last.get('test_perplexity'), 2)} |" if masked_lm else "")
+            + f" {run.wall_times()[-1]:.1f} |"
+        )
         if target is not None:
             reached = run.time_to(target)
             if reached is None:
                 line += " not reached | - | - |"
             else:
-                speedup = _ratio(reached[1] / reference_time[1]) if reference_time and reference_time[1] > 0 else "-"
+                speedup = (
+                    _ratio(reached[1] / reference_time[1])
+                    if reference_time and reference_time[1] > 0
+                    else "-"
+                )
                 line += f" {reached[0]} | {reached[1]:.1f} | {speedup} |"
         lines.append(line)
     return "\n".join(lines) + "\n"
@@ -114,15 +172,24 @@ def network_sweep(runs: list, reference: str) -> str:
         return ""
     labels = list(dict.fromkeys(run.label for run in runs))
     setup = [(title, value) for title, value in next(iter(by_network)) if title != "network"]
-    lines = [f"## {group_title(tuple(setup))}: time per iteration by network\n",
-             f"ms per iteration ({reference}'s speed-up over the run).\n",
-             "| network | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
+    lines = [
+        f"## {group_title(tuple(setup))}: time per iteration by network\n",
+        f"ms per iteration ({reference}'s speed-up over the run).\n",
+        "| network | " + " | ".join(labels) + " |",
+        "|---|" + "---:|" * len(labels),
+    ]
     for key, members in by_network.items():
         ratios = speedups(members, reference)
-        cells = {run.label: f"{run.per_iteration()['total'] * 1e3:.1f}"
-                 + (f" ({_ratio(ratios[run.label][0])})" if run.label in ratios else "") for run in members}
-        lines.append(f"| {dict(key).get('network', '-')} | "
-                     + " | ".join(cells.get(label, "-") for label in labels) + " |")
+        cells = {
+            run.label: f"{run.per_iteration()['total'] * 1e3:.1f}"
+            + (f" ({_ratio(ratios[run.label][0])})" if run.label in ratios else "")
+            for run in members
+        }
+        lines.append(
+            f"| {dict(key).get('network', '-')} | "
+            + " | ".join(cells.get(label, "-") for label in labels)
+            + " |"
+        )
     return "\n".join(lines) + "\n"
 
 

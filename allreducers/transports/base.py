@@ -6,6 +6,7 @@ for later, and a wait for sends) plus a dense sum all-reduce for the ``dense`` m
 transport counts the traffic it carries the same way, in a :class:`Traffic` record, so byte and
 round counts never depend on the transport.
 """
+
 from __future__ import annotations
 
 import abc

@@ -4,6 +4,7 @@ torch.distributed has no probe, so a message of a size the receiver cannot know 
 one-element length header. The header is framing, not payload: it is not counted, so traffic
 accounting stays identical to the MPI and in-process transports.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,13 +26,17 @@ class TorchDistributedTransport(Transport):
         self.group = group
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
-        self._global = [dist.get_global_rank(group, r) if group is not None else r for r in range(self.size)]
+        self._global = [
+            dist.get_global_rank(group, r) if group is not None else r for r in range(self.size)
+        ]
 
     def _isend(self, tensor, dest, tag):
         header = torch.tensor([tensor.numel()], dtype=torch.int64, device=tensor.device)
         peer = self._global[dest]
-        handles = [dist.isend(header, peer, group=self.group, tag=tag),
-                   dist.isend(tensor, peer, group=self.group, tag=tag)]
+        handles = [
+            dist.isend(header, peer, group=self.group, tag=tag),
+            dist.isend(tensor, peer, group=self.group, tag=tag),
+        ]
         return handles, header, tensor
 
     def _recv(self, source, tag, dtype, device):

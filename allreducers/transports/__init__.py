@@ -3,6 +3,7 @@
 ``as_transport(obj)`` turns what a user passes as ``comm`` (an ``mpi4py`` communicator or a
 transport) into a :class:`Transport`. Nothing here knows any synchronization method.
 """
+
 from .base import Traffic, Transport
 from .local import GroupAborted, LocalGroup, LocalTransport, local_group
 
@@ -13,8 +14,10 @@ def as_transport(comm) -> Transport:
     if isinstance(comm, Transport):
         return comm
     import torch.distributed as dist
+
     if dist.is_available() and isinstance(comm, dist.ProcessGroup):
         from .torchdist import TorchDistributedTransport
+
         return TorchDistributedTransport(comm)
     try:
         from mpi4py import MPI
@@ -22,10 +25,20 @@ def as_transport(comm) -> Transport:
         MPI = None
     if MPI is not None and isinstance(comm, MPI.Comm):
         from .mpi import MPITransport
+
         return MPITransport(comm)
-    raise TypeError("comm must be an mpi4py communicator, a torch.distributed process group or a "
-                    f"comm.Transport, got {type(comm).__name__}")
+    raise TypeError(
+        "comm must be an mpi4py communicator, a torch.distributed process group or a "
+        f"comm.Transport, got {type(comm).__name__}"
+    )
 
 
-__all__ = ["Traffic", "Transport", "LocalGroup", "LocalTransport", "GroupAborted", "local_group",
-           "as_transport"]
+__all__ = [
+    "Traffic",
+    "Transport",
+    "LocalGroup",
+    "LocalTransport",
+    "GroupAborted",
+    "local_group",
+    "as_transport",
+]

@@ -3,10 +3,11 @@
 Tests and the scale simulator run the very same schedule code on it as under ``mpiexec``, and it
 counts traffic exactly as the MPI transport does (the accounting lives in :class:`Transport`).
 
-    >>> from comm import local_group
+    >>> from allreducers.transports import local_group
     >>> local_group(4).run(lambda t: t.rank * 10)
     [0, 10, 20, 30]
 """
+
 from __future__ import annotations
 
 import queue
@@ -35,7 +36,7 @@ class LocalGroup:
         self._aborted = threading.Event()
         self._barrier = threading.Barrier(size)
 
-    def rank(self, rank: int) -> "LocalTransport":
+    def rank(self, rank: int) -> LocalTransport:
         """The transport of rank ``rank`` (call it from the thread that plays that rank)."""
         return LocalTransport(self, rank)
 
@@ -62,8 +63,10 @@ class LocalGroup:
         runs nothing more (its mailboxes may hold the failed run's messages).
         """
         if self.aborted:
-            raise GroupAborted("this group was aborted when a rank of an earlier run failed; "
-                               f"run on a new one, local_group({self.size})")
+            raise GroupAborted(
+                "this group was aborted when a rank of an earlier run failed; "
+                f"run on a new one, local_group({self.size})"
+            )
         results: list = [None] * self.size
         errors: list = [None] * self.size
 
@@ -123,9 +126,12 @@ class LocalTransport(Transport):
                     self.group.abort()
                     raise TimeoutError(
                         f"rank {self.rank}: no message from rank {source} (tag {tag}) "
-                        f"within {self.group.timeout:.0f} s") from None
+                        f"within {self.group.timeout:.0f} s"
+                    ) from None
         if message.dtype != dtype:
-            raise TypeError(f"rank {self.rank}: expected {dtype} from rank {source}, got {message.dtype}")
+            raise TypeError(
+                f"rank {self.rank}: expected {dtype} from rank {source}, got {message.dtype}"
+            )
         return message.to(device)
 
     def _waitall(self, handles):
@@ -136,8 +142,10 @@ class LocalTransport(Transport):
         for peer in range(self.size):
             if peer != self.rank:
                 self.group.mailbox(self.rank, peer, tag).put(tensor.detach().clone())
-        parts = [tensor if peer == self.rank else self._recv(peer, tag, tensor.dtype, tensor.device)
-                 for peer in range(self.size)]
+        parts = [
+            tensor if peer == self.rank else self._recv(peer, tag, tensor.dtype, tensor.device)
+            for peer in range(self.size)
+        ]
         # Summing in rank order on every rank gives the same bits everywhere.
         total = parts[0].clone()
         for part in parts[1:]:

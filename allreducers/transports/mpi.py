@@ -4,6 +4,7 @@ Device tensors are handed to MPI directly when the library is CUDA-aware; otherw
 staged through pinned host buffers that are kept and reused across calls. Set the environment
 variable ``SPARDL_CUDA_AWARE_MPI=1`` (or ``0``) to override the detection.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,13 @@ from mpi4py import MPI
 
 from .base import Transport
 
-_MPI_TYPES = {torch.int32: MPI.INT32_T, torch.float32: MPI.FLOAT, torch.float64: MPI.DOUBLE,
-              torch.int64: MPI.INT64_T, torch.uint8: MPI.BYTE}
+_MPI_TYPES = {
+    torch.int32: MPI.INT32_T,
+    torch.float32: MPI.FLOAT,
+    torch.float64: MPI.DOUBLE,
+    torch.int64: MPI.INT64_T,
+    torch.uint8: MPI.BYTE,
+}
 
 
 def cuda_aware() -> bool:
@@ -41,8 +47,11 @@ class _PinnedPool:
         while len(self._buffers) <= slot:
             self._buffers.append(torch.empty(0, dtype=torch.uint8))
         if self._buffers[slot].numel() < nbytes:
-            self._buffers[slot] = torch.empty(max(nbytes, 2 * self._buffers[slot].numel()),
-                                              dtype=torch.uint8, pin_memory=torch.cuda.is_available())
+            self._buffers[slot] = torch.empty(
+                max(nbytes, 2 * self._buffers[slot].numel()),
+                dtype=torch.uint8,
+                pin_memory=torch.cuda.is_available(),
+            )
         return self._buffers[slot][:nbytes].view(dtype)
 
 
@@ -66,7 +75,9 @@ class MPITransport(Transport):
 
     def __init__(self, comm: MPI.Comm) -> None:
         super().__init__()
-        if comm.Get_size() > 1 and sys.excepthook is sys.__excepthook__:  # a program's own hook stays
+        if (
+            comm.Get_size() > 1 and sys.excepthook is sys.__excepthook__
+        ):  # a program's own hook stays
             abort_on_uncaught_exception(comm)
         self.comm = comm
         self.rank = comm.Get_rank()
@@ -100,7 +111,11 @@ class MPITransport(Transport):
         message = self.comm.Mprobe(source=source, tag=tag, status=status)
         numel = status.Get_count(_MPI_TYPES[dtype])
         direct = device.type == "cpu" or self.device_buffers_ok
-        out = torch.empty(numel, dtype=dtype, device=device) if direct else self._recv_staging.get(0, numel, dtype)
+        out = (
+            torch.empty(numel, dtype=dtype, device=device)
+            if direct
+            else self._recv_staging.get(0, numel, dtype)
+        )
         message.Recv(self._buffer(out))
         return out if direct else out.to(device)
 
@@ -125,13 +140,20 @@ class MPITransport(Transport):
         for receive in self._unmatched:
             status = MPI.Status()
             key = (receive.source, receive.tag)
-            message = None if key in missed else self.comm.Improbe(source=key[0], tag=key[1], status=status)
+            message = (
+                None
+                if key in missed
+                else self.comm.Improbe(source=key[0], tag=key[1], status=status)
+            )
             if message is None:  # a later receive of the same source and tag must not overtake
                 missed.add(key)
                 waiting.append(receive)
                 continue
-            receive.out = torch.empty(status.Get_count(_MPI_TYPES[receive.dtype]), dtype=receive.dtype,
-                                      device=receive.device)
+            receive.out = torch.empty(
+                status.Get_count(_MPI_TYPES[receive.dtype]),
+                dtype=receive.dtype,
+                device=receive.device,
+            )
             receive.request = message.Irecv(self._buffer(receive.out))
         self._unmatched = waiting
 
@@ -211,6 +233,8 @@ def abort_on_uncaught_exception(comm: MPI.Comm = MPI.COMM_WORLD) -> None:
         if issubclass(kind, KeyboardInterrupt):  # Ctrl-C is no crash: one word, status 130
             end_interrupted(comm)
         text = "".join(traceback.format_exception(kind, value, tb))
-        report_and_abort(comm, f"[rank {comm.Get_rank()}] uncaught exception, aborting the job:\n{text}")
+        report_and_abort(
+            comm, f"[rank {comm.Get_rank()}] uncaught exception, aborting the job:\n{text}"
+        )
 
     sys.excepthook = hook

@@ -6,13 +6,14 @@
     events = recorder.take()                      # this call's messages, then an empty log
 
 It counts traffic exactly like the transport it wraps (the accounting lives in
-:class:`~comm.base.Transport`), so ``sync.stats`` is unchanged. The scale simulator turns the log
+:class:`~allreducers.transports.base.Transport`), so ``sync.stats`` is unchanged. The scale simulator turns the log
 into predicted time under a network model; the benchmark replays it to measure the cost of the
 communication alone. With ``keep_payloads=True`` the log also holds what this rank received, and
 :class:`ReplayTransport` plays such a log back to a synchronizer in a process of its own: one
 rank's work of a P-rank call, timed with no network and no other rank on the machine. Nothing
 here knows any synchronization method.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -60,8 +61,15 @@ class RecordingTransport(Transport):
         return events
 
     def isend(self, tensor, dest, tag):
-        self.events.append(Event("send", self.traffic.rounds, dest,
-                                 tensor.numel() * tensor.element_size(), tensor.dtype))
+        self.events.append(
+            Event(
+                "send",
+                self.traffic.rounds,
+                dest,
+                tensor.numel() * tensor.element_size(),
+                tensor.dtype,
+            )
+        )
         return super().isend(tensor, dest, tag)
 
     def recv(self, source, tag, dtype, device):
@@ -76,9 +84,16 @@ class RecordingTransport(Transport):
         return self._log_recv(super().wait_recv(inner), source, dtype)
 
     def _log_recv(self, message, source, dtype):
-        self.events.append(Event("recv", self.traffic.rounds, source,
-                                 message.numel() * message.element_size(), dtype,
-                                 payload=self._copy(message)))
+        self.events.append(
+            Event(
+                "recv",
+                self.traffic.rounds,
+                source,
+                message.numel() * message.element_size(),
+                dtype,
+                payload=self._copy(message),
+            )
+        )
         return message
 
     def allreduce_sum_(self, tensor):
@@ -95,9 +110,17 @@ class RecordingTransport(Transport):
         result = allreduce(tensor, *out)
         rounds = self.traffic.rounds - first_round
         if rounds:
-            self.events.append(Event("allreduce", first_round, None,
-                                     self.traffic.bytes_sent - sent_before, tensor.dtype, rounds,
-                                     payload=self._copy(result)))
+            self.events.append(
+                Event(
+                    "allreduce",
+                    first_round,
+                    None,
+                    self.traffic.bytes_sent - sent_before,
+                    tensor.dtype,
+                    rounds,
+                    payload=self._copy(result),
+                )
+            )
         return result
 
     def _copy(self, tensor: torch.Tensor):
@@ -159,11 +182,15 @@ class ReplayTransport(Transport):
 
     def _reply(self, kind: str, peer, dtype) -> torch.Tensor:
         if self._next == len(self._replies):
-            raise ValueError(f"replay of rank {self.rank}: a {kind} from {peer} beyond the recording")
+            raise ValueError(
+                f"replay of rank {self.rank}: a {kind} from {peer} beyond the recording"
+            )
         event = self._replies[self._next]
         if (event.kind, event.peer, event.dtype) != (kind, peer, dtype):
-            raise ValueError(f"replay of rank {self.rank}: asked for a {kind} of {dtype} from {peer}, "
-                             f"recorded a {event.kind} of {event.dtype} from {event.peer}")
+            raise ValueError(
+                f"replay of rank {self.rank}: asked for a {kind} of {dtype} from {peer}, "
+                f"recorded a {event.kind} of {event.dtype} from {event.peer}"
+            )
         self._next += 1
         return event.payload
 
@@ -171,7 +198,9 @@ class ReplayTransport(Transport):
         return None
 
     def _recv(self, source, tag, dtype, device):
-        return self._reply("recv", source, dtype).to(device, copy=True)  # the method may write to it
+        return self._reply("recv", source, dtype).to(
+            device, copy=True
+        )  # the method may write to it
 
     def _waitall(self, handles):
         return None

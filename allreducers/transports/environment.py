@@ -12,12 +12,17 @@ asked before it starts: ``MPI_LOCALNRANKS`` (MPICH's Hydra), ``OMPI_COMM_WORLD_L
 (Open MPI), ``SLURM_NTASKS_PER_NODE`` (srun), else ``PMI_SIZE`` (all ranks, as if on one host),
 else 1 (started without a launcher).
 """
+
 import os
 import sys
 
 #: Launcher variables holding the number of ranks on this host, most specific first.
-LOCAL_RANK_COUNTS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE",
-                     "PMI_SIZE")
+LOCAL_RANK_COUNTS = (
+    "MPI_LOCALNRANKS",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "SLURM_NTASKS_PER_NODE",
+    "PMI_SIZE",
+)
 #: MPICH's waiting ranks yield the core after one poll, and yield it to other processes.
 YIELD = {"MPIR_CVAR_POLLS_BEFORE_YIELD": "1", "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}
 
@@ -52,11 +57,16 @@ def apply_launch_defaults(environ=os.environ) -> dict:
     mpi = sys.modules.get("mpi4py.MPI")
     own = environ is os.environ
     if own and mpi is not None and mpi.Is_initialized():
-        raise RuntimeError("apply_launch_defaults() must run before MPI starts (before the first "
-                           "'from mpi4py import MPI')")
+        raise RuntimeError(
+            "apply_launch_defaults() must run before MPI starts (before the first "
+            "'from mpi4py import MPI')"
+        )
     cores = len(os.sched_getaffinity(0))
-    chosen = {name: value for name, value in launch_defaults(cores, local_ranks(environ)).items()
-              if name not in environ}
+    chosen = {
+        name: value
+        for name, value in launch_defaults(cores, local_ranks(environ)).items()
+        if name not in environ
+    }
     environ.update(chosen)
     if own and "OMP_NUM_THREADS" in chosen and "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(int(chosen["OMP_NUM_THREADS"]))

@@ -7,6 +7,7 @@ memory, and MPI settings change that: MPICH's ``MPIR_CVAR_NOLOCAL=1``, which a s
 needs so that ranks talk TCP, makes every rank look alone on its host. Each rank would then take
 all the host's cores, and P ranks would run P times too many spinning OpenMP threads.
 """
+
 import os
 
 import torch
@@ -30,7 +31,12 @@ def thread_count(local_size, cores=None, environ=None):
     integer."""
     cores = len(os.sched_getaffinity(0)) if cores is None else cores
     threads = max(1, cores // local_size)
-    first = (os.environ if environ is None else environ).get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    first = (
+        (os.environ if environ is None else environ)
+        .get("OMP_NUM_THREADS", "")
+        .split(",")[0]
+        .strip()
+    )
     if first.isdigit() and int(first) >= 1:
         threads = min(threads, int(first))
     return threads

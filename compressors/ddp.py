@@ -1,8 +1,8 @@
 """A DDP communication hook that synchronizes every gradient bucket with any registered method.
 
-    import hooks
-    state = hooks.SparDLState(process_group=None, density=0.01, method="spardl")
-    ddp_model.register_comm_hook(state, hooks.spardl_hook)
+    from compressors.ddp import SparDLState, spardl_hook
+    state = SparDLState(process_group=None, density=0.01, method="spardl")
+    ddp_model.register_comm_hook(state, spardl_hook)
 
 Each DDP bucket gets its own synchronizer, created on first use; the bucket is averaged
 synchronously inside the hook into a result buffer of its own, allocated once and reused every
@@ -32,13 +32,14 @@ Buckets of another dtype (float16, bfloat16, float64) are synchronized in float3
 of the residuals and messages, and the average is cast back to the bucket's dtype: float64
 gradients thus carry float32 precision (about 1e-7 relative).
 """
+
 import numbers
 
 import torch
 import torch.distributed as dist
 
 import compressors
-from comm.torchdist import TorchDistributedTransport
+from allreducers.transports.torchdist import TorchDistributedTransport
 
 
 class SparDLState:
@@ -56,36 +57,57 @@ class SparDLState:
     ``ValueError`` (a diverged run).
     """
 
-    def __init__(self, process_group=None, density: float = 0.01, method: str = "spardl",
-                 skip_nonfinite: bool = False, model=None, **options) -> None:
+    def __init__(
+        self,
+        process_group=None,
+        density: float = 0.01,
+        method: str = "spardl",
+        skip_nonfinite: bool = False,
+        model=None,
+        **options,
+    ) -> None:
         self.method = compressors.resolve(method).name
         self.density = compressors.base.check_density(density)
         unknown = sorted(set(options) - set(compressors.options(self.method)))
         if unknown:
-            raise ValueError(f"unknown option(s) {unknown} for {method!r}; "
-                             f"valid: {', '.join(compressors.options(self.method))}")
+            raise ValueError(
+                f"unknown option(s) {unknown} for {method!r}; "
+                f"valid: {', '.join(compressors.options(self.method))}"
+            )
         self.skip_nonfinite = bool(skip_nonfinite)
         self.parameters_by = "order" if model is None else "name"
         self.transport = TorchDistributedTransport(process_group)
-        compressors.create(self.method, self.transport, numel=1, density=density, **options)  # checks values
+        compressors.create(
+            self.method, self.transport, numel=1, density=density, **options
+        )  # checks values
         self.options = self._settled(self.method, options)
-        self.synchronizers: dict = {}    # layout key -> synchronizer
-        self._layouts: dict = {}         # layout key -> (parameter numbers, sizes, result buffer)
+        self.synchronizers: dict = {}  # layout key -> synchronizer
+        self._layouts: dict = {}  # layout key -> (parameter numbers, sizes, result buffer)
         # id(parameter) -> its number, in the order the state first sees them; with ``model``, its
         # name ("module." of a DDP wrapper dropped), known from the start.
-        self._numbers: dict = {} if model is None else {
-            id(p): name.removeprefix("module.") for name, p in model.named_parameters()}
-        self._owners: dict = {}          # parameter number -> (layout key, offset, numel)
-        self._pending: dict = {}         # layout key -> saved state not yet used
+        self._numbers: dict = (
+            {}
+            if model is None
+            else {id(p): name.removeprefix("module.") for name, p in model.named_parameters()}
+        )
+        self._owners: dict = {}  # parameter number -> (layout key, offset, numel)
+        self._pending: dict = {}  # layout key -> saved state not yet used
 
     @staticmethod
     def _settled(method: str, options: dict) -> dict:
         """Every option of ``method``, defaults filled in, NumPy numbers as Python's: two states
         of one configuration compare equal, and the state loads with ``torch.load``'s defaults."""
         settled = dict(compressors.option_defaults(method), **options)
-        return {key: value if isinstance(value, bool) else int(value) if isinstance(value, numbers.Integral)
-                else float(value) if isinstance(value, numbers.Real) else value
-                for key, value in settled.items()}
+        return {
+            key: value
+            if isinstance(value, bool)
+            else int(value)
+            if isinstance(value, numbers.Integral)
+            else float(value)
+            if isinstance(value, numbers.Real)
+            else value
+            for key, value in settled.items()
+        }
 
     def synchronizer(self, bucket: dist.GradBucket):
         """The synchronizer of ``bucket``'s layout (created on first use, see the module
@@ -96,8 +118,10 @@ class SparDLState:
         if key not in self.synchronizers:
             sizes = [p.numel() for p in parameters]
             if sum(sizes) != bucket.buffer().numel():
-                raise RuntimeError(f"bucket {bucket.index()}: {bucket.buffer().numel()} entries for "
-                                   f"parameters of {sum(sizes)}")
+                raise RuntimeError(
+                    f"bucket {bucket.index()}: {bucket.buffer().numel()} entries for "
+                    f"parameters of {sum(sizes)}"
+                )
             self._build(key, numbers, sizes, bucket.buffer().device)
         return self.synchronizers[key], self._layouts[key][2]
 
@@ -107,32 +131,45 @@ class SparDLState:
         if self.parameters_by == "order":
             return self._numbers.setdefault(id(parameter), len(self._numbers))
         if id(parameter) not in self._numbers:
-            raise ValueError("a DDP bucket holds a parameter that is not in the model given as "
-                             "SparDLState(model=...)")
+            raise ValueError(
+                "a DDP bucket holds a parameter that is not in the model given as "
+                "SparDLState(model=...)"
+            )
         return self._numbers[id(parameter)]
 
     def _build(self, key: str, numbers: list, sizes: list, device) -> None:
-        sync = compressors.create(self.method, self.transport, numel=sum(sizes), density=self.density,
-                                  **self.options)
+        sync = compressors.create(
+            self.method, self.transport, numel=sum(sizes), density=self.density, **self.options
+        )
         sync.count_nnz = False  # nothing reads the count: no pass over the bucket for it
         saved = self._pending.pop(key, None)
         if saved is not None:
             sync.load_state_dict(saved["state"])
         # The dense warm-up count carries over from every layout these parameters come from.
-        sync.calls = max([sync.calls] + [self.synchronizers[owner].calls for owner in
-                                         {self._owners[n][0] for n in numbers if n in self._owners}]
-                         + [int(other["state"]["calls"]) for other in self._pending.values()
-                            if not set(numbers).isdisjoint(other["numbers"])])
+        sync.calls = max(
+            [sync.calls]
+            + [
+                self.synchronizers[owner].calls
+                for owner in {self._owners[n][0] for n in numbers if n in self._owners}
+            ]
+            + [
+                int(other["state"]["calls"])
+                for other in self._pending.values()
+                if not set(numbers).isdisjoint(other["numbers"])
+            ]
+        )
         residual = sync.residual
         offset = 0
         for number, size in zip(numbers, sizes):
             slot = self._slot(number)
             if slot is not None and slot.numel() != size:
-                raise ValueError(f"the loaded hook state holds {slot.numel()} residual entries for "
-                                 f"parameter #{number}, which has {size}: it was saved for another "
-                                 "set of trainable parameters; start from a fresh state")
+                raise ValueError(
+                    f"the loaded hook state holds {slot.numel()} residual entries for "
+                    f"parameter #{number}, which has {size}: it was saved for another "
+                    "set of trainable parameters; start from a fresh state"
+                )
             if slot is not None:  # moved, so that it counts once
-                residual[offset:offset + size].copy_(slot)
+                residual[offset : offset + size].copy_(slot)
                 slot.zero_()
             self._owners[number] = (key, offset, size)
             offset += size
@@ -147,12 +184,12 @@ class SparDLState:
         saved bucket not built yet; None if it has none."""
         if number in self._owners:
             key, offset, size = self._owners[number]
-            return self.synchronizers[key].residual[offset:offset + size]
+            return self.synchronizers[key].residual[offset : offset + size]
         for saved in self._pending.values():
             if number in saved["numbers"]:
                 at = saved["numbers"].index(number)
                 offset = sum(saved["sizes"][:at])
-                return saved["state"]["residual"][offset:offset + saved["sizes"][at]]
+                return saved["state"]["residual"][offset : offset + saved["sizes"][at]]
         return None
 
     def residual(self, parameter: torch.Tensor) -> torch.Tensor:
@@ -168,9 +205,15 @@ class SparDLState:
         for key, sync in self.synchronizers.items():
             numbers, sizes, _ = self._layouts[key]
             buckets[key] = {"numbers": numbers, "sizes": sizes, "state": sync.state_dict()}
-        return {"method": self.method, "density": self.density, "options": dict(self.options),
-                "rank": self.transport.rank, "size": self.transport.size,
-                "parameters_by": self.parameters_by, "buckets": buckets}
+        return {
+            "method": self.method,
+            "density": self.density,
+            "options": dict(self.options),
+            "rank": self.transport.rank,
+            "size": self.transport.size,
+            "parameters_by": self.parameters_by,
+            "buckets": buckets,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict` of this rank; the buckets pick their residuals up when DDP
@@ -178,19 +221,34 @@ class SparDLState:
         back to the saved one, whichever bucket layout is live). ``ValueError`` for another
         method, density, options, rank or world size, or a state saved with ``model=`` loaded
         without it (or the other way round)."""
-        mine = {"method": self.method, "density": self.density, "options": dict(self.options),
-                "rank": self.transport.rank, "size": self.transport.size,
-                "parameters_by": self.parameters_by}
+        mine = {
+            "method": self.method,
+            "density": self.density,
+            "options": dict(self.options),
+            "rank": self.transport.rank,
+            "size": self.transport.size,
+            "parameters_by": self.parameters_by,
+        }
         state = dict(state, parameters_by=state.get("parameters_by", "order"))  # older states
-        if state.get("method") in compressors.available() and isinstance(state.get("options"), dict):
+        if state.get("method") in compressors.available() and isinstance(
+            state.get("options"), dict
+        ):
             state = dict(state, options=self._settled(state["method"], state["options"]))
-        differ = [f"{key} {state.get(key)!r} (this state: {value!r})" for key, value in mine.items()
-                  if state.get(key) != value]
+        differ = [
+            f"{key} {state.get(key)!r} (this state: {value!r})"
+            for key, value in mine.items()
+            if state.get(key) != value
+        ]
         if differ:
             raise ValueError("the saved hook state does not fit this one: " + "; ".join(differ))
-        self._pending = {key: {"numbers": list(saved["numbers"]), "sizes": list(saved["sizes"]),
-                               "state": dict(saved["state"], residual=saved["state"]["residual"].clone())}
-                         for key, saved in state["buckets"].items()}
+        self._pending = {
+            key: {
+                "numbers": list(saved["numbers"]),
+                "sizes": list(saved["sizes"]),
+                "state": dict(saved["state"], residual=saved["state"]["residual"].clone()),
+            }
+            for key, saved in state["buckets"].items()
+        }
         self.synchronizers.clear()
         self._layouts.clear()
         self._owners.clear()
@@ -200,8 +258,10 @@ def spardl_hook(state: SparDLState, bucket: dist.GradBucket) -> torch.futures.Fu
     """DDP communication hook: average ``bucket`` over the group with ``state``'s method."""
     flat = bucket.buffer()
     if flat.is_sparse:
-        raise ValueError("spardl_hook: a bucket of sparse gradients (nn.Embedding(sparse=True)?) "
-                         "cannot be synchronized; use dense gradients or DDP's default all-reduce")
+        raise ValueError(
+            "spardl_hook: a bucket of sparse gradients (nn.Embedding(sparse=True)?) "
+            "cannot be synchronized; use dense gradients or DDP's default all-reduce"
+        )
     sync, out = state.synchronizer(bucket)
     future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     if state.skip_nonfinite:

@@ -93,7 +93,8 @@ def pack(lists: Sequence[SparseList], with_counts: bool) -> torch.Tensor:
 
 def unpack(message: torch.Tensor, items: int, sizes: Sequence[int] | None = None) -> list:
     """Split a message into ``items`` sparse lists; ``sizes`` gives their lengths when the message
-    carries no counts."""
+    carries no counts.
+    """
     if sizes is None:
         sizes = message[:items].tolist()
         body = message[items:]

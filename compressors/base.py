@@ -35,7 +35,8 @@ def check_density(density) -> float:
 
 def check_int(name: str, value, minimum: int = 1) -> int:
     """``value`` as an int if it is a whole number (Python's or NumPy's, not a bool) >=
-    ``minimum``, else ``ValueError``."""
+    ``minimum``, else ``ValueError``.
+    """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
@@ -107,7 +108,8 @@ class Synchronizer(abc.ABC):
     def effective_density(self) -> float:
         """The fraction of the n gradient entries one call keeps per worker, once the method
         rounds its budget to whole entries: k / n for k = max(1, int(n * density)) here, so
-        a density below 1/n keeps one entry (more than asked)."""
+        a density below 1/n keeps one entry (more than asked).
+        """
         return budget(self.numel, self.density) / self.numel
 
     def allreduce(self, grad: torch.Tensor, out: torch.Tensor = None) -> torch.Tensor:
@@ -174,7 +176,8 @@ class Synchronizer(abc.ABC):
         """The periodic work that sparse call number ``step`` (dense warm-up calls not counted)
         does on top of what every call does: calls of one kind do the same work on other data,
         and call 0 does all of it. Every call alike here; Ok-Topk's exact calls differ. (The
-        simulator averages its predictions over one period of these kinds.)"""
+        simulator averages its predictions over one period of these kinds.)
+        """
         return ()
 
     def _after_call(self) -> None:  # noqa: B027 - optional hook, a no-op unless overridden
@@ -186,7 +189,8 @@ class Synchronizer(abc.ABC):
 
     def _count_nonzero(self, result: torch.Tensor) -> int | None:
         """Non-zeros of the last result, by a pass over it; ``None`` unless ``count_nnz``
-        (methods that know the count without the pass override this)."""
+        (methods that know the count without the pass override this).
+        """
         return count_nonzero(result) if self.count_nnz else None
 
     def _dense_average(self, grad: torch.Tensor, timer: PhaseTimer) -> torch.Tensor:
@@ -232,7 +236,8 @@ class Synchronizer(abc.ABC):
     def state_dict(self) -> dict:
         """Everything that carries across calls, on the CPU (for checkpoints), with the settings
         it depends on (``config``: method, numel, density, workers, rank, and the method's
-        structural options)."""
+        structural options).
+        """
         return {
             "method": self.name,
             "numel": self.numel,
@@ -246,7 +251,8 @@ class Synchronizer(abc.ABC):
         """Why ``state`` (a :meth:`state_dict`) cannot be loaded here, or ``None`` if it can:
         another method or numel, or (states that record them) another density, worker count,
         rank or structural option (SparDL's teams and sag), which its adaptive parts (SparDL's
-        h, Ok-Topk's regions) would not fit."""
+        h, Ok-Topk's regions) would not fit.
+        """
         if (
             not isinstance(state, dict)
             or not isinstance(state.get("residual"), torch.Tensor)
@@ -270,7 +276,8 @@ class Synchronizer(abc.ABC):
 
     def load_state_dict(self, state: dict) -> None:
         """Restore what :meth:`state_dict` saved, so the next call continues bit-identically;
-        ``ValueError`` with :meth:`state_mismatch`'s reason for a state that does not fit."""
+        ``ValueError`` with :meth:`state_mismatch`'s reason for a state that does not fit.
+        """
         problem = self.state_mismatch(state)
         if problem:
             raise ValueError(problem)

@@ -96,7 +96,8 @@ class SparDLState:
     @staticmethod
     def _settled(method: str, options: dict) -> dict:
         """Every option of ``method``, defaults filled in, NumPy numbers as Python's: two states
-        of one configuration compare equal, and the state loads with ``torch.load``'s defaults."""
+        of one configuration compare equal, and the state loads with ``torch.load``'s defaults.
+        """
         settled = dict(compressors.option_defaults(method), **options)
         return {
             key: value
@@ -111,7 +112,8 @@ class SparDLState:
 
     def synchronizer(self, bucket: dist.GradBucket):
         """The synchronizer of ``bucket``'s layout (created on first use, see the module
-        docstring) and its reused result buffer."""
+        docstring) and its reused result buffer.
+        """
         parameters = bucket.parameters()
         numbers = [self._number(p) for p in parameters]
         key = ",".join(map(str, numbers))
@@ -127,7 +129,8 @@ class SparDLState:
 
     def _number(self, parameter) -> int | str:
         """How this state knows ``parameter``: its name with ``model=``, else the order in which
-        the state first saw it."""
+        the state first saw it.
+        """
         if self.parameters_by == "order":
             return self._numbers.setdefault(id(parameter), len(self._numbers))
         if id(parameter) not in self._numbers:
@@ -181,7 +184,8 @@ class SparDLState:
 
     def _slot(self, number: int):
         """Where parameter ``number``'s residual lives now (a view): its current bucket, else a
-        saved bucket not built yet; None if it has none."""
+        saved bucket not built yet; None if it has none.
+        """
         if number in self._owners:
             key, offset, size = self._owners[number]
             return self.synchronizers[key].residual[offset : offset + size]
@@ -195,7 +199,8 @@ class SparDLState:
     def residual(self, parameter: torch.Tensor) -> torch.Tensor:
         """This rank's residual of ``parameter``, shaped like it: zeros while the state holds none
         for it (before its first backward pass under this state, which is when the state learns
-        its buckets, unless a loaded state of a state with ``model=`` holds it)."""
+        its buckets, unless a loaded state of a state with ``model=`` holds it).
+        """
         slot = self._slot(self._numbers[id(parameter)]) if id(parameter) in self._numbers else None
         return torch.zeros_like(parameter) if slot is None else slot.view_as(parameter)
 
@@ -220,7 +225,8 @@ class SparDLState:
         next builds them, and whatever this state held before is dropped (so a state in use rolls
         back to the saved one, whichever bucket layout is live). ``ValueError`` for another
         method, density, options, rank or world size, or a state saved with ``model=`` loaded
-        without it (or the other way round)."""
+        without it (or the other way round).
+        """
         mine = {
             "method": self.method,
             "density": self.density,

@@ -9,7 +9,8 @@ from .base import Synchronizer
 @register("dense", description="MPI Allreduce (sum) of the whole gradient divided by P")
 class Dense(Synchronizer):
     """MPI Allreduce (sum) of the whole gradient divided by P (the division fused into the
-    copy an out-of-place all-reduce makes). No residual."""
+    copy an out-of-place all-reduce makes). No residual.
+    """
 
     uses_residual = False
     max_numel = None  # no indices travel

@@ -111,7 +111,8 @@ class GTopK(Synchronizer):
 
     def _merge(self, indices, values, other_indices, other_values, dropped, timer):
         """Union of two lists, values added at common indices, cut to the k largest |values|;
-        the cut-off entries are appended to ``dropped`` (unless it is ``None``)."""
+        the cut-off entries are appended to ``dropped`` (unless it is ``None``).
+        """
         with timer("accumulate"):
             union, inverse = torch.unique(
                 torch.cat([indices, other_indices]), sorted=True, return_inverse=True

@@ -235,7 +235,8 @@ class OkTopK(Synchronizer):
 
     def call_kind(self, step: int) -> tuple:
         """Whether call ``step`` computes the local threshold exactly, re-splits the regions and
-        computes the global threshold exactly (module docstring, steps 1, 2 and 4)."""
+        computes the global threshold exactly (module docstring, steps 1, 2 and 4).
+        """
         return (
             step % self.local_interval == 0,
             step % self.region_interval == 0,
@@ -269,7 +270,8 @@ class OkTopK(Synchronizer):
 
     def _select_local(self, accumulated, grad, exact: bool) -> tuple:
         """S_w (module docstring, step 1) as ascending int64 indices and their values, after
-        adding ``grad`` into ``accumulated`` (the residual) to form a."""
+        adding ``grad`` into ``accumulated`` (the residual) to form a.
+        """
         if self.everything:
             accumulated.add_(grad)
             return torch.arange(self.numel, device=accumulated.device), accumulated.clone()

@@ -74,7 +74,8 @@ class Selection(NamedTuple):
     ``(r, n)`` matrix, :meth:`Selector.scan`) or ``"threshold"`` (a pass keeping the entries at or
     above a threshold: :meth:`Selector.at_least`, :meth:`Selector.above`); ``shape`` is ``(r, n)``
     (``(1, n)`` for a vector); ``hinted`` says whether every row started from a threshold
-    remembered under a key (always ``False`` for a threshold pass)."""
+    remembered under a key (always ``False`` for a threshold pass).
+    """
 
     kind: str
     shape: tuple
@@ -91,7 +92,8 @@ def observe(observer: Callable[[Selection], None]) -> Iterator[Callable[[Selecti
     ``topk_rows``, ``select``, ``cut`` and ``pick`` without candidates go through) and once per
     threshold pass, after it ran. The observer runs in the selecting thread (a multi-threaded
     caller tells its threads apart itself, e.g. with ``threading.local``). Selections cost one
-    list check more while no observer is active."""
+    list check more while no observer is active.
+    """
     _observers.append(observer)
     try:
         yield observer
@@ -109,7 +111,8 @@ class Candidates(NamedTuple):
     """What :meth:`Selector.scan` found in a ``(count, n)`` matrix: the flat positions
     (ascending) of the entries at or above their row's threshold, their signed values, how many
     lie in each row, the rows' thresholds, which of those were remembered (not estimated), and
-    the rows' ``key`` (``None``: nothing is remembered)."""
+    the rows' ``key`` (``None``: nothing is remembered).
+    """
 
     positions: np.ndarray
     values: np.ndarray
@@ -122,7 +125,8 @@ class Candidates(NamedTuple):
 class _Memory(NamedTuple):
     """The last selection from the rows of one key: its shape, k, each row's k-th largest |x|,
     each row's margin, and each row's slope of log(count of |x| >= t) against log(t) between
-    its threshold and its k-th |x| (NaN where unknown), which carries the level to another k."""
+    its threshold and its k-th |x| (NaN where unknown), which carries the level to another k.
+    """
 
     shape: tuple
     k: int
@@ -144,14 +148,16 @@ class Selector:
     def topk(self, x: torch.Tensor, k: int, key=None) -> torch.Tensor:
         """Indices (int64, ascending) of the ``k`` entries of 1-D ``x`` with the largest ``|x|``;
         exactly ``min(k, len(x))`` of them, ties towards the lower index. ``key``: see
-        :meth:`scan`."""
+        :meth:`scan`.
+        """
         return self.topk_rows(x.reshape(1, -1), k, key)[0]
 
     def topk_rows(self, rows: torch.Tensor, k: int, key=None) -> torch.Tensor:
         """Column indices (int64, shape ``(r, min(k, n))``, each row ascending) of the ``k``
         entries with the largest ``|x|`` in every row of the ``(r, n)`` matrix ``rows``, ties
         towards the lower index. One call costs about one top-k over ``r * n`` entries.
-        ``key``: see :meth:`scan`."""
+        ``key``: see :meth:`scan`.
+        """
         return self.pick(rows, k, self.scan(rows, k, key=key))[0]
 
     def select(
@@ -159,7 +165,8 @@ class Selector:
     ) -> tuple:
         """Add ``addend`` into ``x`` (as :meth:`scan` does) and return the top-``k`` of the sum:
         the columns (int64, ascending) and values of :meth:`pick`. ``x`` is a 1-D vector (one
-        list) or an ``(r, n)`` matrix (one per row). ``key``: see :meth:`scan`."""
+        list) or an ``(r, n)`` matrix (one per row). ``key``: see :meth:`scan`.
+        """
         rows = x.view(1, -1) if x.dim() == 1 else x
         columns, values = self.pick(rows, k, self.scan(rows, k, addend, key))
         return (columns[0], values[0]) if x.dim() == 1 else (columns, values)
@@ -174,7 +181,8 @@ class Selector:
         self, x: torch.Tensor, threshold: float, addend: torch.Tensor | None = None
     ) -> tuple:
         """Add ``addend`` into the 1-D ``x`` (in the same pass, as :meth:`scan` does) and return
-        the indices (int64, ascending) and values of its entries with ``|x| >= threshold``."""
+        the indices (int64, ascending) and values of its entries with ``|x| >= threshold``.
+        """
         extra = _for_the_pass(x, addend, chunked=not x.is_cuda)
         if x.is_cuda:
             chosen = self._above(x.abs(), threshold)
@@ -261,7 +269,8 @@ class Selector:
         """Per row, the threshold remembered under ``key`` for this shape and ``k`` and whether
         there is one: none for a row whose k-th largest ``|x|`` was zero, nor, when ``k`` changed
         (Spar-All-Gather's adaptive h), for a row whose slope is unknown; the others carry their
-        level along their slope to the new ``k``."""
+        level along their slope to the new ``k``.
+        """
         memory = self._recall(key, shape)
         if memory is None:
             return np.zeros(shape[0], np.float32), np.zeros(shape[0], bool)
@@ -283,7 +292,8 @@ class Selector:
     def _remember(self, candidates: Candidates, shape: tuple, k: int, levels: np.ndarray) -> None:
         """Keep the rows' k-th largest ``|x|`` and slope under the candidates' key; a remembered
         threshold that let fewer than ``k`` through doubles its row's margin, one that did not
-        shrinks it."""
+        shrinks it.
+        """
         memory = self._recall(candidates.key, shape)
         margins = np.full(shape[0], _MARGIN[1])
         if memory is not None:
@@ -319,7 +329,8 @@ class Selector:
         """The candidates again, each row with fewer than ``k`` scanned once more (if its
         threshold was above zero): first from its sample's estimate, if a remembered threshold
         failed and the estimate is lower, then, if still short, for all its non-zeros; a row
-        with fewer than ``k`` non-zeros is completed with its lowest-index zeros (the ties)."""
+        with fewer than ``k`` non-zeros is completed with its lowest-index zeros (the ties).
+        """
         count, n = rows.shape
         thresholds = candidates.thresholds
         again = (sizes < k) & (thresholds > _TINY)
@@ -378,7 +389,8 @@ class Selector:
         them (``ValueError``; module docstring): in cache-sized chunks on one thread (each
         chunk's ``|x|``, mask and candidates while it is in the cache), whole-matrix passes
         otherwise. ``extra`` (one thread only): a flat array first added into the rows' first
-        entries, chunk by chunk."""
+        entries, chunk by chunk.
+        """
         count, n = rows.shape
         limits = thresholds.astype(np.float32).view(np.int32)[:, None]  # compared as bit patterns
         if not _numpy_passes():
@@ -427,7 +439,8 @@ class Selector:
         """Per row, a threshold that about ``k`` plus a few standard deviations of the row's
         entries exceed, from the same sample positions in every row; at least ``_TINY``, so that
         a mostly-zero row takes all its non-zeros and no zero as candidates. ``extra``: a flat
-        array still to be added into the rows' first entries (the sample sees the sums)."""
+        array still to be added into the rows' first entries (the sample sees the sums).
+        """
         count, n = rows.shape
         sample = self._samples.get(n)
         if sample is None:
@@ -462,7 +475,8 @@ class Selector:
 def _for_the_pass(x: torch.Tensor, addend: torch.Tensor | None, chunked: bool) -> np.ndarray | None:
     """``addend`` as the NumPy array the chunked candidate pass adds into the first entries of
     the contiguous ``x``; when no such pass will run (``chunked`` false, or several threads), it
-    is added into ``x`` here and ``None`` is returned."""
+    is added into ``x`` here and ``None`` is returned.
+    """
     if addend is None:
         return None
     if chunked and _numpy_passes():
@@ -490,14 +504,16 @@ def _row_sizes(positions: np.ndarray, count: int, n: int) -> np.ndarray:
 
 def _kth_largest(table: np.ndarray, k: int) -> np.ndarray:
     """The ``k``-th largest value of every row of ``table`` (NumPy's introselect, faster than
-    ``torch.kthvalue`` on one thread for rows of thousands of entries)."""
+    ``torch.kthvalue`` on one thread for rows of thousands of entries).
+    """
     place = table.shape[1] - k
     return np.partition(table, place, axis=1)[:, place]
 
 
 def _columns(kept: np.ndarray, count: int, n: int, k: int) -> torch.Tensor:
     """The ``(count, k)`` column numbers of ``kept``, flat positions in a ``(count, n)`` matrix
-    holding exactly ``k`` per row, ascending."""
+    holding exactly ``k`` per row, ascending.
+    """
     table = kept.reshape(count, k)
     return torch.from_numpy(table if count == 1 else table - (np.arange(count) * n)[:, None])
 

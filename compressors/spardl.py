@@ -119,7 +119,8 @@ class HeightAdapter:
 
 def _runs(items) -> list:
     """``(first, count)`` of each stretch of consecutive numbers in ``items`` (cyclic block
-    lists have at most two)."""
+    lists have at most two).
+    """
     runs = []
     for item in items:
         if runs and runs[-1][0] + runs[-1][1] == item:
@@ -135,7 +136,8 @@ def _passed_on(
     """Mask: which ``columns`` of a block a cut took, given the values there when it cut
     (``seen``), its columns and its k-th largest ``|x|`` (``level``). A cut takes every entry
     above its level and none below, so only entries equal to the level (the last one taken,
-    and ties, broken by position) are looked up among its columns."""
+    and ties, broken by position) are looked up among its columns.
+    """
     magnitude = seen.abs()
     passed_on = magnitude > level
     tied = flat_nonzero(magnitude == level)
@@ -177,7 +179,8 @@ def check_srs(srs) -> str:
 def _coalesce(lists: list) -> tuple:
     """The union of sparse lists (columns ascending, in their dtype) and the sum at each column,
     added list by list in the order given: the same lists in the same order give the same bits
-    anywhere (each list is free of duplicates, so no two additions of one call meet even on a GPU)."""
+    anywhere (each list is free of duplicates, so no two additions of one call meet even on a GPU).
+    """
     union, place = torch.unique(torch.cat([indices for indices, _ in lists]), return_inverse=True)
     sums = torch.zeros(union.numel(), device=lists[0][1].device)
     start = 0
@@ -235,7 +238,8 @@ class SparDL(Synchronizer):
     @property
     def effective_density(self) -> float:
         """k_b entries kept in each of the m blocks: min(n, k_b * m) / n (a density below 1/B
-        keeps one entry per block)."""
+        keeps one entry per block).
+        """
         return min(self.numel, self.block_budget * self.team_size) / self.numel
 
     def _synchronize(self, grad, timer):
@@ -346,7 +350,8 @@ class SparDL(Synchronizer):
     @staticmethod
     def _restore(row: torch.Tensor, saves: list) -> None:
         """Put back the values the receives into ``row`` overwrote, newest first, so that each
-        coordinate ends at its a_o."""
+        coordinate ends at its a_o.
+        """
         for touched, before in reversed(saves):
             put_(row, touched, before)
 
@@ -377,7 +382,8 @@ class SparDL(Synchronizer):
     ):
         """Step 1 for the blocks ``first .. first+count-1`` about to be touched. If ``fuse`` and
         all of them are still ``pending``, return their part of the gradient for the cut's
-        selection pass to add; otherwise add it into those pending now and return ``None``."""
+        selection pass to add; otherwise add it into those pending now and return ``None``.
+        """
         span = range(first, first + count)
         fused = fuse and pending.issuperset(span)
         for block in () if fused else pending.intersection(span):
@@ -397,7 +403,8 @@ class SparDL(Synchronizer):
         block (int32 columns, values); the blocks stay as they are, and ``sent[block]`` gets the
         block's columns (int64, ascending) and its k-th largest ``|x|``. ``addend``: the gradient
         still to be added into these blocks, in the selection pass. The selector remembers the
-        cut's thresholds under ``(first, count)``."""
+        cut's thresholds under ``(first, count)``.
+        """
         columns, values = self.selector.select(
             blocks[first : first + count], keep, addend, (first, count)
         )
@@ -409,7 +416,8 @@ class SparDL(Synchronizer):
 
     def _bruck_sag(self, own: tuple, timer) -> tuple:
         """B-SAG: the union of the d teams' top-h lists of this position's block (summed in team
-        order), cut to its top-k_b."""
+        order), cut to its top-k_b.
+        """
         lists = allgather_lists(
             self.transport, self.sag_steps, self.team, own, self.height.value, timer
         )
@@ -425,7 +433,8 @@ class SparDL(Synchronizer):
     def _recursive_sag(self, own: tuple, timer) -> tuple:
         """R-SAG: the pairwise reduction of the d teams' top-k_b lists of this position's block
         (module docstring, step 4). Returns the final list (the same on all d holders) and, per
-        step that cut, the dropped columns with this holder's share of their values."""
+        step that cut, the dropped columns with this holder's share of their values.
+        """
         budget = self.block_budget
         current, shares = own, []
 
@@ -456,7 +465,8 @@ class SparDL(Synchronizer):
         """Add this holder's R-SAG shares into its residual ``row`` at the columns of the final
         list ``final`` (ascending); elsewhere the row holds its accumulated value, which already
         counts them. One step's columns are distinct; a column dropped in several steps (d >= 16)
-        gets each share."""
+        gets each share.
+        """
         for columns, values in shares:
             inside = is_member(final, columns)
             row.index_add_(0, columns[inside], values[inside])

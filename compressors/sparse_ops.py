@@ -91,14 +91,16 @@ def entries_at_least(
     indices: torch.Tensor, values: torch.Tensor, magnitudes: torch.Tensor, threshold: float
 ) -> tuple:
     """The entries of the sparse list (``indices``, ``values``) whose ``magnitudes`` (their
-    ``|values|``) are at least ``threshold``, in their order."""
+    ``|values|``) are at least ``threshold``, in their order.
+    """
     kept = flat_nonzero(magnitudes >= threshold)
     return indices.index_select(0, kept), values.index_select(0, kept)
 
 
 def split_sorted(indices: torch.Tensor, boundaries: Sequence[int]) -> list:
     """Positions ``[p_0, ..., p_m]`` so that ``indices[p_j:p_(j+1)]`` lie in region j, where
-    region j is ``[boundaries[j], boundaries[j+1])`` and ``indices`` is sorted ascending."""
+    region j is ``[boundaries[j], boundaries[j+1])`` and ``indices`` is sorted ascending.
+    """
     edges = torch.tensor(boundaries, dtype=indices.dtype, device=indices.device)
     return torch.searchsorted(indices, edges).tolist()
 
@@ -126,13 +128,15 @@ def scatter_average_in_order(result: torch.Tensor, lists: Sequence[tuple], worke
     """Add the (indices, values) lists, each value divided by ``workers``, into ``result`` one
     list after the other (k divisions per list instead of a pass over ``result``). Each list must
     hold distinct indices: then no addition races with another even on a GPU (where
-    ``index_add_`` uses atomics), and every rank adds in the same order, to the same bits."""
+    ``index_add_`` uses atomics), and every rank adds in the same order, to the same bits.
+    """
     for indices, values in lists:
         result.index_add_(0, indices, values / workers)
 
 
 def one_list(message: torch.Tensor) -> tuple:
     """(int32 indices, float32 values) of a message packed from a single list without counts:
-    its length alone gives the list size."""
+    its length alone gives the list size.
+    """
     count = message.numel() // 2
     return message[:count], message[count:].view(torch.float32)

@@ -26,7 +26,8 @@ NETWORK_VARIABLE = "SPARDL_NETWORK_RATE"  # set by scripts/shaped_network.sh to 
 
 def network_label(replayed: bool = False) -> str:
     """The network a run times: the shaped link's rate as ``SPARDL_NETWORK_RATE`` gives it (e.g.
-    ``1gbit``), else ``loopback``; ``none`` for a replay, which sends nothing."""
+    ``1gbit``), else ``loopback``; ``none`` for a replay, which sends nothing.
+    """
     if replayed:
         return "none"
     return os.environ.get(NETWORK_VARIABLE) or "loopback"
@@ -34,7 +35,8 @@ def network_label(replayed: bool = False) -> str:
 
 def runs_to_time(args, workers: int, speaks: bool) -> list:
     """:func:`plan.method_runs` at P = ``workers``, the skipped SparDL settings said on stderr
-    if ``speaks``; exit status 2 when no row is left to time."""
+    if ``speaks``; exit status 2 when no row is left to time.
+    """
     if speaks:
         for note in plan.skipped(args.methods, args.teams, workers, args.sag):
             print(f"note: {note}", file=sys.stderr)
@@ -52,7 +54,8 @@ def runs_to_time(args, workers: int, speaks: bool) -> list:
 def mpi_rows(args) -> list:
     """Time every row under MPI on ``MPI.COMM_WORLD``; the rows on rank 0, [] elsewhere. Threads
     per rank and MPICH's yielding get the host's defaults where the user set nothing, before MPI
-    starts (``allreducers.transports.environment``)."""
+    starts (``allreducers.transports.environment``).
+    """
     from allreducers.transports.environment import apply_launch_defaults
 
     apply_launch_defaults()

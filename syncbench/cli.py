@@ -1,6 +1,7 @@
 """Command-line helpers shared by the benchmark and the simulator: checks that turn bad values
 into usage errors (exit status 2) before a long run, and an argument parser that speaks from
-the first MPI rank only."""
+the first MPI rank only.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import compressors
 
 def launched_rank_and_size() -> tuple:
     """This process's rank and the job's size as mpiexec (MPICH's Hydra or Open MPI) gave them in
-    the environment, readable before MPI starts; ``(0, 1)`` without a launcher."""
+    the environment, readable before MPI starts; ``(0, 1)`` without a launcher.
+    """
     for rank, size in (("PMI_RANK", "PMI_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")):
         if rank in os.environ and size in os.environ:
             return int(os.environ[rank]), int(os.environ[size])
@@ -21,7 +23,8 @@ def launched_rank_and_size() -> tuple:
 
 class RankZeroParser(argparse.ArgumentParser):
     """An argument parser that prints (help, usage errors) from the first rank only: under
-    mpiexec every rank parses the same command line and exits alike, and one copy is enough."""
+    mpiexec every rank parses the same command line and exits alike, and one copy is enough.
+    """
 
     def _print_message(self, message, file=None):
         if launched_rank_and_size()[0] == 0:
@@ -38,7 +41,8 @@ def usage_checked(parser: argparse.ArgumentParser, check, *values):
 
 def method_names(text: str) -> list:
     """The registry names of ``--methods`` (``all``, or names and aliases, comma-separated),
-    repeats dropped; ``ValueError`` naming the valid ones for an unknown name."""
+    repeats dropped; ``ValueError`` naming the valid ones for an unknown name.
+    """
     names = compressors.available() if text == "all" else text.split(",")
     return list(dict.fromkeys(compressors.resolve(name).name for name in names))
 
@@ -56,7 +60,8 @@ def positive_ints(text: str, flag: str) -> list:
 
 def choices(text: str, flag: str, valid: tuple) -> tuple:
     """The comma-separated words of ``flag``, each one of ``valid``, repeats dropped;
-    ``ValueError`` naming the valid ones otherwise."""
+    ``ValueError`` naming the valid ones otherwise.
+    """
     words = tuple(dict.fromkeys(word.strip() for word in text.split(",") if word.strip()))
     unknown = [word for word in words if word not in valid]
     if not words or unknown:
@@ -66,7 +71,8 @@ def choices(text: str, flag: str, valid: tuple) -> tuple:
 
 def output_file(path: str, flag: str) -> str:
     """``path`` if a file can be written there; ``ValueError`` (checked before a long run, not
-    after it) when its directory is missing or not writable, or the path is a directory."""
+    after it) when its directory is missing or not writable, or the path is a directory.
+    """
     directory = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise ValueError(f"{flag} {path}: is a directory")
@@ -79,7 +85,8 @@ def output_file(path: str, flag: str) -> str:
 
 def plot_file(path: str) -> str:
     """``--plot``'s :func:`output_file`, and ``ValueError`` unless the name ends in a format
-    matplotlib writes (checked before a long run: it would fail only when the plot is saved)."""
+    matplotlib writes (checked before a long run: it would fail only when the plot is saved).
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     formats = FigureCanvasAgg.get_supported_filetypes()

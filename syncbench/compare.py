@@ -1,7 +1,8 @@
 """Predictions beside measurements: each method row of a benchmark JSON
 (``scripts/bench_allreduce.py --json``) predicted by the simulator at the same P, n, density and
 SparDL settings, on the network the row records (a shaped rate becomes the testbed's shared
-link, :class:`syncbench.network.SharedLink`) or on networks given instead."""
+link, :class:`syncbench.network.SharedLink`) or on networks given instead.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ NEEDED = ("method", "label", "workers", "numel", "density", "median_ms")
 
 def load_bench_rows(path: str) -> list:
     """The method rows of a benchmark JSON file (the floor rows left out); ``ValueError`` when
-    the file cannot be read or holds no benchmark rows."""
+    the file cannot be read or holds no benchmark rows.
+    """
     try:
         with open(path) as handle:
             rows = json.load(handle)
@@ -37,7 +39,8 @@ def load_bench_rows(path: str) -> list:
 def measured_network(row: dict, message_cost: float = TESTBED_ALPHA, cores: int | None = None):
     """The testbed model of the network a benchmark row ran on: ``shared:RATE`` for a row whose
     ``network`` is a shaped rate; ``ValueError`` for loopback, a replay or a row without one
-    (those have no rate to model: give networks to compare them with)."""
+    (those have no rate to model: give networks to compare them with).
+    """
     name = row.get("network")
     if name in (None, "loopback", "none"):
         raise ValueError(
@@ -62,7 +65,8 @@ def compare(
     ``error_pct`` = 100 (predicted - measured) / measured, and both splits. ``settings`` gives the
     simulated ``numel`` (at most the row's n), ``warmup``, ``calls`` and ``seed``; the predicted n
     and the density are the row's. ``local_work``: the simulator's replayed local-work model
-    (its larger replay size at most the row's n), ``None`` for selection only."""
+    (its larger replay size at most the row's n), ``None`` for selection only.
+    """
     out = []
     for row in bench_rows:
         spardl = row["method"] == "spardl"
@@ -109,7 +113,8 @@ def compare(
 def format_comparison(rows: list) -> str:
     """The comparison as a text table, and per method the mean absolute error over its rows.
     ``pred local`` is the local-work term added to ``pred net`` (``--local-work select``: the
-    selection, ``pred sel``; ``replay``: the replayed local work, ``pred sel`` being part of it)."""
+    selection, ``pred sel``; ``replay``: the replayed local work, ``pred sel`` being part of it).
+    """
     width = max(14, 2 + max(len(r["label"]) for r in rows))
     header = (
         f"{'method':<{width}}{'P':>4}{'network':>16}{'measured ms':>13}{'predicted ms':>14}{'error %':>9}"

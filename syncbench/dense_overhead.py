@@ -37,7 +37,8 @@ def slowest_seconds(comm, work) -> float:
 
 def main(argv=None) -> dict:
     """Measure under mpiexec; print on rank 0 and return the median seconds of ``bare`` (in
-    place), ``apart`` (out of place), ``dense`` and ``dense_in_place``."""
+    place), ``apart`` (out of place), ``dense`` and ``dense_in_place``.
+    """
     parser = RankZeroParser(description=__doc__.splitlines()[0])
     parser.add_argument("--numel", type=int, default=14_728_266, help="entries of the gradient")
     parser.add_argument("--repeats", type=int, default=20, help="timed repetitions of each")

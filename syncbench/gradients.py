@@ -1,5 +1,6 @@
 """The gradients the benchmark and the simulator synchronize: seeded synthetic ones, or a real
-model's on random batches. Every source has ``numel`` and ``get(rank, call)``."""
+model's on random batches. Every source has ``numel`` and ``get(rank, call)``.
+"""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ class SyntheticGradients:
 class ModelGradients:
     """Real gradients: the cross-entropy gradient of model ``name`` (weights seeded by ``seed``,
     the same on every rank) on a random batch seeded by (seed, rank, call). One forward and
-    backward pass per call: cheap for small models, seconds for VGG-16 on a CPU."""
+    backward pass per call: cheap for small models, seconds for VGG-16 on a CPU.
+    """
 
     def __init__(self, name: str, seed: int, batch: int, input_shape: tuple, classes: int) -> None:
         try:
@@ -87,7 +89,8 @@ def gradient_source(
 ):
     """The source named by ``spec``: ``"synthetic"`` (:class:`SyntheticGradients` of length
     ``numel``) or ``"model:NAME"`` (:class:`ModelGradients`, ``input_shape`` written C,H,W);
-    ``ValueError`` for options that cannot make one."""
+    ``ValueError`` for options that cannot make one.
+    """
     if spec == "synthetic":
         return SyntheticGradients(numel, seed)
     kind, _, name = spec.partition(":")

@@ -22,7 +22,8 @@ import torch
 
 def round_seconds(transport, rounds: int, numel: int = 2) -> list:
     """Seconds of each of ``rounds`` exchange rounds of ``numel`` int32 entries, timed on this
-    rank (rounds start together after a barrier every 10 rounds)."""
+    rank (rounds start together after a barrier every 10 rounds).
+    """
     message = torch.zeros(numel, dtype=torch.int32)
     right, left = (transport.rank + 1) % transport.size, (transport.rank - 1) % transport.size
     seconds = []
@@ -39,7 +40,8 @@ def round_seconds(transport, rounds: int, numel: int = 2) -> list:
 
 def main(argv=None) -> float:
     """Measure under mpiexec; print the median and quartiles of the slowest rank's round times on
-    rank 0 and return the median (on every rank)."""
+    rank 0 and return the median (on every rank).
+    """
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--rounds", type=int, default=2000, help="timed rounds (default: %(default)s)"

@@ -49,7 +49,8 @@ def fit(points) -> LinearFit:
     """The least-squares line ``fixed + per_entry * n`` through ``(n, seconds)`` points (exact
     through two of them), kept non-negative: a negative fixed part (noise) refits the line
     through the origin, a negative slope leaves the mean seconds as a fixed part. Points all at
-    one n give a line through the origin."""
+    one n give a line through the origin.
+    """
     n, seconds = (np.array(column, dtype=float) for column in zip(*points))
     if np.ptp(n) == 0:
         return LinearFit(0.0, float(seconds.mean() / n[0]))
@@ -75,7 +76,8 @@ def replay_seconds(
     """Seconds of rank 0's share of call number ``call`` of method ``name`` on ``workers``
     ranks and ``numel`` entries of the benchmark's synthetic gradients of ``seed``, replayed
     alone (:func:`syncbench.replay.replay_method`, recorded on ``group``): the median of
-    ``repeats`` timed calls after an untimed one, on one torch thread."""
+    ``repeats`` timed calls after an untimed one, on one torch thread.
+    """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -94,7 +96,8 @@ def replay_seconds(
 @dataclass(frozen=True)
 class ReplayedLocalWork:
     """``--local-work replay``: ``numel``, the larger replay size (``None``: the simulated n);
-    ``repeats`` timed calls per replay (module docstring)."""
+    ``repeats`` timed calls per replay (module docstring).
+    """
 
     numel: int | None = None
     repeats: int = 5
@@ -102,7 +105,8 @@ class ReplayedLocalWork:
     def sizes(self, simulated: int, model: int, rounded) -> tuple:
         """The two replay sizes: the larger (``numel`` but at most the ``model``'s n, or the
         ``simulated`` n) and a :data:`FRACTION` of it, each passed through ``rounded`` (the
-        simulator's rounding to whole blocks)."""
+        simulator's rounding to whole blocks).
+        """
         larger = min(self.numel, model) if self.numel else simulated
         return rounded(larger), rounded(max(1, larger // FRACTION))
 
@@ -120,7 +124,8 @@ class ReplayedLocalWork:
         """``(fit, points)``: the :func:`fit` through ``points``, ``(n, seconds)`` at each of
         ``sizes``, the seconds being the ``weights``-weighted sum over calls (``weights[c]``: call
         c's weight; calls of weight 0 are not replayed). ``group(workers)`` makes the in-process
-        group to record on (``None``: ``allreducers.transports.local_group``)."""
+        group to record on (``None``: ``allreducers.transports.local_group``).
+        """
         points = []
         for numel in sizes:
             seconds = sum(

@@ -48,7 +48,8 @@ class Network:
 
     def round_seconds(self, messages: np.ndarray, sent: np.ndarray) -> np.ndarray:
         """Seconds of each round; ``messages[w, i]`` and ``sent[w, i]`` (bytes) are what rank w
-        sends in round i."""
+        sends in round i.
+        """
         busiest = (messages * self.alpha + sent * self.beta).max(axis=0, initial=0.0)
         return np.maximum(busiest, self.alpha)
 
@@ -64,7 +65,8 @@ class Network:
 @dataclass(frozen=True)
 class SharedLink:
     """P ranks sharing one link of ``rate`` bytes/s, ``alpha`` seconds per message, and
-    ``cores`` cores (``None``: a core per rank) (module docstring)."""
+    ``cores`` cores (``None``: a core per rank) (module docstring).
+    """
 
     name: str
     alpha: float
@@ -78,7 +80,8 @@ class SharedLink:
 
     def round_seconds(self, messages: np.ndarray, sent: np.ndarray) -> np.ndarray:
         """Seconds of each round; ``messages[w, i]`` and ``sent[w, i]`` (bytes) are what rank w
-        sends in round i."""
+        sends in round i.
+        """
         per_message = messages.max(axis=0, initial=0.0) * self.alpha
         return np.maximum(per_message + sent.sum(axis=0) / self.rate, self.alpha)
 
@@ -113,7 +116,8 @@ TESTBED_ALPHA = 160e-6
 
 def parse_rate(text: str) -> float:
     """Bytes per second of a rate written as tc takes it (``1gbit``, ``100mbit``, ``125mbps``,
-    ``1e9bit``); ``ValueError`` otherwise."""
+    ``1e9bit``); ``ValueError`` otherwise.
+    """
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*", text.lower())
     if not match or match.group(2) not in _RATE_UNITS or float(match.group(1)) <= 0:
         raise ValueError(
@@ -126,7 +130,8 @@ def parse_rate(text: str) -> float:
 def parse_network(spec: str, message_cost: float = TESTBED_ALPHA, cores: int | None = None):
     """The network named by ``spec``: a preset (``ethernet``, ``infiniband``) or ``shared:RATE``,
     this testbed's link at RATE (:func:`parse_rate`) with ``message_cost`` seconds per message
-    and ``cores`` cores shared by the ranks; ``ValueError`` naming the valid choices otherwise."""
+    and ``cores`` cores shared by the ranks; ``ValueError`` naming the valid choices otherwise.
+    """
     if spec in PRESETS:
         return PRESETS[spec]
     kind, _, rate = spec.partition(":")

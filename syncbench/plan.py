@@ -1,5 +1,6 @@
 """Which rows a benchmark or simulation times: every method once, SparDL once per team count d,
-Spar-Reduce-Scatter execution and Spar-All-Gather variant that applies at P workers."""
+Spar-Reduce-Scatter execution and Spar-All-Gather variant that applies at P workers.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ SAG_DEFAULT = "bruck"
 
 def spardl_label(teams: int, srs: str = SRS_DEFAULT, sag: str = SAG_DEFAULT) -> str:
     """A SparDL row's label: ``spardl``, with what differs from the defaults in parentheses:
-    ``spardl(d=2)``, ``spardl(blocks)``, ``spardl(d=4,recursive)``, ``spardl(d=4,blocks,recursive)``."""
+    ``spardl(d=2)``, ``spardl(blocks)``, ``spardl(d=4,recursive)``, ``spardl(d=4,blocks,recursive)``.
+    """
     parts = (
         ([f"d={teams}"] if teams > 1 else [])
         + ([srs] if srs != SRS_DEFAULT else [])
@@ -20,7 +22,8 @@ def spardl_label(teams: int, srs: str = SRS_DEFAULT, sag: str = SAG_DEFAULT) -> 
 
 def spardl_skip_reason(teams: int, sag: str, workers: int):
     """Why SparDL with ``teams`` and ``sag`` does not apply at P = ``workers``, as a note for
-    stderr (``None``: it applies)."""
+    stderr (``None``: it applies).
+    """
     if workers % teams:
         return f"--teams {teams} skipped: a team count must divide P = {workers}"
     if sag == "recursive" and (teams == 1 or teams & (teams - 1)):
@@ -37,7 +40,8 @@ def method_runs(
 ) -> list:
     """``(label, name, options)`` for every row: each method once, spardl once per team count d,
     execution ``srs`` and variant ``sag`` that apply at P = ``workers`` (:func:`spardl_label`;
-    :func:`skipped` says which do not)."""
+    :func:`skipped` says which do not).
+    """
     runs = []
     for name in methods:
         if name != "spardl":
@@ -59,7 +63,8 @@ def method_runs(
 
 def skipped(methods: list, teams: list, workers: int, sag: tuple = (SAG_DEFAULT,)) -> list:
     """The notes (:func:`spardl_skip_reason`, each once) on the SparDL settings that
-    :func:`method_runs` leaves out at P = ``workers``."""
+    :func:`method_runs` leaves out at P = ``workers``.
+    """
     if "spardl" not in methods:
         return []
     notes = (spardl_skip_reason(d, variant, workers) for d in teams for variant in sag)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 def format_tables(rows: list, key: str, title: str, models: dict) -> str:
     """Per network: ``key`` (ms) per method (columns) and P (rows), and the fastest method;
-    ``models`` maps each network's name to its description (``Network.describe``)."""
+    ``models`` maps each network's name to its description (``Network.describe``).
+    """
     out = []
     for network in dict.fromkeys(r["network"] for r in rows):
         subset = [r for r in rows if r["network"] == network]
@@ -34,7 +35,8 @@ def format_tables(rows: list, key: str, title: str, models: dict) -> str:
 
 def crossovers(rows: list, reference: str = "spardl") -> list:
     """Sentences saying, per network and other method, at which P the row labelled ``reference``
-    is faster or slower (other option sets of its own method, such as team counts, are skipped)."""
+    is faster or slower (other option sets of its own method, such as team counts, are skipped).
+    """
     method_of = {r["label"]: r["method"] for r in rows}
     lines = []
     for network in dict.fromkeys(r["network"] for r in rows):

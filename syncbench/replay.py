@@ -24,7 +24,8 @@ class Replayed:
     """A :class:`MethodRun` or :class:`FloorRun` on a :class:`ReplayTransport`, started over
     before every call: the transport rewound and the run's state as before the recorded call
     (``state``: a synchronizer's ``state_dict``, a floor's :meth:`FloorRun.state`); a method's
-    result must equal the recorded one (``result``)."""
+    result must equal the recorded one (``result``).
+    """
 
     def __init__(
         self, run, transport: ReplayTransport, state=None, result: torch.Tensor = None
@@ -44,7 +45,8 @@ class Replayed:
 def record_call(name: str, options: dict, grads: list, density: float, group=None) -> tuple:
     """Run ``name`` on ``len(grads[0])`` in-process ranks (``group``, by default
     ``allreducers.transports.local_group``), ``grads[c][r]`` being rank r's gradient at call c, and record rank
-    0's last call: its state before that call, its events (with payloads) and its result."""
+    0's last call: its state before that call, its events (with payloads) and its result.
+    """
 
     def body(transport):
         recorder = RecordingTransport(transport, keep_payloads=True)
@@ -74,7 +76,8 @@ def replay_runs(runs: list, source, workers: int, warmup: int, density: float) -
     """``(factories, gradient)`` for ``timing.time_runs``: each of ``runs`` (``(label, name,
     options)``, then the two floors) with its call number ``warmup`` recorded on ``workers``
     in-process ranks, then replayed as rank 0 alone; the floors replay SparDL's (d = 1) messages
-    of that call, floor+ef from the residual its local work left after the calls before."""
+    of that call, floor+ef from the residual its local work left after the calls before.
+    """
     grads = [[source.get(rank, call) for rank in range(workers)] for call in range(warmup + 1)]
     exact = torch.stack(grads[-1]).mean(0)
 

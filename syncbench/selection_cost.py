@@ -30,7 +30,8 @@ class SelectionCounter:
     selection (a matrix logs its first row as a ``topk`` and each further row as a
     ``topk_row``, or as ``hinted`` and ``hinted_row`` when the selector started every row from a
     remembered threshold) and to a threshold pass (``above``), as
-    :func:`compressors.selection.observe` reports them."""
+    :func:`compressors.selection.observe` reports them.
+    """
 
     KINDS = ("topk", "topk_row", "hinted", "hinted_row", "above")
 
@@ -142,7 +143,8 @@ class SelectionCost:
 def _selection_runs(numel: int, density: float, seed: int, device: str) -> dict:
     """Per kind (see :class:`SelectionCost`), a function that runs one selection on ``device``
     and the number of rows of length ``numel`` it selects from. The ``hinted`` kinds take turns
-    between two independent draws under one key, so each starts from the other's thresholds."""
+    between two independent draws under one key, so each starts from the other's thresholds.
+    """
     rows = max(2, (1 << 23) // numel)
     x, other = (SyntheticGradients(numel, seed).get(0, call).to(device) for call in (0, 1))
     matrices = [
@@ -166,7 +168,8 @@ def _time_selections(density: float, seed: int, repeats: int, device: str) -> di
     """Best seconds of one selection per kind at each of :attr:`SelectionCost.LENGTHS`: the
     repeats take turns over all kinds and lengths, so that a burst of load on the machine spoils
     one timing of many rather than every timing of one. A ``topk_row`` is the matrix call's
-    time less one ``topk``, per further row."""
+    time less one ``topk``, per further row.
+    """
     runs = {numel: _selection_runs(numel, density, seed, device) for numel in SelectionCost.LENGTHS}
     synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     best = {kind: np.full(len(runs), np.inf) for kind in SelectionCounter.KINDS}

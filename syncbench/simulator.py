@@ -168,7 +168,8 @@ def call_weights(sync, warmup: int, calls: int) -> list:
 
 def traffic_per_round(records: list) -> tuple:
     """``(messages, sent)``: arrays of shape (ranks, rounds), what each rank sends in each round
-    of one call, from every rank's record of it (the counted rounds only)."""
+    of one call, from every rank's record of it (the counted rounds only).
+    """
     length = max(r["rounds"] for r in records)
     messages = np.zeros((len(records), length))
     sent = np.zeros((len(records), length))
@@ -188,7 +189,8 @@ def traffic_per_round(records: list) -> tuple:
 
 def predict_call(records: list, network, scale: float, cost: SelectionCost) -> dict:
     """Predicted seconds of one call from every rank's record of it (model: module docstring);
-    ``network`` is one of :mod:`syncbench.network`'s models."""
+    ``network`` is one of :mod:`syncbench.network`'s models.
+    """
     messages, sent = traffic_per_round(records)
     net = float(network.round_seconds(messages, sent * scale).sum())
     select = max(
@@ -203,7 +205,8 @@ def predict_call(records: list, network, scale: float, cost: SelectionCost) -> d
 
 def predict(per_rank: list, network, scale: float, cost: SelectionCost) -> dict:
     """The mean of :func:`predict_call` over one period of call kinds (the records' ``weight``);
-    ``per_rank[r][c]`` as :func:`record_calls` returns."""
+    ``per_rank[r][c]`` as :func:`record_calls` returns.
+    """
     calls = [
         (predict_call([r[c] for r in per_rank], network, scale, cost), per_rank[0][c]["weight"])
         for c in range(len(per_rank[0]))
@@ -216,7 +219,8 @@ def simulated_numel(numel: int, workers: int, density: float) -> int:
     """``numel`` rounded up to ``workers * B`` where ``B * density`` is a whole number or a little
     more (less than 1/B of it): the smallest B >= ceil(numel / workers) whose block keeps
     ceil(ceil(numel / workers) * density) entries. Then every block of every team count keeps
-    its share of the density, as the model's large blocks do (module docstring)."""
+    its share of the density, as the model's large blocks do (module docstring).
+    """
     kept = math.ceil(math.ceil(numel / workers) * density)
     return workers * math.ceil(kept / density)
 
@@ -233,7 +237,8 @@ def simulate_row(
 ) -> list:
     """Record one method at one P and return one row per network. ``settings`` gives ``numel``
     (simulated), ``model_numel`` (predicted), ``density``, ``warmup``, ``calls`` and ``seed``;
-    ``local_work``: the replayed local-work model, ``None`` for selection only (module docstring)."""
+    ``local_work``: the replayed local-work model, ``None`` for selection only (module docstring).
+    """
     start = time.perf_counter()
     numel = simulated_numel(settings.numel, workers, settings.density)
     per_rank = record_calls(

@@ -1,5 +1,6 @@
 """The benchmark's rows: per-call records of every rank summarized into one row per method
-(:func:`summarize`), and the rows as a text table, CSV and a chart."""
+(:func:`summarize`), and the rows as a text table, CSV and a chart.
+"""
 
 from __future__ import annotations
 
@@ -84,7 +85,8 @@ def summarize(
 
 def format_table(rows: list) -> str:
     """The rows as an aligned text table, with each method's ratios to the two floor rows
-    (``floor_ratio``, ``ef_floor_ratio``)."""
+    (``floor_ratio``, ``ef_floor_ratio``).
+    """
     width = max(14, 2 + max(len(r["label"]) for r in rows))
     header = (
         f"{'method':<{width}}{'P':>4}{'median ms':>11}{'min-max ms':>17}{'select':>9}{'comm':>9}"
@@ -116,7 +118,8 @@ def write_csv(rows: list, path: str) -> None:
 
 def plot(rows: list, path: str) -> None:
     """Bar charts: median time split by phase (with min-max whiskers) and bytes per rank (log
-    scale: sparse methods' bars stay visible beside dense)."""
+    scale: sparse methods' bars stay visible beside dense).
+    """
     import matplotlib
 
     matplotlib.use("Agg")

@@ -1,6 +1,7 @@
 """Timing synchronizations: one row's synchronizer timed call by call (:class:`MethodRun`), many
 rows interleaved call by call (:func:`time_runs`), and the exact average each result is compared
-with."""
+with.
+"""
 
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ class MethodRun:
     def time(self, grad: torch.Tensor, exact: torch.Tensor, out: torch.Tensor) -> dict:
         """One synchronization of ``grad``: the wall time and phase times in seconds, traffic,
         nnz, the cosine to ``exact`` and, when measured, ``lost_mass``. The synchronizer counts
-        no non-zeros in its call (``count_nnz`` off): nnz is counted here, after the clock."""
+        no non-zeros in its call (``count_nnz`` off): nnz is counted here, after the clock.
+        """
         self.sync.transport.barrier()
         start = time.perf_counter()
         result = self.sync.allreduce(grad, out=out)
@@ -93,7 +95,8 @@ def time_runs(factories: list, gradient, calls: int, sequential: bool) -> list:
 
 def mpi_gradients(comm, source):
     """``gradient(call)`` for :func:`time_runs` under MPI: this rank's gradient of the call and
-    the exact average over the ranks (one MPI all-reduce per call, cached for the rows)."""
+    the exact average over the ranks (one MPI all-reduce per call, cached for the rows).
+    """
     from mpi4py import MPI
 
     cache = {}
@@ -112,7 +115,8 @@ def mpi_gradients(comm, source):
 
 def cosine(result: torch.Tensor, exact: torch.Tensor) -> float:
     """Cosine similarity of two vectors, computed in float64: 1.0 when both are zero, 0.0 when
-    only one is, NaN when either holds NaN or inf."""
+    only one is, NaN when either holds NaN or inf.
+    """
     a, b = result.double(), exact.double()
     norm_a, norm_b = float(a.norm()), float(b.norm())
     if norm_a == 0 or norm_b == 0:

@@ -1,5 +1,6 @@
 """One training run's per-epoch rows, as the trainer writes them to ``metrics.jsonl``, and what
-the report computes from them: time per iteration and its split, wall time, time to an accuracy."""
+the report computes from them: time per iteration and its split, wall time, time to an accuracy.
+"""
 
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ class Run:
     @property
     def masked_lm(self) -> bool:
         """Whether the run is masked-language-model pre-training: its ``test_acc`` is the
-        fraction of masked held-out tokens predicted exactly, its losses the masked-LM loss."""
+        fraction of masked held-out tokens predicted exactly, its losses the masked-LM loss.
+        """
         return self.rows[-1].get("task") == MASKED_LM
 
     def setting(self, key: str):
@@ -64,7 +66,8 @@ class Run:
         batches, the optimizer step, start-up), bytes.
 
         Compute is ``compute_seconds`` where every row records it; rows of older trainers do
-        not, and their compute is all that is not synchronization (rest 0)."""
+        not, and their compute is all that is not synchronization (rest 0).
+        """
         iters = sum(self.epoch_iters())  # >= 1: load_run checks
         total = sum(r["epoch_seconds"] for r in self.rows) / iters
         sync = sum(r["sync_seconds"] for r in self.rows) / iters
@@ -96,7 +99,8 @@ class Run:
 
     def time_to(self, target: float):
         """``(epoch, wall seconds)`` at the end of the first epoch whose test accuracy is at
-        least ``target``; ``None`` if no epoch reached it."""
+        least ``target``; ``None`` if no epoch reached it.
+        """
         for row, seconds in zip(self.rows, self.wall_times()):
             if row.get("test_acc") is not None and row["test_acc"] >= target:
                 return row["epoch"], seconds
@@ -122,7 +126,8 @@ def load_run(path: str) -> Run:
     """Read ``path/metrics.jsonl`` (or ``path`` itself if it is a file) and keep its latest
     history (:func:`latest_history`); ``ValueError`` if it is missing, empty, not JSON lines of
     objects, or a row lacks a key the report needs. Notes on stderr for a cut-off last line, a
-    run that stopped early and rows left out."""
+    run that stopped early and rows left out.
+    """
     file = os.path.join(path, "metrics.jsonl") if os.path.isdir(path) else path
     if not os.path.isfile(file):
         raise ValueError(f"{path}: no metrics.jsonl")
@@ -168,7 +173,8 @@ def load_run(path: str) -> Run:
 
 def _check_row(file: str, number: int, row) -> None:
     """``ValueError`` naming ``file`` and the row ``number`` unless ``row`` is an object with the
-    keys the report needs, numbers where it computes."""
+    keys the report needs, numbers where it computes.
+    """
     if not isinstance(row, dict):
         raise ValueError(f"{file}: row {number} is not a JSON object")
     missing = [key for key in REQUIRED if key not in row] + (
@@ -190,7 +196,8 @@ def _check_row(file: str, number: int, row) -> None:
 
 def latest_history(rows: list) -> list:
     """The rows of the latest run: wherever the epoch number goes back (a new run, or a resume
-    from an earlier checkpoint), the rows it repeats or restarts are dropped."""
+    from an earlier checkpoint), the rows it repeats or restarts are dropped.
+    """
     kept: list = []
     for row in rows:
         while kept and kept[-1]["epoch"] >= row["epoch"]:

@@ -19,7 +19,8 @@ from trainreport.settings import (
 
 def markdown(runs: list, reference: str, target: float = None, figures: list = ()) -> str:
     """The tables of every group, the sweep over networks where runs differ only in it, and a
-    link to each of ``figures`` (file names beside the Markdown)."""
+    link to each of ``figures`` (file names beside the Markdown).
+    """
     out = []
     for key, members in groups(runs).items():
         out.append(f"## {group_title(key)}\n")
@@ -41,14 +42,16 @@ def markdown(runs: list, reference: str, target: float = None, figures: list = (
 
 def reference_run(runs: list, reference: str):
     """The first run of the ``reference`` method among ``runs``, whose times the speed-ups
-    divide; ``None`` if there is none."""
+    divide; ``None`` if there is none.
+    """
     return next((run for run in runs if run.method == reference), None)
 
 
 def speedups(runs: list, reference: str) -> dict:
     """``{run label: (speed-up in time per iteration, in synchronization time)}`` of the
     ``reference`` method's first run over each of ``runs``; ``{}`` without a reference run. A
-    ratio is ``None`` where the reference's time is zero."""
+    ratio is ``None`` where the reference's time is zero.
+    """
     base = reference_run(runs, reference)
     if base is None:
         return {}
@@ -65,7 +68,8 @@ def speedups(runs: list, reference: str) -> dict:
 def time_table(runs: list, reference: str) -> str:
     """Time per iteration and its split (``Run.per_iteration``), the settings, megabytes sent
     per rank, and the reference method's speed-up over each run (the group's first run of that
-    method, named above the table when there are several)."""
+    method, named above the table when there are several).
+    """
     base = reference_run(runs, reference)
     which = f" ({base.label})" if sum(run.method == reference for run in runs) > 1 else ""
     settings = shown_settings(runs)
@@ -112,7 +116,8 @@ def accuracy_table(runs: list, reference: str = "spardl", target: float = None) 
     run's time / the group's first reference run's).
 
     For masked-language-model runs (BERT) the headers say what the numbers are: masked-token
-    accuracy on held-out text, the masked-LM loss, and a column of test perplexity."""
+    accuracy on held-out text, the masked-LM loss, and a column of test perplexity.
+    """
     masked_lm = all(run.masked_lm for run in runs)
     acc, loss = ("masked-token acc", "MLM loss") if masked_lm else ("test acc", "loss")
     header = (
@@ -166,7 +171,8 @@ def accuracy_table(runs: list, reference: str = "spardl", target: float = None) 
 def network_sweep(runs: list, reference: str) -> str:
     """For runs of one model, data set and worker count on several networks: ms per iteration of
     every run label (column) on every network (row), with the reference's speed-up over it in
-    parentheses; ``""`` where the runs do not span several networks."""
+    parentheses; ``""`` where the runs do not span several networks.
+    """
     by_network = groups(runs)
     if len(by_network) < 2:
         return ""

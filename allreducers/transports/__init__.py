@@ -10,7 +10,8 @@ from .local import GroupAborted, LocalGroup, LocalTransport, local_group
 
 def as_transport(comm) -> Transport:
     """Return ``comm`` as a :class:`Transport`: a transport as it is, an ``mpi4py``
-    communicator or a ``torch.distributed`` process group wrapped."""
+    communicator or a ``torch.distributed`` process group wrapped.
+    """
     if isinstance(comm, Transport):
         return comm
     import torch.distributed as dist

@@ -36,7 +36,8 @@ class Traffic:
 
 class PendingReceive(NamedTuple):
     """A receive started by :meth:`Transport.irecv` that the library has not begun yet: it is
-    done when it is waited for."""
+    done when it is waited for.
+    """
 
     source: int
     tag: int
@@ -59,20 +60,23 @@ class Transport(abc.ABC):
 
     def isend(self, tensor: torch.Tensor, dest: int, tag: int):
         """Start sending the contiguous 1-D ``tensor`` to ``dest``; the buffer must stay untouched
-        until :meth:`waitall` returns for the handle."""
+        until :meth:`waitall` returns for the handle.
+        """
         self.traffic.bytes_sent += tensor.numel() * tensor.element_size()
         self.traffic.messages += 1
         return self._isend(tensor, dest, tag)
 
     def recv(self, source: int, tag: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """Receive one message from ``source`` (its length is whatever was sent) as a new 1-D
-        tensor of ``dtype`` on ``device``."""
+        tensor of ``dtype`` on ``device``.
+        """
         return self._recv(source, tag, dtype, device)
 
     def irecv(self, source: int, tag: int, dtype: torch.dtype, device: torch.device):
         """Start receiving one message from ``source`` (as :meth:`recv`); :meth:`wait_recv` of
         the returned handle gives it. Several may be outstanding, to several sources; receives
-        of one source and tag are waited for in the order they were started."""
+        of one source and tag are waited for in the order they were started.
+        """
         return self._irecv(source, tag, dtype, device)
 
     def wait_recv(self, handle) -> torch.Tensor:
@@ -117,7 +121,8 @@ class Transport(abc.ABC):
 
     def _irecv(self, source, tag, dtype, device):
         """Start a receive; this default leaves it to :meth:`_wait_recv` (a transport whose
-        messages travel once sent, as the in-process one's, loses nothing by it)."""
+        messages travel once sent, as the in-process one's, loses nothing by it).
+        """
         return PendingReceive(source, tag, dtype, device)
 
     def _wait_recv(self, handle):

@@ -39,7 +39,8 @@ def local_ranks(environ=os.environ) -> int:
 def launch_defaults(cores: int, ranks: int) -> dict:
     """The defaults for ``ranks`` ranks on ``cores`` cores: ``OMP_NUM_THREADS`` the cores'
     share of each rank (at least 1), and MPICH's yield settings when the ranks outnumber the
-    cores."""
+    cores.
+    """
     defaults = {"OMP_NUM_THREADS": str(max(1, cores // ranks))}
     if ranks > cores:
         defaults.update(YIELD)

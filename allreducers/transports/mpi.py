@@ -127,7 +127,8 @@ class MPITransport(Transport):
         """A receive whose data moves as soon as its message is announced: every ``irecv`` and
         ``wait_recv`` matches the announced messages of the started receives (a non-blocking
         probe, then a non-blocking receive into a buffer of the message's size). Staged device
-        receives are done when waited for (they share one staging buffer)."""
+        receives are done when waited for (they share one staging buffer).
+        """
         receive = _Receive(source, tag, dtype, device)
         if device.type == "cpu" or self.device_buffers_ok:
             self._unmatched.append(receive)
@@ -213,7 +214,8 @@ def end_interrupted(comm: MPI.Comm = MPI.COMM_WORLD, line: str = "interrupted") 
     Ranks waiting inside an MPI call cannot see the signal, and a rank that exits alone makes
     the launcher kill them and report a crash (exit status 9 and a banner). ``Abort(130)``
     instead ends every rank and makes ``mpiexec`` exit with 130; the MPI library's own abort
-    message goes to /dev/null, since an interrupt is no error."""
+    message goes to /dev/null, since an interrupt is no error.
+    """
     if comm.Get_rank() == 0:
         sys.stderr.write(line + "\n")
     sys.stdout.flush()
@@ -227,7 +229,8 @@ def abort_on_uncaught_exception(comm: MPI.Comm = MPI.COMM_WORLD) -> None:
     """Make an uncaught exception on this rank print its traceback and abort the whole job,
     as ``python -m mpi4py`` does, so that no other rank waits forever. ``KeyboardInterrupt``
     (Ctrl-C, which ``mpiexec`` forwards to every rank) ends the job with status 130 instead,
-    after one line from rank 0 (:func:`end_interrupted`)."""
+    after one line from rank 0 (:func:`end_interrupted`).
+    """
 
     def hook(kind, value, tb):
         if issubclass(kind, KeyboardInterrupt):  # Ctrl-C is no crash: one word, status 130

@@ -16,7 +16,8 @@ from mpi4py import MPI
 
 def host_ranks(comm, host=None):
     """``(local_rank, local_size)`` of this rank among the ranks of ``comm`` on its host
-    (collective). ``host`` is this rank's host name, ``MPI.Get_processor_name()`` by default."""
+    (collective). ``host`` is this rank's host name, ``MPI.Get_processor_name()`` by default.
+    """
     names = comm.allgather(MPI.Get_processor_name() if host is None else host)
     rank = comm.Get_rank()
     same = [other for other, name in enumerate(names) if name == names[rank]]
@@ -24,11 +25,12 @@ def host_ranks(comm, host=None):
 
 
 def thread_count(local_size, cores=None, environ=None):
-    """torch threads for one of ``local_size`` ranks on a host: its ``cores`` (the CPUs this
+    """Torch threads for one of ``local_size`` ranks on a host: its ``cores`` (the CPUs this
     process may run on, by default) shared evenly, at least one, and at most an explicit
     ``OMP_NUM_THREADS`` of ``environ`` (``os.environ`` by default). That variable is read as
     OpenMP reads it: the first number of a comma-separated list, ignored unless a positive
-    integer."""
+    integer.
+    """
     cores = len(os.sched_getaffinity(0)) if cores is None else cores
     threads = max(1, cores // local_size)
     first = (

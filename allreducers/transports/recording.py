@@ -45,7 +45,8 @@ class Event:
 
 class RecordingTransport(Transport):
     """Wraps ``inner`` and logs each send, receive and all-reduce as an :class:`Event`
-    (``keep_payloads``: with a copy of what each receive and all-reduce gave this rank)."""
+    (``keep_payloads``: with a copy of what each receive and all-reduce gave this rank).
+    """
 
     def __init__(self, inner: Transport, keep_payloads: bool = False) -> None:
         super().__init__()

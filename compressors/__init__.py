@@ -61,6 +61,27 @@ def option_defaults(name: str) -> dict:
     return {option: parameters[option].default for option in options(name)}
 
 
+def option_choices(name: str) -> dict:
+    """The valid values of method ``name``'s options that take one of a few names."""
+    return dict(resolve(name).choices)
+
+
+def check_options(name: str, workers: int, **method_options) -> dict:
+    """Check method ``name``'s options for a run on ``workers`` ranks, without building it.
+
+    Returns:
+        The options converted to the method's types.
+
+    Raises:
+        ValueError: an unknown option (the message names the valid ones) or an invalid value.
+    """
+    valid = options(name)
+    unknown = sorted(set(method_options) - set(valid))
+    if unknown:
+        raise ValueError(f"unknown option(s) {unknown} for {name!r}; valid: {', '.join(valid)}")
+    return resolve(name).check_options(workers, **method_options)
+
+
 def create(name: str, comm, numel: int, density: float = 0.01, **method_options) -> Synchronizer:
     """Build the synchronizer ``name`` for a flat gradient of ``numel`` elements.
 
@@ -79,4 +100,15 @@ def create(name: str, comm, numel: int, density: float = 0.01, **method_options)
 
 from . import dense, gaussiank, gtopk, oktopk, spardl, topk, topkdsa  # noqa: E402,F401  (registration happens on import)
 
-__all__ = ["Synchronizer", "Selector", "create", "available", "options", "register", "resolve"]
+__all__ = [
+    "Synchronizer",
+    "Selector",
+    "create",
+    "available",
+    "options",
+    "option_defaults",
+    "option_choices",
+    "check_options",
+    "register",
+    "resolve",
+]

@@ -73,6 +73,28 @@ class Synchronizer(abc.ABC):
     kind_period = 1
     #: The longest gradient: sparse methods send indices as int32 (``None``: no limit).
     max_numel = 2**31 - 1
+    #: The valid values of options that take one of a few names (``{"sag": ("bruck", ...)}``);
+    #: command lines offer them as choices.
+    choices: dict = {}
+
+    @classmethod
+    def check_options(cls, workers: int, **options) -> dict:
+        """Check options for a run on ``workers`` ranks before any rank builds the method.
+
+        Args:
+            workers: the number of ranks P.
+            **options: keyword options of the method (those of ``compressors.options``).
+
+        Returns:
+            The options converted to the types the method uses.
+
+        Raises:
+            ValueError: an option's value is invalid, with a message naming the valid ones.
+        """
+        for key, valid in cls.choices.items():
+            if key in options and options[key] not in valid:
+                raise ValueError(f"{key}={options[key]!r} is invalid; valid: {', '.join(valid)}")
+        return options
 
     def __init__(self, comm, numel: int, density: float, dense_warmup: int = 0) -> None:
         numel = check_int("numel", numel)

@@ -203,6 +203,18 @@ class SparDL(Synchronizer):
     """
 
     adds_residual = True  # step 1 adds the gradient, inside the cuts' selection passes where it can
+    choices = {"sag": SAG_VARIANTS, "srs": tuple(SRS_EXECUTIONS)}
+
+    @classmethod
+    def check_options(cls, workers: int, **options) -> dict:
+        """Check ``teams`` against P and ``sag``, and ``srs`` (see :meth:`Synchronizer.check_options`)."""
+        options = super().check_options(workers, **options)
+        if "srs" in options:
+            check_srs(options["srs"])
+        teams, sag = options.get("teams", 1), options.get("sag", "bruck")
+        if "teams" in options or "sag" in options:
+            options["teams"] = check_teams(teams, sag, workers)
+        return options
 
     def __init__(
         self,

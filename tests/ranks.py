@@ -72,7 +72,7 @@ def run_calls(method, workers, numel, density, calls=1, seed=0, grads=None, **op
 
 
 def mass_error(call, workers):
-    """max |sum_r(grad_r + res_before_r) - (P*avg + sum_r res_after_r)| and the scale of the sums."""
+    """max |sum_r(grad_r + res_before_r) - (P*avg + sum_r res_after_r)|, and the sums' scale."""
     lhs = (call["grads"].double() + call["before"].double()).sum(0)
     rhs = workers * call["results"][0].double() + call["after"].double().sum(0)
     return float((lhs - rhs).abs().max()), float(lhs.abs().max()) + 1.0

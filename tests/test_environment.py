@@ -66,8 +66,8 @@ def test_the_trainer_sets_them_before_mpi_starts(tmp_path):
         "    pass\n"
         "import torch\n"
         f"with open(os.path.join({str(tmp_path)!r}, os.environ['PMI_RANK']), 'w') as seen:\n"
-        "    seen.write(f\"{os.environ['OMP_NUM_THREADS']} \"\n"
-        "               f\"{os.environ.get('MPIR_CVAR_POLLS_BEFORE_YIELD')} {torch.get_num_threads()}\")\n"
+        "    polls = os.environ.get('MPIR_CVAR_POLLS_BEFORE_YIELD')\n"
+        "    seen.write(f\"{os.environ['OMP_NUM_THREADS']} {polls} {torch.get_num_threads()}\")\n"
     )
     environ = {
         key: value for key, value in os.environ.items() if key not in ("OMP_NUM_THREADS", *YIELD)

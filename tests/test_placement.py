@@ -74,10 +74,12 @@ def test_place_rank_sets_torch_threads_from_the_host_count(monkeypatch):
 
 # Rank 0 prints every rank's row: lines printed by several ranks can interleave mid-line.
 PROBE = (
-    "from mpi4py import MPI; import torch; from allreducers.transports.placement import host_ranks, place_rank; "
+    "from mpi4py import MPI; import torch; "
+    "from allreducers.transports.placement import host_ranks, place_rank; "
     "comm = MPI.COMM_WORLD; place_rank(comm, 'cpu'); "
     "rows = comm.gather((comm.Get_rank(), *host_ranks(comm), torch.get_num_threads())); "
-    "comm.Get_rank() == 0 and print('\\n'.join(' '.join(map(str, row)) for row in rows), flush=True)"
+    "lines = [' '.join(map(str, row)) for row in rows or ()]; "
+    "comm.Get_rank() == 0 and print('\\n'.join(lines), flush=True)"
 )
 
 

@@ -24,6 +24,7 @@ class PhaseTimer(dict):
     """Seconds spent per phase name; ``with timer("select"): ...`` adds to ``timer["select"]``."""
 
     def __call__(self, phase: str) -> _Phase:
+        """Return a context manager that adds the seconds its block takes to ``phase``."""
         return _Phase(self, phase)
 
 
@@ -47,12 +48,21 @@ def run_schedule(
     timer: PhaseTimer | None = None,
     meanwhile: Callable | None = None,
 ) -> None:
-    """Run ``steps``: per step, send ``produce(step)`` and hand the received message to
-    ``consume(step, message)``. Every step counts as one round, also when this rank idles.
+    """Run ``steps`` over ``transport``, one message out and one in per step.
 
-    The send is posted before the receive, so symmetric exchanges cannot deadlock.
-    ``meanwhile(step)``, if given, runs between the two: work that needs neither message then
-    fills the time the received one takes to arrive.
+    Per step the send of ``produce(step)`` is posted before the receive, so symmetric exchanges
+    cannot deadlock; the received message goes to ``consume(step, message)``. Every step counts
+    as one round, also when this rank idles.
+
+    Args:
+        transport: this rank's transport.
+        steps: the schedule.
+        produce: ``produce(step)`` returns the int32 message to send.
+        consume: ``consume(step, message)`` takes the received message.
+        device: where received messages are put.
+        timer: adds the communication's seconds to ``"comm"`` (``None``: not timed).
+        meanwhile: ``meanwhile(step)`` runs between the send and the receive: work that needs
+            neither message then fills the time the received one takes to arrive.
     """
     timer = timer if timer is not None else PhaseTimer()
     for number, step in enumerate(steps):
@@ -92,8 +102,12 @@ def pack(lists: Sequence[SparseList], with_counts: bool) -> torch.Tensor:
 
 
 def unpack(message: torch.Tensor, items: int, sizes: Sequence[int] | None = None) -> list:
-    """Split a message into ``items`` sparse lists; ``sizes`` gives their lengths when the message
-    carries no counts.
+    """Split a message into ``items`` sparse lists (see the module docstring).
+
+    ``sizes`` gives their lengths when the message carries no counts.
+
+    Raises:
+        RuntimeError: the message's length does not fit the sizes.
     """
     if sizes is None:
         sizes = message[:items].tolist()
@@ -122,10 +136,19 @@ def allgather_lists(
 ) -> dict:
     """All-gather sparse lists along an all-gather schedule (Bruck).
 
-    Returns ``{item: (indices, values)}`` for every item of the group. ``fixed_size``: every
-    list's length when all ranks know it (no counts on the wire), else ``None``.
-    ``meanwhile(held)``, if given, runs in every step while its message travels (see
-    :func:`run_schedule`), with the ``{item: list}`` held so far, to use those early.
+    Args:
+        transport: this rank's transport.
+        steps: the all-gather schedule.
+        own_item: the item this rank contributes.
+        own: its list.
+        fixed_size: every list's length when all ranks know it (no counts on the wire), else
+            ``None``.
+        timer: as in :func:`run_schedule`.
+        meanwhile: ``meanwhile(held)`` runs in every step while its message travels (see
+            :func:`run_schedule`), with the ``{item: list}`` held so far, to use those early.
+
+    Returns:
+        ``{item: (indices, values)}`` for every item of the group.
     """
     held = {own_item: own}
 

@@ -1,5 +1,8 @@
 """The Bruck all-gather schedule, for any group size.
 
+SparDL runs it in its steps 4 (B-SAG) and 5 (the final gather; docs/DESIGN.md, section
+"SparDL"), the baselines for their all-gathers.
+
 Items are positions in ``members``: item j is the data that ``members[j]`` contributed.
 
 Bruck, ceil(log2 m) steps: in step s (distance 2^s) worker r sends the first
@@ -19,7 +22,7 @@ from .schedule import Step, ceil_log2, check_members, cyclic
 
 
 def bruck_allgather_schedule(position: int, members: Sequence[int]) -> list:
-    """Bruck all-gather steps of the worker at ``position`` among ``members``."""
+    """Return the Bruck all-gather steps of the worker at ``position`` among ``members``."""
     check_members(position, members)
     m = len(members)
     steps = []

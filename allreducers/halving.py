@@ -1,5 +1,8 @@
 """Recursive-halving pair exchanges (R-SAG's schedule; groups of a power-of-two size).
 
+SparDL's step 4 with R-SAG (docs/DESIGN.md, section "Step 4: Spar-All-Gather over d teams")
+runs this schedule among the d holders of a block.
+
 With m = 2^L positions, in step s = 0 .. L-1 position p exchanges with p XOR 2^(L-1-s): the pairs
 are at distance m/2 first, then m/4, ..., 1. Before step s a position speaks for the 2^s
 positions that agree with it on the low L-s bits (its group); the exchange merges two groups,
@@ -21,13 +24,17 @@ from .schedule import Step, ceil_log2, check_members
 
 
 def _group(position: int, low_bits: int, m: int) -> tuple:
-    """The positions of ``0 .. m-1`` that agree with ``position`` on its ``low_bits`` low bits."""
+    """Return the positions of ``0 .. m-1`` that agree with ``position`` on its low bits."""
     mask = (1 << low_bits) - 1
     return tuple(q for q in range(m) if q & mask == position & mask)
 
 
 def recursive_halving_schedule(position: int, members: Sequence[int]) -> list:
-    """The log2(m) pair exchanges of ``members[position]``; ``len(members)`` must be a power of two."""
+    """Return the log2(m) pair exchanges of ``members[position]`` (the module docstring).
+
+    Raises:
+        ValueError: ``len(members)`` is not a power of two, or ``position`` is out of range.
+    """
     check_members(position, members)
     m = len(members)
     if m & (m - 1):

@@ -21,7 +21,7 @@ from .schedule import Step, check_members
 
 
 def rotation_schedule(position: int, members: Sequence[int]) -> list:
-    """The m - 1 split-and-reduce steps of ``members[position]``; items are region numbers."""
+    """Return the m - 1 split-and-reduce steps of ``members[position]`` (items: regions)."""
     check_members(position, members)
     m = len(members)
     steps = []

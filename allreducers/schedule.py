@@ -28,19 +28,19 @@ class Step:
 
 
 def cyclic(start: int, count: int, modulus: int) -> tuple:
-    """The ``count`` labels ``start, start+1, ...`` modulo ``modulus``."""
+    """Return the ``count`` labels ``start, start+1, ...`` modulo ``modulus``."""
     return tuple((start + i) % modulus for i in range(count))
 
 
 def ceil_log2(value: int) -> int:
-    """The smallest ``r`` with ``2**r >= value`` (0 for 1)."""
+    """Return the smallest ``r`` with ``2**r >= value`` (0 for 1)."""
     if value < 1:
         raise ValueError(f"ceil_log2 needs a positive integer, got {value}")
     return (value - 1).bit_length()
 
 
 def check_members(position: int, members: Sequence[int]) -> None:
-    """Raise ``ValueError`` unless ``position`` indexes the non-empty, duplicate-free ``members``."""
+    """Raise ``ValueError`` unless ``position`` indexes the distinct, non-empty ``members``."""
     if not members or len(set(members)) != len(members):
         raise ValueError(f"members must be distinct ranks, got {list(members)}")
     if not 0 <= position < len(members):

@@ -27,19 +27,22 @@ from .schedule import Step, check_members
 
 
 def _tree_shape(m: int) -> tuple:
-    """(p, levels): the largest power of two p <= m and log2 p."""
+    """Return (p, levels): the largest power of two p <= m and log2 p."""
     levels = m.bit_length() - 1
     return 2**levels, levels
 
 
 def _subtree(position: int, distance: int, p: int, m: int) -> tuple:
-    """Positions whose contributions ``position`` holds after the tree levels below ``distance``."""
+    """Return the positions whose contributions ``position`` holds below level ``distance``."""
     base = [position + i for i in range(distance)]
     return tuple(sorted(base + [q + p for q in base if q + p < m]))
 
 
 def binomial_reduce_schedule(position: int, members: Sequence[int]) -> list:
-    """Steps of the fold-and-binomial-tree reduce towards ``members[0]`` (see the module docstring)."""
+    """Return the steps of the fold-and-binomial-tree reduce towards ``members[0]``.
+
+    See the module docstring.
+    """
     check_members(position, members)
     m = len(members)
     p, levels = _tree_shape(m)
@@ -79,7 +82,10 @@ def binomial_reduce_schedule(position: int, members: Sequence[int]) -> list:
 
 
 def binomial_broadcast_schedule(position: int, members: Sequence[int]) -> list:
-    """Steps of the binomial-tree broadcast from ``members[0]``, then the unfold (module docstring)."""
+    """Return the steps of the binomial-tree broadcast from ``members[0]``, then the unfold.
+
+    See the module docstring.
+    """
     check_members(position, members)
     m = len(members)
     p, levels = _tree_shape(m)

@@ -34,8 +34,9 @@ def check_density(density) -> float:
 
 
 def check_int(name: str, value, minimum: int = 1) -> int:
-    """``value`` as an int if it is a whole number (Python's or NumPy's, not a bool) >=
-    ``minimum``, else ``ValueError``.
+    """Return ``value`` as an int; ``ValueError`` unless it is a whole number >= ``minimum``.
+
+    Python's and NumPy's integers count; a bool does not. ``name`` names it in the message.
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
@@ -45,19 +46,32 @@ def check_int(name: str, value, minimum: int = 1) -> int:
 class Synchronizer(abc.ABC):
     """Averages one flat gradient over all ranks, keeping its own error-feedback residual.
 
-    Attributes after each :meth:`allreduce`: ``stats`` (``bytes_sent``, ``messages``, ``rounds``,
-    ``nnz`` and ``seconds`` per phase: ``select``, ``comm``, ``accumulate``, ``total``) and
-    ``residual`` (this rank's residual, length ``numel``). ``accumulate`` holds the additions
-    (the residual, received sums, the result); a method with ``adds_residual`` counts the
-    residual's addition under ``select``, since its selection pass does it.
+    A method subclasses it and implements :meth:`_synchronize` (docs/ADDING_A_METHOD.md).
 
-    ``dense_warmup``: the first that many calls run a dense all-reduce instead (the authors'
-    reproduction runs do this for 512 steps on VGG); the residual stays untouched meanwhile.
+    Args:
+        comm: an ``mpi4py`` communicator, a ``torch.distributed`` process group or a transport.
+        numel: n, the length of the flat gradient.
+        density: the fraction of the entries a call keeps, in (0, 1].
+        dense_warmup: the first that many calls run a dense all-reduce instead (the authors'
+            reproduction runs do this for 512 steps on VGG); the residual stays untouched
+            meanwhile.
 
-    ``count_nnz`` (attribute, default True): where a call's non-zeros are not known without a
-    pass over the result (``dense``, ``topk``, ``gaussiank``, dense warm-up calls), count them
-    for ``stats["nnz"]``; set it to False to leave ``stats["nnz"]`` ``None`` there and the pass
-    out of the call (the benchmark and the trainer do: the methods' released codes count nothing).
+    Attributes:
+        stats: the last call's ``bytes_sent``, ``messages``, ``rounds``, ``nnz`` and
+            ``seconds`` per phase (``select``, ``comm``, ``accumulate``, ``total``).
+            ``accumulate`` holds the additions (the residual, received sums, the result); a
+            method with ``adds_residual`` counts the residual's addition under ``select``,
+            since its selection pass does it.
+        count_nnz: default True. Where a call's non-zeros are not known without a pass over
+            the result (``dense``, ``topk``, ``gaussiank``, dense warm-up calls), count them for
+            ``stats["nnz"]``; False leaves ``stats["nnz"]`` ``None`` there and the pass out of
+            the call (the benchmark and the trainer do: the methods' released codes count
+            nothing).
+        calls: the calls so far, dense warm-up calls included.
+
+    Raises:
+        ValueError: an invalid ``numel``, ``density`` or ``dense_warmup``, or a ``numel``
+            above :attr:`max_numel`.
     """
 
     name = "base"
@@ -128,18 +142,29 @@ class Synchronizer(abc.ABC):
 
     @property
     def effective_density(self) -> float:
-        """The fraction of the n gradient entries one call keeps per worker, once the method
-        rounds its budget to whole entries: k / n for k = max(1, int(n * density)) here, so
-        a density below 1/n keeps one entry (more than asked).
+        """The fraction of the n entries one call keeps per worker, its budget in whole entries.
+
+        Here k / n for k = max(1, int(n * density)), so a density below 1/n keeps one entry
+        (more than asked).
         """
         return budget(self.numel, self.density) / self.numel
 
     def allreduce(self, grad: torch.Tensor, out: torch.Tensor = None) -> torch.Tensor:
-        """Return the average of ``grad`` over all ranks as synchronized by this method (a new
-        tensor on ``grad``'s device, the same bits on every rank). ``grad`` is not modified.
+        """Return the average of ``grad`` over all ranks as synchronized by this method.
 
-        ``out``: optional float32 tensor like ``grad`` that receives the result and is returned;
-        reusing one across calls saves a large allocation per call (as training does).
+        A collective: every rank calls it. The result has the same bits on every rank; ``grad``
+        is not modified.
+
+        Args:
+            grad: this rank's gradient, a 1-D float32 tensor of length ``numel``.
+            out: an optional float32 tensor like ``grad`` that receives the result and is
+                returned; reusing one across calls saves a large allocation per call (as
+                training does). Otherwise the result is a new tensor on ``grad``'s device.
+
+        Raises:
+            ValueError: ``grad`` or ``out`` is not such a tensor, ``out`` is on another device
+                or shares memory with the residual, or (methods that select) gradient plus
+                residual holds NaN or inf.
         """
         self._check_gradient(grad)
         grad = grad.detach()  # a tensor that requires grad is read as data: no graph, no history
@@ -191,14 +216,15 @@ class Synchronizer(abc.ABC):
 
         ``accumulated`` is the residual buffer itself, updated in place; a method may reuse it
         as the new residual. Methods with ``uses_residual = False`` or ``adds_residual = True``
-        receive the gradient.
+        receive the gradient instead. ``timer`` times the phases (``with timer("select"):``).
         """
 
     def call_kind(self, step: int) -> tuple:
-        """The periodic work that sparse call number ``step`` (dense warm-up calls not counted)
-        does on top of what every call does: calls of one kind do the same work on other data,
-        and call 0 does all of it. Every call alike here; Ok-Topk's exact calls differ. (The
-        simulator averages its predictions over one period of these kinds.)
+        """Return the periodic work that sparse call number ``step`` does beyond every call's.
+
+        Dense warm-up calls are not counted. Calls of one kind do the same work on other data,
+        and call 0 does all of it. Every call alike here (``()``); Ok-Topk's exact calls differ.
+        The simulator averages its predictions over one period (:attr:`kind_period`).
         """
         return ()
 
@@ -206,27 +232,27 @@ class Synchronizer(abc.ABC):
         """Hook for per-call bookkeeping of subclasses (counters, adaptive parameters)."""
 
     def _new_result(self, device: torch.device) -> torch.Tensor:
-        """The zeroed result vector: the caller's ``out`` buffer if one was given, else a new one."""
+        """Return the zeroed result vector: the caller's ``out`` buffer if given, else a new one."""
         return zero_(self._out if self._out is not None else torch.empty(self.numel, device=device))
 
     def _count_nonzero(self, result: torch.Tensor) -> int | None:
-        """Non-zeros of the last result, by a pass over it; ``None`` unless ``count_nnz``
-        (methods that know the count without the pass override this).
+        """Return the last result's non-zeros, by a pass over it; ``None`` unless ``count_nnz``.
+
+        Methods that know the count without the pass override this.
         """
         return count_nonzero(result) if self.count_nnz else None
 
     def _dense_average(self, grad: torch.Tensor, timer: PhaseTimer) -> torch.Tensor:
-        """The average of ``grad`` over the ranks by the library all-reduce, in ``out`` when
-        given: sum over r of (grad_r / P), the same bits on every rank; for P a power of two,
-        bit for bit the sum divided by P.
+        """Return the average of ``grad`` over the ranks by the library all-reduce.
 
-        At the speed of the bare all-reduce of the gradient into a buffer of its own: the
-        division writes ``grad / P`` into the result buffer, the copy that such an out-of-place
-        all-reduce makes anyway, and the library then sums that buffer in place.
+        The sum over r of (grad_r / P), in ``out`` when given, the same bits on every rank; for
+        P a power of two, bit for bit the sum divided by P. At the speed of the bare all-reduce
+        of the gradient into a buffer of its own: the division writes ``grad / P`` into the
+        result buffer, the copy that such an out-of-place all-reduce makes anyway, and the
+        library then sums that buffer in place.
         """
-        in_out = (
-            self._out is not None and self._out.is_contiguous()
-        )  # the transports reduce contiguous buffers
+        # The transports reduce contiguous buffers only.
+        in_out = self._out is not None and self._out.is_contiguous()
         total = self._out if in_out else torch.empty(self.numel, device=grad.device)
         with timer("accumulate"):
             torch.div(grad, self.size, out=total)
@@ -256,9 +282,11 @@ class Synchronizer(abc.ABC):
             )
 
     def state_dict(self) -> dict:
-        """Everything that carries across calls, on the CPU (for checkpoints), with the settings
-        it depends on (``config``: method, numel, density, workers, rank, and the method's
-        structural options).
+        """Return everything that carries across calls, on the CPU (for checkpoints).
+
+        With the settings it depends on (``config``: method, numel, density, workers, rank, and
+        the method's structural options). Tensors and plain values only: it loads with
+        ``torch.load(weights_only=True)``.
         """
         return {
             "method": self.name,
@@ -270,10 +298,11 @@ class Synchronizer(abc.ABC):
         }
 
     def state_mismatch(self, state) -> str | None:
-        """Why ``state`` (a :meth:`state_dict`) cannot be loaded here, or ``None`` if it can:
-        another method or numel, or (states that record them) another density, worker count,
-        rank or structural option (SparDL's teams and sag), which its adaptive parts (SparDL's
-        h, Ok-Topk's regions) would not fit.
+        """Return why ``state`` (a :meth:`state_dict`) cannot be loaded here, or ``None``.
+
+        A state does not fit with another method or numel, or (states that record them) another
+        density, worker count, rank or structural option (SparDL's teams and sag), which its
+        adaptive parts (SparDL's h, Ok-Topk's regions) would not fit.
         """
         if (
             not isinstance(state, dict)
@@ -297,8 +326,10 @@ class Synchronizer(abc.ABC):
         return "the saved synchronizer state does not fit: " + "; ".join(differ) if differ else None
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore what :meth:`state_dict` saved, so the next call continues bit-identically;
-        ``ValueError`` with :meth:`state_mismatch`'s reason for a state that does not fit.
+        """Restore what :meth:`state_dict` saved, so the next call continues bit-identically.
+
+        Raises:
+            ValueError: the state does not fit, with :meth:`state_mismatch`'s reason.
         """
         problem = self.state_mismatch(state)
         if problem:
@@ -310,7 +341,7 @@ class Synchronizer(abc.ABC):
         self._load_extra_state(state)
 
     def _config(self) -> dict:
-        """The settings this rank's state depends on (subclasses add structural options)."""
+        """Return the settings this rank's state depends on (subclasses add structural options)."""
         return {"density": self.density, "workers": self.size, "rank": self.rank}
 
     def _extra_state(self) -> dict:

@@ -1,36 +1,11 @@
 """A DDP communication hook that synchronizes every gradient bucket with any registered method.
 
     from compressors.ddp import SparDLState, spardl_hook
-    state = SparDLState(process_group=None, density=0.01, method="spardl")
+    state = SparDLState(process_group=None, density=0.01, method="spardl", model=ddp_model)
     ddp_model.register_comm_hook(state, spardl_hook)
 
-Each DDP bucket gets its own synchronizer, created on first use; the bucket is averaged
-synchronously inside the hook into a result buffer of its own, allocated once and reused every
-step (DDP copies the result into the gradients before the next backward pass), and handed back
-as a completed future.
-
-A residual belongs to parameters, not to a bucket: DDP rebuilds its buckets after the first
-iteration (usually in another order) and again after a restart. A bucket is therefore known by
-its parameters (numbered in the order this state first sees them, which is the same in every
-run of the same model), and a synchronizer for a new layout starts from the residual its
-parameters had in the buckets they come from: no discarded value is lost or lands on another
-parameter. The dense warm-up count carries over too; a method's other adaptive state (Ok-Topk's
-thresholds, Spar-All-Gather's height) starts afresh for a new layout.
-
-The state is this rank's: ``state.state_dict()`` / ``state.load_state_dict()`` carry the
-residuals through checkpoints, and every rank saves and loads its own (a state of another rank
-or world size is refused). With ``find_unused_parameters=True``, the residual a bucket sends for
-a parameter that no rank used in a step is lost: DDP drops the hook's result for it.
-
-Without ``model=`` the state numbers the parameters, which assumes the same trainable parameters
-in the same order in every run: a state loaded into a model whose set of trainable parameters
-changed (a layer frozen, a head added) is refused where a residual does not fit its parameter's
-size, but parameters of equal size cannot be told apart. With ``SparDLState(..., model=module)``
-parameters are known by name, and such a state loads correctly.
-
-Buckets of another dtype (float16, bfloat16, float64) are synchronized in float32, the dtype
-of the residuals and messages, and the average is cast back to the bucket's dtype: float64
-gradients thus carry float32 precision (about 1e-7 relative).
+How residuals follow their parameters when DDP rebuilds its buckets, and what the hook
+guarantees, is in docs/DESIGN.md, section "The DDP communication hook".
 """
 
 import numbers
@@ -45,16 +20,32 @@ from allreducers.transports.torchdist import TorchDistributedTransport
 class SparDLState:
     """State of :func:`spardl_hook`: the method, its options and one synchronizer per bucket layout.
 
-    ``method``: any name of ``compressors.available()``; ``options`` go to ``compressors.create``
-    (e.g. ``teams=2`` for spardl, ``dense_warmup=512``). Bad options raise ``ValueError`` here.
-    ``model``: the module (or DDP model) the hook serves; with it a parameter is known by its name
-    instead of its order, so a saved state loads into a model with layers frozen or added: each
-    residual goes back to the parameter of its name (those of parameters no longer trained stay
-    unused). ``skip_nonfinite``: for mixed precision with ``torch.amp.GradScaler``, whose overflowing steps
-    are routine. If any rank's bucket holds NaN or inf (found with one extra one-element
-    all-reduce per bucket), every rank gets the bucket as NaN, so the scaler skips the step on
-    all of them, and the residuals are left as they were. Without it such a bucket is a
-    ``ValueError`` (a diverged run).
+    Each bucket layout gets its own synchronizer, created on first use, and a result buffer of
+    its own, allocated once. A residual belongs to parameters, not to a bucket: a synchronizer
+    for a new layout starts from the residuals its parameters had in the layouts they come
+    from, and with their dense warm-up count. The state is this rank's: :meth:`state_dict` and
+    :meth:`load_state_dict` carry the residuals through checkpoints, each rank its own.
+
+    Args:
+        process_group: the ``torch.distributed`` group (``None``: the default group).
+        density: the fraction of each bucket kept, in (0, 1].
+        method: any name of ``compressors.available()``.
+        skip_nonfinite: for mixed precision with ``torch.amp.GradScaler``, whose overflowing
+            steps are routine. If any rank's bucket holds NaN or inf (found with one extra
+            one-element all-reduce per bucket), every rank gets the bucket as NaN, so the
+            scaler skips the step on all of them, and the residuals are left as they were.
+            Without it such a bucket is a ``ValueError`` (a diverged run).
+        model: the module (or DDP model) the hook serves. With it a parameter is known by its
+            name, so a saved state loads into a model with layers frozen or added: each
+            residual goes back to the parameter of its name (those of parameters no longer
+            trained stay unused). Without it parameters are numbered in the order the state
+            first sees them, which assumes the same trainable parameters in the same order in
+            every run.
+        **options: go to ``compressors.create`` (e.g. ``teams=2`` for spardl,
+            ``dense_warmup=512``).
+
+    Raises:
+        ValueError: an unknown method, an invalid density, or an unknown or invalid option.
     """
 
     def __init__(
@@ -77,9 +68,8 @@ class SparDLState:
         self.skip_nonfinite = bool(skip_nonfinite)
         self.parameters_by = "order" if model is None else "name"
         self.transport = TorchDistributedTransport(process_group)
-        compressors.create(
-            self.method, self.transport, numel=1, density=density, **options
-        )  # checks values
+        # Building one checks the options' values.
+        compressors.create(self.method, self.transport, numel=1, density=density, **options)
         self.options = self._settled(self.method, options)
         self.synchronizers: dict = {}  # layout key -> synchronizer
         self._layouts: dict = {}  # layout key -> (parameter numbers, sizes, result buffer)
@@ -95,8 +85,10 @@ class SparDLState:
 
     @staticmethod
     def _settled(method: str, options: dict) -> dict:
-        """Every option of ``method``, defaults filled in, NumPy numbers as Python's: two states
-        of one configuration compare equal, and the state loads with ``torch.load``'s defaults.
+        """Return every option of ``method``, defaults filled in, NumPy numbers as Python's.
+
+        Two states of one configuration then compare equal, and the state loads with
+        ``torch.load``'s defaults.
         """
         settled = dict(compressors.option_defaults(method), **options)
         return {
@@ -111,8 +103,14 @@ class SparDLState:
         }
 
     def synchronizer(self, bucket: dist.GradBucket):
-        """The synchronizer of ``bucket``'s layout (created on first use, see the module
-        docstring) and its reused result buffer.
+        """Return the synchronizer of ``bucket``'s layout and its reused result buffer.
+
+        Both are created on the layout's first use.
+
+        Raises:
+            ValueError: with ``model=``, the bucket holds a parameter the model does not have;
+                or a loaded residual does not fit its parameter's size.
+            RuntimeError: the bucket's size differs from its parameters'.
         """
         parameters = bucket.parameters()
         numbers = [self._number(p) for p in parameters]
@@ -128,8 +126,9 @@ class SparDLState:
         return self.synchronizers[key], self._layouts[key][2]
 
     def _number(self, parameter) -> int | str:
-        """How this state knows ``parameter``: its name with ``model=``, else the order in which
-        the state first saw it.
+        """Return how this state knows ``parameter``.
+
+        Its name with ``model=``, else the order in which the state first saw it.
         """
         if self.parameters_by == "order":
             return self._numbers.setdefault(id(parameter), len(self._numbers))
@@ -183,8 +182,9 @@ class SparDLState:
             del self.synchronizers[stale], self._layouts[stale]
 
     def _slot(self, number: int):
-        """Where parameter ``number``'s residual lives now (a view): its current bucket, else a
-        saved bucket not built yet; None if it has none.
+        """Return where parameter ``number``'s residual lives now, as a view; None if nowhere.
+
+        Its current bucket, else a saved bucket not built yet.
         """
         if number in self._owners:
             key, offset, size = self._owners[number]
@@ -197,15 +197,17 @@ class SparDLState:
         return None
 
     def residual(self, parameter: torch.Tensor) -> torch.Tensor:
-        """This rank's residual of ``parameter``, shaped like it: zeros while the state holds none
-        for it (before its first backward pass under this state, which is when the state learns
-        its buckets, unless a loaded state of a state with ``model=`` holds it).
+        """Return this rank's residual of ``parameter``, shaped like it.
+
+        Zeros while the state holds none for it: before its first backward pass under this
+        state, which is when the state learns its buckets, unless a loaded state of a state
+        with ``model=`` holds it.
         """
         slot = self._slot(self._numbers[id(parameter)]) if id(parameter) in self._numbers else None
         return torch.zeros_like(parameter) if slot is None else slot.view_as(parameter)
 
     def state_dict(self) -> dict:
-        """This rank's synchronizers (residuals, thresholds, counters) by bucket layout, on the CPU."""
+        """Return this rank's synchronizers' states (residuals, thresholds...) by bucket layout."""
         buckets = dict(self._pending)
         for key, sync in self.synchronizers.items():
             numbers, sizes, _ = self._layouts[key]
@@ -221,11 +223,15 @@ class SparDLState:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict` of this rank; the buckets pick their residuals up when DDP
-        next builds them, and whatever this state held before is dropped (so a state in use rolls
-        back to the saved one, whichever bucket layout is live). ``ValueError`` for another
-        method, density, options, rank or world size, or a state saved with ``model=`` loaded
-        without it (or the other way round).
+        """Restore :meth:`state_dict` of this rank.
+
+        The buckets pick their residuals up when DDP next builds them, and whatever this state
+        held before is dropped (so a state in use rolls back to the saved one, whichever bucket
+        layout is live).
+
+        Raises:
+            ValueError: the state is of another method, density, options, rank or world size,
+                or was saved with ``model=`` and is loaded without it (or the other way round).
         """
         mine = {
             "method": self.method,
@@ -261,7 +267,18 @@ class SparDLState:
 
 
 def spardl_hook(state: SparDLState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """DDP communication hook: average ``bucket`` over the group with ``state``'s method."""
+    """DDP communication hook: average ``bucket`` over the group with ``state``'s method.
+
+    The bucket is averaged synchronously, into the layout's result buffer (DDP copies it into
+    the gradients before the next backward pass), and handed back as a completed future.
+    Buckets of another dtype (float16, bfloat16, float64) are synchronized in float32, the dtype
+    of the residuals and messages, and the average is cast back: float64 gradients thus carry
+    float32 precision (about 1e-7 relative).
+
+    Raises:
+        ValueError: a bucket of sparse gradients, or (without ``skip_nonfinite``) one holding
+            NaN or inf.
+    """
     flat = bucket.buffer()
     if flat.is_sparse:
         raise ValueError(

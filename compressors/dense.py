@@ -8,8 +8,16 @@ from .base import Synchronizer
 
 @register("dense", description="MPI Allreduce (sum) of the whole gradient divided by P")
 class Dense(Synchronizer):
-    """MPI Allreduce (sum) of the whole gradient divided by P (the division fused into the
-    copy an out-of-place all-reduce makes). No residual.
+    """MPI Allreduce (sum) of the whole gradient divided by P; no residual.
+
+    The division is fused into the copy an out-of-place all-reduce makes (docs/DESIGN.md, The
+    baselines).
+
+    Args:
+        comm: an ``mpi4py`` communicator, a ``torch.distributed`` process group or a transport.
+        numel: n, the length of the flat gradient.
+        density: ignored: every entry is sent.
+        dense_warmup: accepted as every method's (every call is dense anyway).
     """
 
     uses_residual = False
@@ -20,7 +28,7 @@ class Dense(Synchronizer):
 
     @property
     def effective_density(self) -> float:
-        """Every entry, whatever ``density`` says."""
+        """Every entry (1.0), whatever ``density`` says."""
         return 1.0
 
     def _synchronize(self, accumulated, timer):

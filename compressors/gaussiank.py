@@ -40,8 +40,13 @@ from .sparse_ops import budget, entries_at_least, put_, scatter_average_in_order
 class GaussianK(Synchronizer):
     """Gaussian-fit threshold selection with all-gatherv (module docstring).
 
-    Options: ``scale`` (1.02) and ``max_loops`` (20): the threshold correction per loop and the
-    number of loops; ``dense_warmup`` (see :class:`Synchronizer`).
+    Args:
+        comm: an ``mpi4py`` communicator, a ``torch.distributed`` process group or a transport.
+        numel: n, the length of the flat gradient.
+        density: the fraction of the entries kept, in (0, 1].
+        scale: the threshold's correction per loop (1.02).
+        max_loops: the most corrections per call (20).
+        dense_warmup: see :class:`Synchronizer`.
     """
 
     def __init__(
@@ -76,7 +81,7 @@ class GaussianK(Synchronizer):
         return result, accumulated
 
     def _select(self, accumulated) -> tuple:
-        """S_w (module docstring, steps 1-2) as ascending int64 indices and their values."""
+        """Return S_w (module docstring, steps 1-2): ascending int64 indices and their values."""
         if self.everything:
             return torch.arange(self.numel, device=accumulated.device), accumulated.clone()
         # One sum and one dot product (a tenth of torch.std_mean's time on a CPU).

@@ -12,12 +12,10 @@ One synchronization of worker w, k = max(1, int(n * density)):
 4. Residual (the method's own rule): a with S_w zeroed, except that the own local top-k values
    at indices not in F go back: new residual = a with the indices of S_w that are in F zeroed.
 
-**Lost mass.** A partial sum dropped at an inner merge at an index that is *not* in F is not
-lost: every worker that contributed to it keeps its own value in its residual. A partial sum
-dropped at an index that *is* in F is lost: its contributors zero that index (it is in F), but
-the value in F does not contain their contribution (it arrived through another subtree). Hence,
-exactly, sum_w a_w - P * result - sum_w residual_w = L, where L[j] is the sum of the partial sums
-dropped at j in F. The measurement reports, summed over every merge of every rank,
+**Lost mass.** A partial sum dropped at an inner merge at an index in F is lost (why:
+docs/DESIGN.md, section "gTop-k's lost mass"): sum_w a_w - P * result - sum_w residual_w = L,
+where L[j] is the sum of the partial sums dropped at j in F. The measurement reports, summed over
+every merge of every rank,
 
 - ``lost_mass``: sum of |partial sum| over the dropped partial sums at indices in F (equal to
   ||L||_1 unless two drops at one index have opposite signs, when it is larger);
@@ -51,9 +49,13 @@ from .sparse_ops import budget, is_member, one_list, put_
 class GTopK(Synchronizer):
     """gTop-k tree merge for any P; its lost mass measured on request (module docstring).
 
-    Options: ``measure_loss`` (default False: keep each call's drops so that
-    :meth:`measure_lost_mass` can report ``lost_mass``, ``lost_sum`` and ``lost_fraction``),
-    ``dense_warmup`` (see :class:`Synchronizer`).
+    Args:
+        comm: an ``mpi4py`` communicator, a ``torch.distributed`` process group or a transport.
+        numel: n, the length of the flat gradient.
+        density: the fraction of the entries kept, in (0, 1].
+        measure_loss: keep each call's drops so that :meth:`measure_lost_mass` can report
+            ``lost_mass``, ``lost_sum`` and ``lost_fraction`` (default False).
+        dense_warmup: see :class:`Synchronizer`.
     """
 
     adds_residual = True  # the selection pass adds the residual (Selector.scan)
@@ -110,8 +112,9 @@ class GTopK(Synchronizer):
         return result, accumulated
 
     def _merge(self, indices, values, other_indices, other_values, dropped, timer):
-        """Union of two lists, values added at common indices, cut to the k largest |values|;
-        the cut-off entries are appended to ``dropped`` (unless it is ``None``).
+        """Return the union of two lists, values added at common indices, cut to the k largest.
+
+        The entries the cut drops are appended to ``dropped`` (unless it is ``None``).
         """
         with timer("accumulate"):
             union, inverse = torch.unique(
@@ -130,11 +133,14 @@ class GTopK(Synchronizer):
             return union[keep], sums[keep]
 
     def measure_lost_mass(self) -> dict:
-        """The lost mass of the last call (module docstring), added to ``stats`` and returned.
+        """Return the lost mass of the last call (module docstring), also added to ``stats``.
 
         A collective: every rank calls it after the same ``allreduce``. Its all-reduce is
         measurement, not gTop-k: the traffic counters are left as the call set them, and nothing
-        of it is in ``stats["seconds"]``. Needs ``measure_loss=True``.
+        of it is in ``stats["seconds"]``.
+
+        Raises:
+            ValueError: the synchronizer was built without ``measure_loss=True``.
         """
         if not self.measure_loss:
             raise ValueError("gtopk: the lost mass is measured only with measure_loss=True")
@@ -163,7 +169,7 @@ class GTopK(Synchronizer):
 
 
 def _replace_with(held: list):
-    """A consume function that replaces ``held`` by the broadcast list."""
+    """Return a consume function that replaces ``held`` by the broadcast list."""
 
     def consume(step, message):
         held[0], held[1] = one_list(message)

@@ -69,18 +69,21 @@ _TINY = float(torch.finfo(torch.float32).tiny)
 
 
 def check_scale(name: str, value) -> float:
-    """``value`` as a float if it is a finite number > 1 (Python's or NumPy's), else ``ValueError``."""
+    """Return ``value`` as a float; ``ValueError`` unless it is a finite number > 1.
+
+    Python's and NumPy's numbers count; a bool does not. ``name`` names it in the message.
+    """
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 1.0 < value < math.inf:
         raise ValueError(f"{name} must be a finite number > 1, got {value!r}")
     return float(value)
 
 
 def run_windowed(transport, steps, produce, consume, device, timer, window: int) -> None:
-    """Run ``steps`` as :func:`allreducers.run_schedule` does (``consume`` in step order, one
-    round per step, tag = step number), but with up to ``window`` steps in flight.
+    """Run ``steps`` as :func:`allreducers.run_schedule` does, with up to ``window`` in flight.
 
-    The first ``window`` steps' sends and receives are started at once. Then, per step in
-    order: wait for its message and for its send, start the step ``window`` further on, and
+    As there, ``consume`` runs in step order, each step is one round, and a step's tag is its
+    number. The first ``window`` steps' sends and receives are started at once. Then, per step
+    in order: wait for its message and for its send, start the step ``window`` further on, and
     only then ``consume`` the message, so that the reduction overlaps the next messages'
     travel (``produce`` must therefore not depend on what ``consume`` did). ``window=1`` is
     one blocking exchange per step.
@@ -116,10 +119,9 @@ def run_windowed(transport, steps, produce, consume, device, timer, window: int)
 class RegionReducer:
     """Split-and-reduce over contiguous regions (shared by ``oktopk`` and ``topkdsa``).
 
-    ``reduce(indices, values, boundaries)`` sends this rank's sorted global (indices, values)
-    of every other region to its owner and returns the owner's candidates: the ascending global
-    indices (int32) that any rank sent into this rank's region, and their sums. ``in_flight``:
-    how many of the P-1 exchanges may travel at once (:func:`run_windowed`).
+    Args:
+        transport: this rank's transport.
+        in_flight: how many of the P-1 exchanges may travel at once (:func:`run_windowed`).
     """
 
     def __init__(self, transport, in_flight: int = 1) -> None:
@@ -131,6 +133,20 @@ class RegionReducer:
         self._present = torch.empty(0, dtype=torch.bool)
 
     def reduce(self, indices: torch.Tensor, values: torch.Tensor, boundaries: list, timer) -> tuple:
+        """Send each other region's entries to its owner; return this rank's region's candidates.
+
+        The owner adds its own entries first, then the received ones in step order.
+
+        Args:
+            indices: this rank's global indices, ascending.
+            values: their values.
+            boundaries: the regions' boundaries ``[0, c_1, ..., n]``; region r is this rank's.
+            timer: times the phases.
+
+        Returns:
+            The ascending global indices (int32) that any rank sent into this rank's region,
+            and their sums.
+        """
         start, end = boundaries[self.rank], boundaries[self.rank + 1]
         device = values.device
         with timer("accumulate"):
@@ -156,7 +172,7 @@ class RegionReducer:
             return (local + start).to(torch.int32), sums.index_select(0, local)
 
     def region_sums(self, boundaries: list) -> torch.Tensor:
-        """The dense sums of this rank's region after :meth:`reduce` (zeros where nothing came)."""
+        """Return the dense sums of this rank's region after :meth:`reduce` (zeros elsewhere)."""
         return self._sums[: boundaries[self.rank + 1] - boundaries[self.rank]]
 
     def _buffers(self, size: int, device) -> tuple:
@@ -176,18 +192,31 @@ class RegionReducer:
 
 @register(
     "oktopk",
-    description="Ok-Topk: reused thresholds, balanced split-and-reduce, global threshold, all-gatherv",
+    description=(
+        "Ok-Topk: reused thresholds, balanced split-and-reduce, global threshold, all-gatherv"
+    ),
 )
 class OkTopK(Synchronizer):
     """Ok-Topk with the authors' intervals and scales as options (module docstring).
 
-    Options: ``local_interval`` (32), ``global_interval`` (32), ``region_interval`` (64): calls
-    between exact local thresholds, exact global thresholds and region re-splits;
-    ``raise_scale`` (1.03) and ``raise_limit`` (5): the raise of a reused local threshold that
-    lets more than 4k/3 entries pass; ``local_scale`` (1.012) and ``global_scale`` (1.008):
-    the per-call corrections of the two thresholds; ``in_flight`` (4): split-and-reduce
-    exchanges travelling at once, at most P-1 (1: one blocking exchange per step); ``dense_warmup``
-    (see :class:`Synchronizer`).
+    Args:
+        comm: an ``mpi4py`` communicator, a ``torch.distributed`` process group or a transport.
+        numel: n, the length of the flat gradient.
+        density: the fraction of the entries kept, in (0, 1].
+        local_interval: calls between exact local thresholds (32).
+        global_interval: calls between exact global thresholds (32).
+        region_interval: calls between region re-splits (64).
+        raise_scale: the raise of a reused local threshold that lets more than 4k/3 entries
+            pass (1.03).
+        raise_limit: at most that many raises per call (5).
+        local_scale: the per-call correction of the local threshold (1.012).
+        global_scale: the per-call correction of the global threshold (1.008).
+        in_flight: split-and-reduce exchanges travelling at once, at most P-1 (4; 1: one
+            blocking exchange per step).
+        dense_warmup: see :class:`Synchronizer`.
+
+    Raises:
+        ValueError: an option out of range.
     """
 
     adds_residual = True  # the local selection's pass adds the residual
@@ -234,8 +263,9 @@ class OkTopK(Synchronizer):
         return math.lcm(self.local_interval, self.region_interval, self.global_interval)
 
     def call_kind(self, step: int) -> tuple:
-        """Whether call ``step`` computes the local threshold exactly, re-splits the regions and
-        computes the global threshold exactly (module docstring, steps 1, 2 and 4).
+        """Return whether call ``step`` has an exact local threshold, a re-split, an exact global.
+
+        The module docstring's steps 1, 2 and 4.
         """
         return (
             step % self.local_interval == 0,
@@ -269,8 +299,9 @@ class OkTopK(Synchronizer):
         return result, accumulated
 
     def _select_local(self, accumulated, grad, exact: bool) -> tuple:
-        """S_w (module docstring, step 1) as ascending int64 indices and their values, after
-        adding ``grad`` into ``accumulated`` (the residual) to form a.
+        """Return S_w (module docstring, step 1): ascending int64 indices and their values.
+
+        ``grad`` is first added into ``accumulated`` (the residual) to form a.
         """
         if self.everything:
             accumulated.add_(grad)
@@ -295,7 +326,7 @@ class OkTopK(Synchronizer):
         return chosen, values
 
     def _balanced_boundaries(self, chosen: torch.Tensor, timer) -> list:
-        """Region boundaries [0, c_1, ..., c_(P-1), n]: the average of every rank's proposal."""
+        """Return region boundaries [0, c_1, ..., c_(P-1), n]: every rank's proposal averaged."""
         workers, count = self.size, chosen.numel()
         if workers == 1:
             return [0, self.numel]
@@ -313,7 +344,7 @@ class OkTopK(Synchronizer):
         return [0] + (total // workers).tolist() + [self.numel]
 
     def _select_global(self, candidates, sums, exact: bool, timer) -> tuple:
-        """The kept (int32 indices, values), identical on every rank (module docstring, step 4)."""
+        """Return the kept (int32 indices, values), the same on every rank (module docstring, 4)."""
         if exact or self.everything:
             own = (candidates, sums)
         else:

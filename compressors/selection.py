@@ -1,45 +1,15 @@
-"""The one selection module: exact top-k by magnitude, and selection above a threshold.
+"""Exact top-k by magnitude and selection above a threshold: the methods' one selection module.
 
-``torch.topk`` on CPU sorts far more than it needs (several times slower than a threshold
-pass on large vectors). :meth:`Selector.topk_rows` instead estimates a threshold per row from a fixed random
-sample, keeps the candidates above a slightly lower threshold in one pass, and picks each row's
-k largest of those with one linear-time selection per row (no sort). A row left with fewer than
-k candidates (an estimate too high, or fewer than k non-zeros, as in the blocks of an embedding's
-gradient) takes its non-zeros, in one more pass over that row alone when needed, and its
-lowest-index zeros. The result is exact: always ``k`` indices per row, the ``k`` largest
-``|x|``, ties broken towards the lower index, in ascending order. :meth:`Selector.topk` is the
-one-row case. Work buffers are kept and reused across calls.
+:class:`Selector`'s results are exact: ``k`` indices per row, those of the ``k`` largest
+``|x|``, ties towards the lower index, in ascending order. NaN and inf are never dropped
+silently: a selection that meets one raises ``ValueError``. A selection can add another vector
+into the rows in its pass (error feedback's grad + residual). Two verbs: :meth:`Selector.select`
+chooses and leaves the rows as they are; :meth:`Selector.take` chooses and zeroes what it chose.
 
-A caller that selects from the same rows call after call (a residual plus a fresh gradient)
-names them with a ``key``: the selector then remembers each row's k-th largest ``|x|`` and next
-time uses it, lowered by a small per-row margin, as the threshold instead of the sample's
-estimate. That skips the sample and lets through far fewer candidates (a little over k,
-against over twice k from the small samples of rows of some 100k entries), so such rows
-select markedly faster. A row whose remembered threshold proves too high (the values shrank) is scanned
-again from its sample, and its margin doubles; a row that hits shrinks its margin by 10%, down
-to 3%. When k changes (Spar-All-Gather's adaptive h), each level moves along its row's slope of
-log(count of |x| >= t) against log(t), measured between the last threshold and k-th |x|. The
-hint only changes the speed: the selection is exact either way.
-
-NaN and inf are never dropped silently: the pass compares the bit patterns of ``|x|`` and the
-threshold as integers, which orders non-negative floats as their values do and puts inf and NaN
-above every threshold, so they always become candidates, and any non-finite candidate raises
-``ValueError`` (a check of the few candidates, not of every entry). The values added in that pass stay added.
-
-The pass can also add another vector into the rows as it goes (error feedback's grad + residual,
-:meth:`Selector.scan`), which costs about as much as the addition alone; :meth:`Selector.pick`
-then chooses from its :class:`Candidates` and returns the chosen values with their indices;
-:meth:`Selector.select` does both, :meth:`Selector.cut` also takes the chosen entries out.
-
-On one CPU thread (one MPI rank per core, the usual setting) the candidate pass runs as NumPy
-ufuncs in chunks of 2^16 entries, so ``|x|`` never leaves the cache (NumPy's abs and compare
-are faster than torch's on one thread, and the chunks save a round trip to memory). A chunk's
-values, ``|x|``, mask and addend (~0.8 MB) stay in a core's L2 cache; larger and smaller chunks
-were measured slower. With several threads torch's parallel kernels run whole rows.
-
-Tools that model what selection costs (the simulator) watch every selection through
-:func:`observe`, which reports each one's kind and shape and whether it started from remembered
-thresholds.
+How it selects (a sampled or remembered threshold, one candidate pass, a linear-time pick) is
+explained in docs/DESIGN.md, section "Selection"; the measurements behind its choices are in
+docs/PERFORMANCE.md, section "Library internals". :func:`observe` reports every selection to
+tools that model what selection costs (the simulator).
 """
 
 from __future__ import annotations
@@ -59,22 +29,23 @@ _SAMPLE_SHARE = 128  # ... and between them 1/128 of the row (short rows stay ch
 _SIGMAS = 4.0  # safety margin of the estimate, in standard deviations
 _CACHED_SAMPLES = 8  # sample positions kept for this many row lengths
 _REMEMBERED_KEYS = 64  # keys whose thresholds are kept (the least recently used one goes)
-_CHUNK = 1 << 16  # entries per step of the candidate pass on one thread
+_CHUNK = 1 << 16  # entries per step of the one-thread candidate pass (stays in a core's L2)
 _TINY = float(np.finfo(np.float32).smallest_subnormal)  # ">= _TINY" means "non-zero"
 _NOT_FINITE = "the values to select from hold NaN or inf (a diverged gradient?)"
-_MARGIN = (
-    0.03,
-    0.1,
-    0.5,
-)  # a remembered threshold's margin below the last k-th |x|: least, first, most
+# A remembered threshold's margin below the last k-th |x|: least, first, most.
+_MARGIN = (0.03, 0.1, 0.5)
 
 
 class Selection(NamedTuple):
-    """One selection as :func:`observe` reports it: ``kind`` is ``"topk"`` (a top-k scan of an
-    ``(r, n)`` matrix, :meth:`Selector.scan`) or ``"threshold"`` (a pass keeping the entries at or
-    above a threshold: :meth:`Selector.at_least`, :meth:`Selector.above`); ``shape`` is ``(r, n)``
-    (``(1, n)`` for a vector); ``hinted`` says whether every row started from a threshold
-    remembered under a key (always ``False`` for a threshold pass).
+    """One selection as :func:`observe` reports it.
+
+    Attributes:
+        kind: ``"topk"`` (a top-k scan of an ``(r, n)`` matrix, :meth:`Selector.scan`) or
+            ``"threshold"`` (a pass keeping the entries at or above a threshold:
+            :meth:`Selector.at_least`, :meth:`Selector.above`).
+        shape: ``(r, n)``; ``(1, n)`` for a vector.
+        hinted: whether every row started from a threshold remembered under a key (always
+            ``False`` for a threshold pass).
     """
 
     kind: str
@@ -87,12 +58,17 @@ _observers: list = []  # the callables observe() made active, in every thread
 
 @contextlib.contextmanager
 def observe(observer: Callable[[Selection], None]) -> Iterator[Callable[[Selection], None]]:
-    """While the ``with`` block runs, every :class:`Selector`, in every thread, calls
-    ``observer(selection)`` with a :class:`Selection` once per top-k scan (which ``topk``,
-    ``topk_rows``, ``select``, ``cut`` and ``pick`` without candidates go through) and once per
-    threshold pass, after it ran. The observer runs in the selecting thread (a multi-threaded
-    caller tells its threads apart itself, e.g. with ``threading.local``). Selections cost one
-    list check more while no observer is active.
+    """Report every selection to ``observer`` while the ``with`` block runs.
+
+    Every :class:`Selector`, in every thread, calls ``observer(selection)`` with a
+    :class:`Selection` once per top-k scan (which ``topk``, ``topk_rows``, ``select``, ``take``
+    and ``pick`` without candidates go through) and once per threshold pass, after it ran. The
+    observer runs in the selecting thread (a multi-threaded caller tells its threads apart
+    itself, e.g. with ``threading.local``). Selections cost one list check more while no
+    observer is active.
+
+    Yields:
+        ``observer``.
     """
     _observers.append(observer)
     try:
@@ -108,10 +84,16 @@ def _report(kind: str, shape, hinted: bool) -> None:
 
 
 class Candidates(NamedTuple):
-    """What :meth:`Selector.scan` found in a ``(count, n)`` matrix: the flat positions
-    (ascending) of the entries at or above their row's threshold, their signed values, how many
-    lie in each row, the rows' thresholds, which of those were remembered (not estimated), and
-    the rows' ``key`` (``None``: nothing is remembered).
+    """What :meth:`Selector.scan` found in a ``(count, n)`` matrix.
+
+    Attributes:
+        positions: the flat positions (ascending) of the entries at or above their row's
+            threshold.
+        values: their signed values.
+        sizes: how many of them lie in each row.
+        thresholds: the rows' thresholds.
+        hinted: which thresholds were remembered (not estimated).
+        key: the rows' ``key`` (``None``: nothing is remembered).
     """
 
     positions: np.ndarray
@@ -123,9 +105,11 @@ class Candidates(NamedTuple):
 
 
 class _Memory(NamedTuple):
-    """The last selection from the rows of one key: its shape, k, each row's k-th largest |x|,
-    each row's margin, and each row's slope of log(count of |x| >= t) against log(t) between
-    its threshold and its k-th |x| (NaN where unknown), which carries the level to another k.
+    """The last selection from the rows of one key (docs/DESIGN.md, Selection).
+
+    Its shape, k, each row's k-th largest |x| (``levels``), each row's margin, and each row's
+    slope of log(count of |x| >= t) against log(t) between its threshold and its k-th |x|
+    (NaN where unknown), which carries the level to another k.
     """
 
     shape: tuple
@@ -136,7 +120,11 @@ class _Memory(NamedTuple):
 
 
 class Selector:
-    """Exact top-k by magnitude with reused work buffers (one instance per synchronizer)."""
+    """Exact top-k by magnitude with reused work buffers (one instance per synchronizer).
+
+    Args:
+        seed: seeds the sample positions that estimate a row's threshold.
+    """
 
     def __init__(self, seed: int = 0) -> None:
         self._seed = seed
@@ -146,33 +134,46 @@ class Selector:
         self._mask = torch.empty(0, dtype=torch.bool)
 
     def topk(self, x: torch.Tensor, k: int, key=None) -> torch.Tensor:
-        """Indices (int64, ascending) of the ``k`` entries of 1-D ``x`` with the largest ``|x|``;
-        exactly ``min(k, len(x))`` of them, ties towards the lower index. ``key``: see
-        :meth:`scan`.
+        """Return the indices of the ``k`` entries of the 1-D ``x`` with the largest ``|x|``.
+
+        Exactly ``min(k, len(x))`` indices (int64, ascending), ties towards the lower index.
+        ``key``: see :meth:`scan`.
         """
         return self.topk_rows(x.reshape(1, -1), k, key)[0]
 
     def topk_rows(self, rows: torch.Tensor, k: int, key=None) -> torch.Tensor:
-        """Column indices (int64, shape ``(r, min(k, n))``, each row ascending) of the ``k``
-        entries with the largest ``|x|`` in every row of the ``(r, n)`` matrix ``rows``, ties
-        towards the lower index. One call costs about one top-k over ``r * n`` entries.
-        ``key``: see :meth:`scan`.
+        """Return the columns of the ``k`` largest ``|x|`` in every row of the ``(r, n)`` ``rows``.
+
+        The columns are int64, of shape ``(r, min(k, n))``, each row ascending, ties towards the
+        lower index. One call costs about one top-k over ``r * n`` entries. ``key``: see
+        :meth:`scan`.
         """
         return self.pick(rows, k, self.scan(rows, k, key=key))[0]
 
     def select(
         self, x: torch.Tensor, k: int, addend: torch.Tensor | None = None, key=None
     ) -> tuple:
-        """Add ``addend`` into ``x`` (as :meth:`scan` does) and return the top-``k`` of the sum:
-        the columns (int64, ascending) and values of :meth:`pick`. ``x`` is a 1-D vector (one
-        list) or an ``(r, n)`` matrix (one per row). ``key``: see :meth:`scan`.
+        """Add ``addend`` into ``x`` and return the top-``k`` of the sum; ``x`` keeps its values.
+
+        Args:
+            x: a 1-D vector (one list) or an ``(r, n)`` matrix (one list per row).
+            k: the entries to select per list.
+            addend: added into ``x`` first, in the selection's pass (see :meth:`scan`).
+            key: names the rows across calls (see :meth:`scan`).
+
+        Returns:
+            ``(columns, values)`` as :meth:`pick` returns them: columns int64, ascending.
         """
         rows = x.view(1, -1) if x.dim() == 1 else x
         columns, values = self.pick(rows, k, self.scan(rows, k, addend, key))
         return (columns[0], values[0]) if x.dim() == 1 else (columns, values)
 
-    def cut(self, x: torch.Tensor, k: int, addend: torch.Tensor | None = None, key=None) -> tuple:
-        """:meth:`select`, then zero the selected entries in ``x``: the top-``k`` taken out."""
+    def take(self, x: torch.Tensor, k: int, addend: torch.Tensor | None = None, key=None) -> tuple:
+        """Take the top-``k`` out of ``x``: :meth:`select`, then zero the selected entries in ``x``.
+
+        Returns:
+            ``(columns, values)`` as :meth:`select` returns them.
+        """
         columns, values = self.select(x, k, addend, key)
         put_(x, columns, 0.0)
         return columns, values
@@ -180,8 +181,15 @@ class Selector:
     def at_least(
         self, x: torch.Tensor, threshold: float, addend: torch.Tensor | None = None
     ) -> tuple:
-        """Add ``addend`` into the 1-D ``x`` (in the same pass, as :meth:`scan` does) and return
-        the indices (int64, ascending) and values of its entries with ``|x| >= threshold``.
+        """Add ``addend`` into the 1-D ``x`` and return its entries with ``|x| >= threshold``.
+
+        The addition runs in the same pass, as in :meth:`scan`.
+
+        Returns:
+            ``(indices, values)``: the indices int64, ascending.
+
+        Raises:
+            ValueError: an entry that passes is NaN or inf.
         """
         extra = _for_the_pass(x, addend, chunked=not x.is_cuda)
         if x.is_cuda:
@@ -199,20 +207,27 @@ class Selector:
     def scan(
         self, rows: torch.Tensor, k: int, addend: torch.Tensor | None = None, key=None
     ) -> Candidates | None:
-        """The one pass over the ``(r, n)`` matrix ``rows`` that finds each row's candidates for
-        its top-``k`` (for :meth:`pick`).
+        """Find each row's candidates for its top-``k`` in one pass over the ``(r, n)`` ``rows``.
 
-        ``addend``: a flat tensor of at most ``r * n`` entries first added in place into the
-        first entries of ``rows`` (contiguous), in the same pass: the candidates are those of the
-        sum, which costs about as much as the addition alone. On a GPU, or when ``k`` covers a
-        row, only the addition happens and ``None`` is returned: :meth:`pick` then selects from
-        the rows themselves.
+        Args:
+            rows: the matrix to select from.
+            k: the entries :meth:`pick` will choose per row.
+            addend: a flat tensor of at most ``r * n`` entries first added in place into the
+                first entries of ``rows`` (contiguous), in the same pass: the candidates are
+                those of the sum.
+            key: hashable; names these rows, the same data call after call. :meth:`pick`
+                remembers each row's k-th largest ``|x|`` under it, and the next scan of the key
+                (same shape) starts from those (docs/DESIGN.md, Selection). The 64 most recently
+                used keys are kept, so a new key per call grows no memory. ``None``: every
+                threshold is estimated from a sample.
 
-        ``key`` (hashable): names these rows, the same data call after call; :meth:`pick`
-        remembers each row's k-th largest ``|x|`` under it and the next scan of the key (same
-        shape) starts from those (module docstring). The 64 most recently used keys are kept,
-        so a caller that makes up a new key per call costs no memory growth. ``None``: every
-        threshold is estimated from the sample.
+        Returns:
+            The :class:`Candidates` for :meth:`pick`; ``None`` on a GPU or when ``k`` covers a
+            row, where only the addition happens and :meth:`pick` selects from the rows.
+
+        Raises:
+            ValueError: ``k`` < 1, ``addend`` with non-contiguous ``rows``, or a candidate that
+                is NaN or inf.
         """
         n = rows.shape[1]
         if k < 1:
@@ -236,11 +251,20 @@ class Selector:
         return Candidates(positions, values, sizes, thresholds, hinted, key)
 
     def pick(self, rows: torch.Tensor, k: int, candidates: Candidates | None = None) -> tuple:
-        """Columns (int64, shape ``(r, min(k, n))``, each row ascending) and values (the entries
-        there) of each row's top-``k`` by magnitude, ties towards the lower index.
+        """Choose each row's top-``k`` by magnitude, ties towards the lower index.
 
-        ``candidates``: :meth:`scan`'s result for these unchanged rows with at least this ``k``
-        (``None``: scanned now).
+        Args:
+            rows: the ``(r, n)`` matrix.
+            k: the entries to choose per row.
+            candidates: :meth:`scan`'s result for these unchanged rows with at least this ``k``
+                (``None``: scanned now).
+
+        Returns:
+            ``(columns, values)``: columns int64 of shape ``(r, min(k, n))``, each row
+            ascending, and the entries there.
+
+        Raises:
+            ValueError: ``k`` < 1, or a chosen entry is NaN or inf.
         """
         count, n = rows.shape
         if k < 1:
@@ -266,8 +290,9 @@ class Selector:
         return _columns(positions[kept], count, n, k), torch.from_numpy(chosen)
 
     def _remembered(self, key, shape: tuple, k: int) -> tuple:
-        """Per row, the threshold remembered under ``key`` for this shape and ``k`` and whether
-        there is one: none for a row whose k-th largest ``|x|`` was zero, nor, when ``k`` changed
+        """Return per row the threshold remembered under ``key`` and whether there is one.
+
+        There is none for a row whose k-th largest ``|x|`` was zero, nor, when ``k`` changed
         (Spar-All-Gather's adaptive h), for a row whose slope is unknown; the others carry their
         level along their slope to the new ``k``.
         """
@@ -275,24 +300,23 @@ class Selector:
         if memory is None:
             return np.zeros(shape[0], np.float32), np.zeros(shape[0], bool)
         levels = memory.levels
-        with np.errstate(
-            divide="ignore", invalid="ignore", over="ignore"
-        ):  # such rows are not hinted
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # rows not hinted
             if memory.k != k:
                 levels = levels * (k / memory.k) ** (1 / memory.slopes)
-            thresholds = (levels * (1 - memory.margins)).astype(np.float32)  # (float64 ones would
-            # make the pass convert every entry it compares)
+            # float32: float64 thresholds would make the pass convert every entry it compares.
+            thresholds = (levels * (1 - memory.margins)).astype(np.float32)
         return thresholds, np.isfinite(thresholds) & (levels >= _TINY)
 
     def _recall(self, key, shape: tuple) -> _Memory | None:
-        """What is remembered under ``key`` for rows of ``shape`` (``None``: nothing)."""
+        """Return what is remembered under ``key`` for rows of ``shape`` (``None``: nothing)."""
         memory = self._memory.get(key) if key is not None else None
         return memory if memory is not None and memory.shape == shape else None
 
     def _remember(self, candidates: Candidates, shape: tuple, k: int, levels: np.ndarray) -> None:
-        """Keep the rows' k-th largest ``|x|`` and slope under the candidates' key; a remembered
-        threshold that let fewer than ``k`` through doubles its row's margin, one that did not
-        shrinks it.
+        """Keep the rows' k-th largest ``|x|`` and slope under the candidates' key.
+
+        A remembered threshold that let fewer than ``k`` through doubles its row's margin; one
+        that did not shrinks it.
         """
         memory = self._recall(candidates.key, shape)
         margins = np.full(shape[0], _MARGIN[1])
@@ -326,10 +350,12 @@ class Selector:
         values: np.ndarray,
         sizes: np.ndarray,
     ) -> tuple:
-        """The candidates again, each row with fewer than ``k`` scanned once more (if its
-        threshold was above zero): first from its sample's estimate, if a remembered threshold
-        failed and the estimate is lower, then, if still short, for all its non-zeros; a row
-        with fewer than ``k`` non-zeros is completed with its lowest-index zeros (the ties).
+        """Return the candidates again, each row with fewer than ``k`` scanned once more.
+
+        A short row whose threshold was above zero is scanned first from its sample's estimate,
+        if a remembered threshold failed and the estimate is lower, then, if still short, for
+        all its non-zeros; a row with fewer than ``k`` non-zeros is completed with its
+        lowest-index zeros (the ties).
         """
         count, n = rows.shape
         thresholds = candidates.thresholds
@@ -364,14 +390,14 @@ class Selector:
         return positions, found_values[order], _row_sizes(positions, count, n)
 
     def above(self, magnitude: torch.Tensor, threshold: float) -> torch.Tensor:
-        """Indices (ascending) of the entries of ``magnitude`` that are ``>= threshold``."""
+        """Return the indices (ascending) of the entries of ``magnitude`` >= ``threshold``."""
         chosen = self._above(magnitude, threshold)
         if _observers:
             _report("threshold", (1, magnitude.numel()), False)
         return chosen
 
     def _above(self, magnitude: torch.Tensor, threshold: float) -> torch.Tensor:
-        """:meth:`above` unobserved (also the GPU path of :meth:`at_least`)."""
+        """Run :meth:`above` unobserved (also the GPU path of :meth:`at_least`)."""
         if magnitude.is_cuda:
             return torch.nonzero(magnitude >= threshold).squeeze(1)
         mask = self._buffer("_mask", magnitude.numel(), torch.bool)
@@ -384,12 +410,12 @@ class Selector:
     def _candidates(
         self, rows: torch.Tensor, thresholds: np.ndarray, extra: np.ndarray | None = None
     ) -> tuple:
-        """Flat positions (ascending), signed values and per-row counts (NumPy arrays) of the
-        entries of ``rows`` with ``|x| >=`` their row's threshold, and every NaN and inf among
-        them (``ValueError``; module docstring): in cache-sized chunks on one thread (each
-        chunk's ``|x|``, mask and candidates while it is in the cache), whole-matrix passes
-        otherwise. ``extra`` (one thread only): a flat array first added into the rows' first
-        entries, chunk by chunk.
+        """Return flat positions, values and per-row counts of the entries at their threshold.
+
+        Entries of ``rows`` with ``|x| >=`` their row's threshold (compared as bit patterns, so
+        NaN and inf always pass and raise ``ValueError``), as NumPy arrays, positions ascending.
+        One thread runs the pass in cache-sized chunks, several threads whole-matrix passes.
+        ``extra`` (one thread only): a flat array first added into the rows' first entries.
         """
         count, n = rows.shape
         limits = thresholds.astype(np.float32).view(np.int32)[:, None]  # compared as bit patterns
@@ -436,10 +462,11 @@ class Selector:
         return buffer[:numel]
 
     def _estimate(self, rows: torch.Tensor, k: int, extra: np.ndarray | None = None) -> np.ndarray:
-        """Per row, a threshold that about ``k`` plus a few standard deviations of the row's
-        entries exceed, from the same sample positions in every row; at least ``_TINY``, so that
-        a mostly-zero row takes all its non-zeros and no zero as candidates. ``extra``: a flat
-        array still to be added into the rows' first entries (the sample sees the sums).
+        """Return per row a threshold that about ``k`` plus a few standard deviations exceed.
+
+        The estimate reads the same sample positions in every row. It is at least ``_TINY``, so
+        that a mostly-zero row takes all its non-zeros and no zero as candidates. ``extra``: a
+        flat array still to be added into the rows' first entries (the sample sees the sums).
         """
         count, n = rows.shape
         sample = self._samples.get(n)
@@ -473,9 +500,10 @@ class Selector:
 
 
 def _for_the_pass(x: torch.Tensor, addend: torch.Tensor | None, chunked: bool) -> np.ndarray | None:
-    """``addend`` as the NumPy array the chunked candidate pass adds into the first entries of
-    the contiguous ``x``; when no such pass will run (``chunked`` false, or several threads), it
-    is added into ``x`` here and ``None`` is returned.
+    """Return ``addend`` as the NumPy array the chunked candidate pass adds into ``x``.
+
+    When no such pass will run (``chunked`` false, or several threads), ``addend`` is added
+    into the first entries of the contiguous ``x`` here and ``None`` is returned.
     """
     if addend is None:
         return None
@@ -486,47 +514,40 @@ def _for_the_pass(x: torch.Tensor, addend: torch.Tensor | None, chunked: bool) -
 
 
 def _finite(positions: np.ndarray, values: np.ndarray, sizes: np.ndarray) -> tuple:
-    """The candidates as they are; ``ValueError`` if a value among them is NaN or inf."""
+    """Return the candidates as they are; ``ValueError`` if a value among them is NaN or inf."""
     if not np.isfinite(values).all():
         raise ValueError(_NOT_FINITE)
     return positions, values, sizes
 
 
 def _numpy_passes() -> bool:
-    """Whether full CPU passes run as NumPy ufuncs (one torch thread; see the module docstring)."""
+    """Return whether full CPU passes run as NumPy ufuncs: with one torch thread."""
     return torch.get_num_threads() == 1
 
 
 def _row_sizes(positions: np.ndarray, count: int, n: int) -> np.ndarray:
-    """How many of the ascending flat ``positions`` fall in each row of a ``(count, n)`` matrix."""
+    """Return how many of the ascending flat ``positions`` fall in each row of ``(count, n)``."""
     return np.diff(np.searchsorted(positions, np.arange(count + 1) * n))
 
 
 def _kth_largest(table: np.ndarray, k: int) -> np.ndarray:
-    """The ``k``-th largest value of every row of ``table`` (NumPy's introselect, faster than
-    ``torch.kthvalue`` on one thread for rows of thousands of entries).
-    """
+    """Return the ``k``-th largest value of every row of ``table`` (by NumPy's introselect)."""
     place = table.shape[1] - k
     return np.partition(table, place, axis=1)[:, place]
 
 
 def _columns(kept: np.ndarray, count: int, n: int, k: int) -> torch.Tensor:
-    """The ``(count, k)`` column numbers of ``kept``, flat positions in a ``(count, n)`` matrix
-    holding exactly ``k`` per row, ascending.
-    """
+    """Return the ``(count, k)`` columns of ``kept``, ascending flat positions, ``k`` per row."""
     table = kept.reshape(count, k)
     return torch.from_numpy(table if count == 1 else table - (np.arange(count) * n)[:, None])
 
 
 def _keep_k_per_row(values: np.ndarray, k: int, sizes: np.ndarray) -> tuple:
-    """Mask over ``values`` keeping the ``k`` largest entries of each group, ties towards the
-    lower position, and each group's k-th largest value; one linear-time selection per group,
-    no sort.
+    """Return a mask keeping each group's ``k`` largest ``values``, and each group's k-th value.
 
-    ``values`` (all >= 0) holds the groups one after another; ``sizes`` their lengths, each at
-    least ``k``. NumPy throughout: its repeat and partition are many times faster than torch's
-    on one thread. A partition per group beats one partition of a table of padded groups,
-    whose padding costs more than the partition.
+    ``values`` (all >= 0) holds the groups one after another, ``sizes`` their lengths (each at
+    least ``k``). Ties go towards the lower position; one linear-time selection per group, in
+    NumPy (measured faster: docs/PERFORMANCE.md, Library internals).
     """
     count = sizes.size
     starts = np.cumsum(sizes) - sizes

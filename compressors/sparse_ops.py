@@ -1,7 +1,8 @@
-"""Small vectorized helpers the methods share: positions of a mask, sparse writes, budgets,
-splits, membership, rank-order sums.
+"""Small vectorized helpers the methods share: mask positions, sparse writes, budgets, sums.
 
 Index tensors are sorted ascending wherever a helper says so; nothing here loops over elements.
+On the CPU several helpers use NumPy, which measured faster than torch on one thread
+(docs/PERFORMANCE.md, section "Library internals").
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ import torch
 
 
 def flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
-    """Positions (int64, ascending) of the true entries of the 1-D boolean ``mask``.
+    """Return the positions (int64, ascending) of the true entries of the 1-D boolean ``mask``.
 
-    On the CPU NumPy's ``flatnonzero`` is several times faster than ``torch.nonzero`` on one
-    thread, and shares its memory with the result.
+    On the CPU by NumPy's ``flatnonzero``, whose result shares its memory with the tensor.
     """
     if mask.device.type != "cpu":
         return torch.nonzero(mask).squeeze(1)
@@ -28,11 +28,10 @@ _COUNT_CHUNK = 1 << 18  # entries per mask of count_nonzero: 256 KB, which stays
 
 
 def count_nonzero(tensor: torch.Tensor) -> int:
-    """The number of entries of ``tensor`` that are not zero (NaN counts, -0.0 does not).
+    """Return the number of entries of ``tensor`` that are not zero (NaN counts, -0.0 does not).
 
     On the CPU NumPy compares and counts chunk by chunk into one small mask, which stays in the
-    cache: faster on one thread than ``torch.count_nonzero`` and than one mask of the whole
-    tensor (an allocation of n bytes per call).
+    cache, instead of allocating a mask of n bytes per call.
     """
     if tensor.device.type != "cpu":
         return int(torch.count_nonzero(tensor))
@@ -46,12 +45,18 @@ def count_nonzero(tensor: torch.Tensor) -> int:
 
 
 def put_(tensor: torch.Tensor, indices: torch.Tensor, values) -> torch.Tensor:
-    """Set the entries of ``tensor`` at ``indices`` (int64, distinct within a row) along its
-    last dimension to ``values`` (a tensor shaped like ``indices``, or a number), in place, as
-    ``tensor.scatter_(-1, indices, values)`` does; return ``tensor``.
+    """Set ``tensor`` at ``indices`` along its last dimension to ``values``, in place.
 
-    On the CPU NumPy's ``put_along_axis``, faster than torch's ``scatter_``, ``index_copy_`` or
-    ``index_fill_`` for sorted positions, in the cache and out of it.
+    As ``tensor.scatter_(-1, indices, values)`` does; on the CPU by NumPy's
+    ``put_along_axis``.
+
+    Args:
+        tensor: the tensor to write into.
+        indices: int64, distinct within a row.
+        values: a tensor shaped like ``indices``, or a number.
+
+    Returns:
+        ``tensor``.
     """
     if tensor.device.type != "cpu":
         return tensor.scatter_(-1, indices, values)
@@ -65,12 +70,12 @@ def put_(tensor: torch.Tensor, indices: torch.Tensor, values) -> torch.Tensor:
 
 
 def budget(numel: int, density: float) -> int:
-    """The selection budget k = max(1, int(n * density)), never more than n."""
+    """Return the selection budget k = max(1, int(n * density)), never more than n."""
     return min(numel, max(1, int(numel * density)))
 
 
 def equal_cuts(numel: int, parts: int) -> list:
-    """Boundaries ``[0, c_1, ..., n]`` of ``parts`` contiguous regions of (almost) equal size."""
+    """Return the boundaries ``[0, c_1, ..., n]`` of ``parts`` regions of (almost) equal size."""
     return [part * numel // parts for part in range(parts + 1)]
 
 
@@ -78,8 +83,8 @@ def zero_(tensor: torch.Tensor) -> torch.Tensor:
     """Set ``tensor`` to zeros in place and return it.
 
     A contiguous CPU tensor is cleared by the C library's ``memset``, which is faster than
-    torch's fill on large buffers where the C library streams past the cache (how much depends
-    on the C library and the memory), and otherwise about as fast.
+    torch's fill on large buffers where the C library streams past the cache, and otherwise
+    about as fast.
     """
     if tensor.device.type == "cpu" and tensor.is_contiguous() and tensor.numel():
         ctypes.memset(tensor.data_ptr(), 0, tensor.numel() * tensor.element_size())
@@ -90,28 +95,36 @@ def zero_(tensor: torch.Tensor) -> torch.Tensor:
 def entries_at_least(
     indices: torch.Tensor, values: torch.Tensor, magnitudes: torch.Tensor, threshold: float
 ) -> tuple:
-    """The entries of the sparse list (``indices``, ``values``) whose ``magnitudes`` (their
-    ``|values|``) are at least ``threshold``, in their order.
+    """Return the entries of a sparse list whose ``magnitudes`` are at least ``threshold``.
+
+    Args:
+        indices: the list's indices.
+        values: its values.
+        magnitudes: ``|values|``.
+        threshold: the least magnitude kept.
+
+    Returns:
+        ``(indices, values)`` of the kept entries, in their order.
     """
     kept = flat_nonzero(magnitudes >= threshold)
     return indices.index_select(0, kept), values.index_select(0, kept)
 
 
 def split_sorted(indices: torch.Tensor, boundaries: Sequence[int]) -> list:
-    """Positions ``[p_0, ..., p_m]`` so that ``indices[p_j:p_(j+1)]`` lie in region j, where
-    region j is ``[boundaries[j], boundaries[j+1])`` and ``indices`` is sorted ascending.
+    """Return positions ``[p_0, ..., p_m]`` so that ``indices[p_j:p_(j+1)]`` lie in region j.
+
+    Region j is ``[boundaries[j], boundaries[j+1])``; ``indices`` is sorted ascending.
     """
     edges = torch.tensor(boundaries, dtype=indices.dtype, device=indices.device)
     return torch.searchsorted(indices, edges).tolist()
 
 
 def is_member(sorted_set: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
-    """Boolean mask: which entries of ``query`` occur in the ascending ``sorted_set``; each of
-    the two holds distinct values.
+    """Return a boolean mask of the entries of ``query`` that occur in ``sorted_set``.
 
-    On the CPU NumPy's merge-based ``isin`` is faster than a binary search per entry when the
-    two are of similar size; a query of a few entries takes binary searches, which
-    do not sort the whole set.
+    ``sorted_set`` is ascending; each of the two holds distinct values. On the CPU a query of
+    similar size goes through NumPy's merge-based ``isin`` (faster there than a binary search
+    per entry); a query of a few entries takes binary searches, which do not sort the set.
     """
     if sorted_set.numel() == 0 or query.numel() == 0:
         return torch.zeros(query.numel(), dtype=torch.bool, device=query.device)
@@ -125,9 +138,10 @@ def is_member(sorted_set: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
 
 
 def scatter_average_in_order(result: torch.Tensor, lists: Sequence[tuple], workers: int) -> None:
-    """Add the (indices, values) lists, each value divided by ``workers``, into ``result`` one
-    list after the other (k divisions per list instead of a pass over ``result``). Each list must
-    hold distinct indices: then no addition races with another even on a GPU (where
+    """Add the (indices, values) lists, each value divided by ``workers``, into ``result``.
+
+    One list after the other (k divisions per list instead of a pass over ``result``). Each
+    list must hold distinct indices: then no addition races with another even on a GPU (where
     ``index_add_`` uses atomics), and every rank adds in the same order, to the same bits.
     """
     for indices, values in lists:
@@ -135,8 +149,9 @@ def scatter_average_in_order(result: torch.Tensor, lists: Sequence[tuple], worke
 
 
 def one_list(message: torch.Tensor) -> tuple:
-    """(int32 indices, float32 values) of a message packed from a single list without counts:
-    its length alone gives the list size.
+    """Return (int32 indices, float32 values) of a message packed from one list, no counts.
+
+    The message's length alone gives the list's size.
     """
     count = message.numel() // 2
     return message[:count], message[count:].view(torch.float32)

@@ -2,8 +2,8 @@
 
 One synchronization of worker w (Aji & Heafield 2017; the TopkA baseline of Ok-Topk and SparDL):
 
-1. a = grad + residual; S_w = the k = max(1, int(n * density)) largest |a| (``Selector.cut``: the
-   addition runs in the selection pass, both timed as "select").
+1. a = grad + residual; S_w = the k = max(1, int(n * density)) largest |a|, taken out of a
+   (``Selector.take``: the addition runs in the selection pass, both timed as "select").
 2. The new residual is a with S_w zeroed.
 3. Bruck all-gather (ceil(log2 P) rounds) of the P lists of exactly k (int32 index, float32 value)
    pairs; sizes are known, so messages carry no counts: every rank sends and receives exactly
@@ -28,7 +28,11 @@ from .sparse_ops import budget, scatter_average_in_order
 class TopK(Synchronizer):
     """Local top-k with error feedback; every rank all-gathers every rank's k entries.
 
-    Options: ``dense_warmup`` (see :class:`Synchronizer`).
+    Args:
+        comm: an ``mpi4py`` communicator, a ``torch.distributed`` process group or a transport.
+        numel: n, the length of the flat gradient.
+        density: the fraction of the entries kept, in (0, 1].
+        dense_warmup: see :class:`Synchronizer`.
     """
 
     adds_residual = True  # the selection pass adds the residual (Selector.scan)
@@ -42,7 +46,7 @@ class TopK(Synchronizer):
     def _synchronize(self, grad, timer):
         accumulated = self._residual
         with timer("select"):
-            chosen, values = self.selector.cut(accumulated, self.k, addend=grad, key="accumulated")
+            chosen, values = self.selector.take(accumulated, self.k, addend=grad, key="accumulated")
             own = (chosen.to(torch.int32), values)
         lists = allgather_lists(self.transport, self.gather_steps, self.rank, own, self.k, timer)
         with timer("accumulate"):

@@ -2,8 +2,8 @@
 
 One synchronization of worker w, k = max(1, int(n * density)):
 
-1. a = grad + residual; S_w = the k largest |a|; residual = a with S_w zeroed (``Selector.cut``: the
-   addition runs in the selection pass).
+1. a = grad + residual; S_w = the k largest |a|; residual = a with S_w zeroed
+   (``Selector.take``: the addition runs in the selection pass).
 2. The index space is cut into P equal contiguous regions; split-and-reduce
    (``allreducers.rotation``, P-1 steps) sends every region's entries straight to its owner,
    which adds them (a reduce-scatter).
@@ -37,8 +37,16 @@ from .sparse_ops import budget, equal_cuts, put_
 class TopkDSA(Synchronizer):
     """Local top-k, reduce-scatter over equal regions, then a sparse or dense all-gather.
 
-    Options: ``dense_above`` (1/3): the fill-in (reduced entries over n) from which the final
-    all-gather sends dense regions; ``dense_warmup`` (see :class:`Synchronizer`).
+    Args:
+        comm: an ``mpi4py`` communicator, a ``torch.distributed`` process group or a transport.
+        numel: n, the length of the flat gradient.
+        density: the fraction of the entries kept, in (0, 1].
+        dense_above: the fill-in (reduced entries over n) from which the final all-gather
+            sends dense regions (1/3).
+        dense_warmup: see :class:`Synchronizer`.
+
+    Raises:
+        ValueError: ``dense_above`` outside (0, 1].
     """
 
     adds_residual = True  # the selection pass adds the residual (Selector.scan)
@@ -70,7 +78,7 @@ class TopkDSA(Synchronizer):
     def _synchronize(self, grad, timer):
         accumulated = self._residual
         with timer("select"):
-            chosen, values = self.selector.cut(accumulated, self.k, addend=grad, key="accumulated")
+            chosen, values = self.selector.take(accumulated, self.k, addend=grad, key="accumulated")
         candidates, sums = self.reducer.reduce(chosen, values, self.boundaries, timer)
         fill_in = torch.tensor([candidates.numel()], dtype=torch.int64, device=sums.device)
         with timer("comm"):
@@ -92,7 +100,7 @@ class TopkDSA(Synchronizer):
         return result, accumulated
 
     def _gather_dense(self, result, timer) -> None:
-        """Bruck all-gather of the dense reduced regions straight into ``result``, / P."""
+        """All-gather (Bruck) the dense reduced regions straight into ``result``, / P."""
         bounds = self.boundaries
         regions = {self.rank: self.reducer.region_sums(bounds)}
 

@@ -171,8 +171,8 @@ def test_non_finite_values_are_a_clear_error(bad, k):
     ],
 )
 @pytest.mark.parametrize("density", [0.001, 0.01, 0.3, 1.0])
-def test_cut_with_an_addend_takes_the_top_k_of_the_sum_out(threads, shape, pad, density):
-    """``cut`` adds ``addend`` into the first entries of the rows (all but ``pad`` of them), then
+def test_take_with_an_addend_takes_the_top_k_of_the_sum_out(threads, shape, pad, density):
+    """``take`` adds ``addend`` into the first entries of the rows (all but ``pad`` of them), then
     takes each row's top-k of the sum out: the same columns as the reference, their values bit
     for bit, and zeros left behind."""
     rows, n = shape
@@ -183,7 +183,7 @@ def test_cut_with_an_addend_takes_the_top_k_of_the_sum_out(threads, shape, pad, 
     total[: addend.numel()] += addend
     total = total.view(shape)
     k = max(1, int(n * density))
-    columns, values = Selector().cut(x, k, addend)
+    columns, values = Selector().take(x, k, addend)
     assert columns.shape == values.shape == (rows, min(k, n))
     expected = total.clone()
     for row in range(rows):
@@ -204,15 +204,15 @@ def test_select_adds_but_leaves_the_top_k_in_place():
         assert torch.equal(values[row], total[row, columns[row]])
 
 
-def test_cut_of_a_vector_returns_one_list():
+def test_take_of_a_vector_returns_one_list():
     x = torch.randn(10000, generator=torch.Generator().manual_seed(0))
     before = x.clone()
-    columns, values = Selector().cut(x, 100)
+    columns, values = Selector().take(x, 100)
     np.testing.assert_array_equal(columns.numpy(), reference_topk(before, 100))
     assert torch.equal(values, before[columns]) and int(torch.count_nonzero(x[columns])) == 0
 
 
-def test_cut_keeps_signs_and_zeros_of_mostly_zero_rows(threads):
+def test_take_keeps_signs_and_zeros_of_mostly_zero_rows(threads):
     """The refill paths (an estimate too high, fewer than k non-zeros) return the true values
     too, negative zeros included."""
     n, k = 40000, 2000
@@ -224,16 +224,16 @@ def test_cut_keeps_signs_and_zeros_of_mostly_zero_rows(threads):
     x[1] = -0.0
     x[1, ::100] = -1.0  # 400 non-zeros: 1600 negative zeros complete the row
     before = x.clone()
-    columns, values = selector.cut(x, k)
+    columns, values = selector.take(x, k)
     for row in range(2):
         np.testing.assert_array_equal(columns[row].numpy(), reference_topk(before[row], k))
         assert torch.equal(values[row], before[row, columns[row]])
         assert torch.equal(torch.signbit(values[row]), torch.signbit(before[row, columns[row]]))
 
 
-def test_cut_refuses_an_addend_for_rows_it_cannot_add_into():
+def test_take_refuses_an_addend_for_rows_it_cannot_add_into():
     with pytest.raises(ValueError, match="contiguous"):
-        Selector().cut(torch.randn(8, 100).t(), 5, torch.randn(10))
+        Selector().take(torch.randn(8, 100).t(), 5, torch.randn(10))
 
 
 def test_a_sum_holding_nan_is_a_clear_error():
@@ -241,7 +241,7 @@ def test_a_sum_holding_nan_is_a_clear_error():
     addend = torch.zeros(50_000)
     addend[::7] = float("nan")
     with pytest.raises(ValueError, match="NaN or inf"):
-        Selector().cut(x, 100, addend)
+        Selector().take(x, 100, addend)
 
 
 @pytest.mark.parametrize("short", [0, 1234])
@@ -336,15 +336,15 @@ def test_a_remembered_threshold_that_misses_rescans_that_row_and_widens_its_marg
         np.testing.assert_array_equal(got[row].numpy(), reference_topk(x[row], k))
 
 
-def test_a_key_with_an_addend_cuts_the_top_k_of_each_sum(threads):
-    """``cut`` under a key, as SparDL and the baselines call it: residual + gradient each call."""
+def test_a_key_with_an_addend_takes_the_top_k_of_each_sum_out(threads):
+    """``take`` under a key, as the baselines call it: residual + gradient each call."""
     rows, n, k = 4, 50000, 500
     selector = Selector()
     residual = heavy_rows(rows, n, 100)
     for call in range(4):
         grad = heavy_rows(rows, n, call).view(-1)
         expected = residual + grad.view(rows, n)
-        columns, values = selector.cut(residual, k, addend=grad, key=("cut", 0))
+        columns, values = selector.take(residual, k, addend=grad, key=("take", 0))
         for row in range(rows):
             np.testing.assert_array_equal(columns[row].numpy(), reference_topk(expected[row], k))
             assert torch.equal(values[row], expected[row, columns[row]])

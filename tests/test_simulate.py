@@ -227,7 +227,7 @@ def test_selection_counter_logs_outer_calls_once():
         selector.topk(x, 100)  # calls topk_rows() internally
         selector.topk_rows(x.view(4, -1), 10)  # a matrix: its first row, then 3 further rows
         selector.above(x.abs(), 1.0)
-        selector.cut(x.clone().view(2, -1), 10)  # through scan: a row and a further row
+        selector.take(x.clone().view(2, -1), 10)  # through scan: a row and a further row
         selector.at_least(x, 1.0)
         assert counter.take() == {
             "topk": [100_000, 25_000, 50_000],

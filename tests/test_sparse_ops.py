@@ -18,7 +18,8 @@ def test_zero_clears_exactly_the_tensor_it_is_given():
 
 
 def test_count_nonzero_counts_as_torch_does():
-    """NaN and inf count, zero and -0.0 do not; any shape or stride, and a tensor that requires grad."""
+    """NaN and inf count, zero and -0.0 do not; any shape or stride, and a tensor that requires
+    grad."""
     values = torch.tensor([0.0, -0.0, 1.0, float("nan"), float("inf"), -3.0, 1e-45, 0.0])
     for tensor in (
         values,

@@ -9,8 +9,13 @@ from .local import GroupAborted, LocalGroup, LocalTransport, local_group
 
 
 def as_transport(comm) -> Transport:
-    """Return ``comm`` as a :class:`Transport`: a transport as it is, an ``mpi4py``
-    communicator or a ``torch.distributed`` process group wrapped.
+    """Return ``comm`` as a :class:`Transport`.
+
+    A transport stays as it is; an ``mpi4py`` communicator or a ``torch.distributed`` process
+    group is wrapped.
+
+    Raises:
+        TypeError: ``comm`` is none of these.
     """
     if isinstance(comm, Transport):
         return comm

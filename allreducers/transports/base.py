@@ -35,8 +35,9 @@ class Traffic:
 
 
 class PendingReceive(NamedTuple):
-    """A receive started by :meth:`Transport.irecv` that the library has not begun yet: it is
-    done when it is waited for.
+    """A receive started by :meth:`Transport.irecv` that the library has not begun yet.
+
+    It is done when it is waited for.
     """
 
     source: int
@@ -59,28 +60,32 @@ class Transport(abc.ABC):
         self.traffic = Traffic()
 
     def isend(self, tensor: torch.Tensor, dest: int, tag: int):
-        """Start sending the contiguous 1-D ``tensor`` to ``dest``; the buffer must stay untouched
-        until :meth:`waitall` returns for the handle.
+        """Start sending the contiguous 1-D ``tensor`` to ``dest``; return a handle.
+
+        The buffer must stay untouched until :meth:`waitall` returns for the handle.
         """
         self.traffic.bytes_sent += tensor.numel() * tensor.element_size()
         self.traffic.messages += 1
         return self._isend(tensor, dest, tag)
 
     def recv(self, source: int, tag: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        """Receive one message from ``source`` (its length is whatever was sent) as a new 1-D
-        tensor of ``dtype`` on ``device``.
+        """Receive one message from ``source`` as a new 1-D tensor of ``dtype`` on ``device``.
+
+        Its length is whatever was sent.
         """
         return self._recv(source, tag, dtype, device)
 
     def irecv(self, source: int, tag: int, dtype: torch.dtype, device: torch.device):
-        """Start receiving one message from ``source`` (as :meth:`recv`); :meth:`wait_recv` of
-        the returned handle gives it. Several may be outstanding, to several sources; receives
-        of one source and tag are waited for in the order they were started.
+        """Start receiving one message from ``source`` (as :meth:`recv`); return a handle.
+
+        :meth:`wait_recv` of the handle gives the message. Several may be outstanding, to
+        several sources; receives of one source and tag are waited for in the order they were
+        started.
         """
         return self._irecv(source, tag, dtype, device)
 
     def wait_recv(self, handle) -> torch.Tensor:
-        """The message of a receive started by :meth:`irecv`, once it has arrived."""
+        """Return the message of a receive started by :meth:`irecv`, once it has arrived."""
         return self._wait_recv(handle)
 
     def waitall(self, handles) -> None:
@@ -88,12 +93,15 @@ class Transport(abc.ABC):
         self._waitall(handles)
 
     def allreduce_sum(self, tensor: torch.Tensor, out: torch.Tensor = None) -> torch.Tensor:
-        """Return the element-wise sum of ``tensor`` over all ranks in ``out`` (a contiguous
-        tensor like ``tensor``; a new one if ``None``), the same bits on every rank. ``tensor``
-        is left as it is unless it is ``out``. Counted as :meth:`allreduce_sum_`.
+        """Return the element-wise sum of ``tensor`` over all ranks, the same bits on every rank.
 
-        With ``out`` the library reads ``tensor`` and writes ``out`` itself (MPI's out-of-place
-        all-reduce): no copy of ``tensor`` into ``out`` beforehand.
+        ``tensor`` is left as it is unless it is ``out``. Counted as :meth:`allreduce_sum_`.
+
+        Args:
+            tensor: this rank's addend.
+            out: a contiguous tensor like ``tensor`` that receives the sum (``None``: a new
+                one). The library reads ``tensor`` and writes ``out`` itself (MPI's out-of-place
+                all-reduce): no copy of ``tensor`` into ``out`` beforehand.
         """
         if out is None:
             return self.allreduce_sum_(tensor.clone(memory_format=torch.contiguous_format))
@@ -101,11 +109,11 @@ class Transport(abc.ABC):
         return self._allreduce_sum_into(tensor, out)
 
     def allreduce_sum_(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Replace the contiguous ``tensor`` by its element-wise sum over all ranks, the same
-        bits on every rank, and return it.
+        """Replace the contiguous ``tensor`` by its sum over all ranks and return it.
 
-        The library's algorithm is not observable, so traffic is counted as Rabenseifner's
-        reduce-scatter + all-gather: 2 ceil(log2 P) rounds and 2 (P-1)/P of the buffer sent.
+        The same bits on every rank. The library's algorithm is not observable, so traffic is
+        counted as Rabenseifner's reduce-scatter + all-gather: 2 ceil(log2 P) rounds and
+        2 (P-1)/P of the buffer sent.
         """
         self._count_allreduce(tensor)
         return self._allreduce_sum(tensor)
@@ -120,8 +128,10 @@ class Transport(abc.ABC):
             self.traffic.rounds += steps
 
     def _irecv(self, source, tag, dtype, device):
-        """Start a receive; this default leaves it to :meth:`_wait_recv` (a transport whose
-        messages travel once sent, as the in-process one's, loses nothing by it).
+        """Start a receive; this default leaves it to :meth:`_wait_recv`.
+
+        A transport whose messages travel once sent, as the in-process one's, loses nothing by
+        it.
         """
         return PendingReceive(source, tag, dtype, device)
 

@@ -28,7 +28,7 @@ YIELD = {"MPIR_CVAR_POLLS_BEFORE_YIELD": "1", "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1
 
 
 def local_ranks(environ=os.environ) -> int:
-    """The number of ranks on this host, from the first launcher variable that holds a number."""
+    """Return the number of ranks on this host, from the first launcher variable set."""
     for name in LOCAL_RANK_COUNTS:
         value = environ.get(name, "").split("(")[0]  # SLURM may write "4(x2)"
         if value.isdigit() and int(value) > 0:
@@ -37,9 +37,10 @@ def local_ranks(environ=os.environ) -> int:
 
 
 def launch_defaults(cores: int, ranks: int) -> dict:
-    """The defaults for ``ranks`` ranks on ``cores`` cores: ``OMP_NUM_THREADS`` the cores'
-    share of each rank (at least 1), and MPICH's yield settings when the ranks outnumber the
-    cores.
+    """Return the environment defaults for ``ranks`` ranks on ``cores`` cores.
+
+    ``OMP_NUM_THREADS`` is the cores' share of each rank (at least 1); MPICH's yield settings
+    are added when the ranks outnumber the cores.
     """
     defaults = {"OMP_NUM_THREADS": str(max(1, cores // ranks))}
     if ranks > cores:
@@ -48,12 +49,19 @@ def launch_defaults(cores: int, ranks: int) -> dict:
 
 
 def apply_launch_defaults(environ=os.environ) -> dict:
-    """Set :func:`launch_defaults` for this host in ``environ`` (this process's environment, or
-    a dict to fill) where the user set nothing; return the variables set.
+    """Set :func:`launch_defaults` for this host where the user set nothing.
 
-    For this process's environment: ``RuntimeError`` if MPI has already started (MPICH read
-    its settings then); if torch is already imported, its OpenMP pool was sized when it loaded,
-    so the thread count is also applied through ``torch.set_num_threads``.
+    If torch is already imported, its OpenMP pool was sized when it loaded, so the thread
+    count is also applied through ``torch.set_num_threads``.
+
+    Args:
+        environ: this process's environment, or a dict to fill.
+
+    Returns:
+        The variables set.
+
+    Raises:
+        RuntimeError: MPI has already started in this process (MPICH read its settings then).
     """
     mpi = sys.modules.get("mpi4py.MPI")
     own = environ is os.environ

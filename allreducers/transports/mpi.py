@@ -27,7 +27,7 @@ _MPI_TYPES = {
 
 
 def cuda_aware() -> bool:
-    """Whether the MPI library accepts CUDA device buffers."""
+    """Return whether the MPI library accepts CUDA device buffers."""
     override = os.environ.get("SPARDL_CUDA_AWARE_MPI")
     if override is not None:
         return override not in ("", "0", "false", "no")
@@ -42,7 +42,7 @@ class _PinnedPool:
         self._buffers: list[torch.Tensor] = []
 
     def get(self, slot: int, numel: int, dtype: torch.dtype) -> torch.Tensor:
-        """A host buffer of ``numel`` elements of ``dtype`` for staging slot ``slot``."""
+        """Return a host buffer of ``numel`` elements of ``dtype`` for staging slot ``slot``."""
         nbytes = numel * torch.empty((), dtype=dtype).element_size()
         while len(self._buffers) <= slot:
             self._buffers.append(torch.empty(0, dtype=torch.uint8))
@@ -124,10 +124,11 @@ class MPITransport(Transport):
         self._busy_slots.difference_update(slot for _, _, slot in handles)
 
     def _irecv(self, source, tag, dtype, device):
-        """A receive whose data moves as soon as its message is announced: every ``irecv`` and
-        ``wait_recv`` matches the announced messages of the started receives (a non-blocking
-        probe, then a non-blocking receive into a buffer of the message's size). Staged device
-        receives are done when waited for (they share one staging buffer).
+        """Start a receive whose data moves as soon as its message is announced.
+
+        Every ``irecv`` and ``wait_recv`` matches the announced messages of the started receives
+        (a non-blocking probe, then a non-blocking receive into a buffer of the message's size).
+        Staged device receives are done when waited for (they share one staging buffer).
         """
         receive = _Receive(source, tag, dtype, device)
         if device.type == "cpu" or self.device_buffers_ok:
@@ -226,8 +227,9 @@ def end_interrupted(comm: MPI.Comm = MPI.COMM_WORLD, line: str = "interrupted") 
 
 
 def abort_on_uncaught_exception(comm: MPI.Comm = MPI.COMM_WORLD) -> None:
-    """Make an uncaught exception on this rank print its traceback and abort the whole job,
-    as ``python -m mpi4py`` does, so that no other rank waits forever. ``KeyboardInterrupt``
+    """Make an uncaught exception on this rank print its traceback and abort the whole job.
+
+    As ``python -m mpi4py`` does, so that no other rank waits forever. ``KeyboardInterrupt``
     (Ctrl-C, which ``mpiexec`` forwards to every rank) ends the job with status 130 instead,
     after one line from rank 0 (:func:`end_interrupted`).
     """

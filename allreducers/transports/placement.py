@@ -15,8 +15,9 @@ from mpi4py import MPI
 
 
 def host_ranks(comm, host=None):
-    """``(local_rank, local_size)`` of this rank among the ranks of ``comm`` on its host
-    (collective). ``host`` is this rank's host name, ``MPI.Get_processor_name()`` by default.
+    """Return ``(local_rank, local_size)`` of this rank among the ranks of ``comm`` on its host.
+
+    A collective. ``host`` is this rank's host name, ``MPI.Get_processor_name()`` by default.
     """
     names = comm.allgather(MPI.Get_processor_name() if host is None else host)
     rank = comm.Get_rank()
@@ -25,11 +26,12 @@ def host_ranks(comm, host=None):
 
 
 def thread_count(local_size, cores=None, environ=None):
-    """Torch threads for one of ``local_size`` ranks on a host: its ``cores`` (the CPUs this
-    process may run on, by default) shared evenly, at least one, and at most an explicit
-    ``OMP_NUM_THREADS`` of ``environ`` (``os.environ`` by default). That variable is read as
-    OpenMP reads it: the first number of a comma-separated list, ignored unless a positive
-    integer.
+    """Return the torch threads for one of ``local_size`` ranks on a host.
+
+    The host's ``cores`` (the CPUs this process may run on, by default) shared evenly, at least
+    one, and at most an explicit ``OMP_NUM_THREADS`` of ``environ`` (``os.environ`` by
+    default). That variable is read as OpenMP reads it: the first number of a comma-separated
+    list, ignored unless a positive integer.
     """
     cores = len(os.sched_getaffinity(0)) if cores is None else cores
     threads = max(1, cores // local_size)
@@ -45,11 +47,10 @@ def thread_count(local_size, cores=None, environ=None):
 
 
 def place_rank(comm, device):
-    """Set torch's CPU threads (:func:`thread_count`) and pick this rank's device (collective);
-    return the ``torch.device``.
+    """Set torch's CPU threads (:func:`thread_count`) and return this rank's ``torch.device``.
 
-    ``device`` is ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``; CUDA ranks on one
-    host use its devices round-robin by local rank (:func:`host_ranks`).
+    A collective. ``device`` is ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``; CUDA
+    ranks on one host use its devices round-robin by local rank (:func:`host_ranks`).
     """
     local_rank, local_size = host_ranks(comm)
     torch.set_num_threads(thread_count(local_size))

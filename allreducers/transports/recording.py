@@ -6,12 +6,12 @@
     events = recorder.take()                      # this call's messages, then an empty log
 
 It counts traffic exactly like the transport it wraps (the accounting lives in
-:class:`~allreducers.transports.base.Transport`), so ``sync.stats`` is unchanged. The scale simulator turns the log
-into predicted time under a network model; the benchmark replays it to measure the cost of the
-communication alone. With ``keep_payloads=True`` the log also holds what this rank received, and
-:class:`ReplayTransport` plays such a log back to a synchronizer in a process of its own: one
-rank's work of a P-rank call, timed with no network and no other rank on the machine. Nothing
-here knows any synchronization method.
+:class:`~allreducers.transports.base.Transport`), so ``sync.stats`` is unchanged. The scale
+simulator turns the log into predicted time under a network model; the benchmark replays it to
+measure the cost of the communication alone. With ``keep_payloads=True`` the log also holds
+what this rank received, and :class:`ReplayTransport` plays such a log back to a synchronizer in
+a process of its own: one rank's work of a P-rank call, timed with no network and no other rank
+on the machine. Nothing here knows any synchronization method.
 """
 
 from __future__ import annotations
@@ -44,8 +44,11 @@ class Event:
 
 
 class RecordingTransport(Transport):
-    """Wraps ``inner`` and logs each send, receive and all-reduce as an :class:`Event`
-    (``keep_payloads``: with a copy of what each receive and all-reduce gave this rank).
+    """Wraps ``inner`` and logs each send, receive and all-reduce as an :class:`Event`.
+
+    Args:
+        inner: the transport that carries the messages.
+        keep_payloads: log a copy of what each receive and all-reduce gave this rank.
     """
 
     def __init__(self, inner: Transport, keep_payloads: bool = False) -> None:
@@ -62,6 +65,7 @@ class RecordingTransport(Transport):
         return events
 
     def isend(self, tensor, dest, tag):
+        """Log the send, then send as the base class does."""
         self.events.append(
             Event(
                 "send",
@@ -74,13 +78,15 @@ class RecordingTransport(Transport):
         return super().isend(tensor, dest, tag)
 
     def recv(self, source, tag, dtype, device):
+        """Receive as the base class does, and log the message."""
         return self._log_recv(super().recv(source, tag, dtype, device), source, dtype)
 
     def irecv(self, source, tag, dtype, device):
+        """Start a receive; it is logged when :meth:`wait_recv` hands the message over."""
         return super().irecv(source, tag, dtype, device), source, dtype
 
     def wait_recv(self, handle):
-        """The message, logged now (when it is handed over, as :meth:`recv` logs)."""
+        """Return the message, logged now (when it is handed over, as :meth:`recv` logs)."""
         inner, source, dtype = handle
         return self._log_recv(super().wait_recv(inner), source, dtype)
 
@@ -98,9 +104,11 @@ class RecordingTransport(Transport):
         return message
 
     def allreduce_sum_(self, tensor):
+        """Sum in place as the base class does, logged as one event."""
         return self._logged(super().allreduce_sum_, tensor)
 
     def allreduce_sum(self, tensor, out=None):
+        """Sum as the base class does, logged as one event."""
         if out is None:  # the base class goes through allreduce_sum_, logged above
             return super().allreduce_sum(tensor)
         return self._logged(super().allreduce_sum, tensor, out)
@@ -157,11 +165,20 @@ class RecordingTransport(Transport):
 
 
 class ReplayTransport(Transport):
-    """Plays one rank's recorded call (events of a ``RecordingTransport(..., keep_payloads=True)``)
-    back to a synchronizer with the same state: receives and all-reduces return the recorded
-    payloads in order, sends go nowhere. Traffic is counted as live. :meth:`rewind` starts the
-    call over. A request that does not match the recording (another peer, message kind or dtype:
-    the synchronizer's state or gradient differs from the recorded call) raises ``ValueError``.
+    """Plays one rank's recorded call back to a synchronizer with the same state.
+
+    Receives and all-reduces return the recorded payloads in order, sends go nowhere. Traffic
+    is counted as live. :meth:`rewind` starts the call over. A request that does not match the
+    recording (another peer, message kind or dtype: the synchronizer's state or gradient
+    differs from the recorded call) raises ``ValueError``.
+
+    Args:
+        events: the events of a ``RecordingTransport(..., keep_payloads=True)``.
+        rank: the recorded rank.
+        size: the recorded group's size.
+
+    Raises:
+        ValueError: the events hold no payloads.
     """
 
     def __init__(self, events: list, rank: int, size: int) -> None:

@@ -12,10 +12,12 @@ gradient not finite) ends every rank at the same step with status 1 and one line
 Ctrl-C likewise, with status 130 and a line naming the step and the last complete checkpoint.
 """
 
+# ruff: noqa: E402 - Ctrl-C's handler and MPI's launch defaults come before the imports below
 import argparse
 import math
 import os
 import random
+import re
 import signal
 import sys
 import tempfile
@@ -25,46 +27,52 @@ from pathlib import Path
 if __name__ == "__main__":  # Ctrl-C during the seconds of imports below: status 130, no traceback
     signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))
 
-from allreducers.transports.environment import apply_launch_defaults  # noqa: E402
+from allreducers.transports.environment import apply_launch_defaults
 
 if __name__ == "__main__":
     # Threads per rank and MPICH's yielding while waiting, where the user set nothing: before
     # MPI starts, which the mpi4py import below does.
     apply_launch_defaults()
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from mpi4py import MPI  # noqa: E402
+import numpy as np
+import torch
+from mpi4py import MPI
 
-import compressors  # noqa: E402
-import datasets  # noqa: E402
-import models  # noqa: E402
-from allreducers.transports.mpi import end_interrupted  # noqa: E402
-from allreducers.transports.placement import place_rank  # noqa: E402
-from trainer.checkpoint import Checkpoints, UnsafeCheckpoint  # noqa: E402
-from trainer.config import DEFAULTS, ConfigError, config_path, load_config, merge  # noqa: E402
-from trainer.data import make_loaders, smallest_training_batch  # noqa: E402
-from trainer.distributed import UsageError, abort_on_error, agree, broadcast_tensors  # noqa: E402
-from trainer.loop import Trainer  # noqa: E402
-from trainer.metrics import MetricsLog  # noqa: E402
-from trainer.schedule import make_scheduler  # noqa: E402
-from trainer.stopping import INTERRUPTED, Stopped  # noqa: E402
+import compressors
+import datasets
+import models
+from allreducers.transports.mpi import end_interrupted
+from allreducers.transports.placement import place_rank
+from trainer.checkpoint import Checkpoints, UnsafeCheckpoint
+from trainer.config import DEFAULTS, ConfigError, config_path, load_config, merge
+from trainer.data import make_loaders, smallest_training_batch
+from trainer.distributed import UsageError, abort_on_error, agree, broadcast_tensors
+from trainer.loop import Trainer
+from trainer.metrics import MetricsLog
+from trainer.schedule import make_scheduler
+from trainer.stopping import INTERRUPTED, Stopped
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on: main()'s handling
 
 DEFAULT_MODEL = "cnn"
 DEFAULT_DATA_DIR = "data"
-#: The options of a method that its saved state depends on: part of a run's ``run_info``.
-STRUCTURE = ("teams", "sag", "srs")
+#: The method whose options have flags of their own (--teams, --sag, --srs) and whose choices
+#: they offer; the default of --compression.
+SPARSE_DEFAULT = "spardl"
 
 
 class _Parser(argparse.ArgumentParser):
-    """An argument parser that raises ``UsageError`` and prints (help) on rank 0 only."""
+    """An argument parser that raises ``UsageError`` and prints (help) on rank 0 only.
+
+    ``method_flags`` maps each method option that has a flag of its own to that flag
+    (``{"teams": "--teams", ...}``); those flags default to None, "not given".
+    """
 
     def __init__(self, rank, **kwargs):
         super().__init__(**kwargs)
         self.rank = rank
+        self.method_flags = {}
 
     def error(self, message):
         raise UsageError(message)
@@ -79,6 +87,18 @@ def _milestones(text):
         return [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated epochs, got {text!r}") from None
+
+
+def _plural(count, word, plural=None):
+    """``1 iteration``, ``2 iterations``."""
+    return f"{count:,} {word if count == 1 else plural or word + 's'}"
+
+
+def _method_flag(parser, group, key, **kwargs):
+    """Add the flag of method option ``key`` to ``group``, default None (not given)."""
+    flag = "--" + key.replace("_", "-")
+    group.add_argument(flag, default=None, **kwargs)
+    parser.method_flags[key] = flag
 
 
 def build_parser(rank=0):
@@ -107,7 +127,15 @@ def build_parser(rank=0):
         "--data-dir",
         metavar="DIR",
         help=f"directory holding the data set files (default: ./{DEFAULT_DATA_DIR}; "
-        "fashion-mnist is also found in /usr/share/datasets/fashion-mnist)",
+        "fashion-mnist is also found in /usr/share/datasets/fashion-mnist); given, it must "
+        "exist and not be empty; digits and synthetic-cifar10 read no files and ignore it. "
+        "Nothing is ever written inside it (see --cache-dir)",
+    )
+    model.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="where the text data sets keep their tokenised cache (default: "
+        f"{datasets.default_cache_dir()}, from $XDG_CACHE_HOME or ~/.cache)",
     )
     model.add_argument(
         "--download",
@@ -198,35 +226,54 @@ def build_parser(rank=0):
         metavar="D",
         help="fraction of gradient entries kept, in (0, 1] (default: 0.01)",
     )
-    sync.add_argument(
-        "--teams",
+    defaults, choices = (
+        compressors.option_defaults(SPARSE_DEFAULT),
+        compressors.option_choices(SPARSE_DEFAULT),
+    )
+    _method_flag(
+        parser,
+        sync,
+        "teams",
         type=int,
-        default=1,
         metavar="d",
-        help="spardl: teams d for Spar-All-Gather, a divisor of N (default: 1)",
+        help=f"{SPARSE_DEFAULT}: teams d for Spar-All-Gather, a divisor of N; every method "
+        f"checks that it divides N (default: {defaults['teams']})",
     )
-    sync.add_argument(
-        "--sag",
-        choices=["bruck", "recursive"],
-        default="bruck",
-        help="spardl: Spar-All-Gather variant, bruck (a Bruck gather of adaptive "
+    _method_flag(
+        parser,
+        sync,
+        "sag",
+        choices=choices["sag"],
+        help=f"{SPARSE_DEFAULT}: Spar-All-Gather variant, bruck (a Bruck gather of adaptive "
         "top-h lists) or recursive (the authors' pairwise reduction; d a power "
-        "of two) (default: bruck)",
+        f"of two) (default: {defaults['sag']})",
     )
-    sync.add_argument(
-        "--srs",
-        choices=["rounds", "blocks"],
-        default="rounds",
-        help="spardl: Spar-Reduce-Scatter execution, rounds (one message per round) "
+    _method_flag(
+        parser,
+        sync,
+        "srs",
+        choices=choices["srs"],
+        help=f"{SPARSE_DEFAULT}: Spar-Reduce-Scatter execution, rounds (one message per round) "
         "or blocks (one block per step, as the authors' code; same numbers, "
-        "more messages) (default: rounds)",
+        f"more messages) (default: {defaults['srs']})",
+    )
+    _method_flag(
+        parser,
+        sync,
+        "dense_warmup",
+        type=int,
+        metavar="STEPS",
+        help="synchronize densely for the first STEPS iterations "
+        f"(default: {defaults['dense_warmup']})",
     )
     sync.add_argument(
-        "--dense-warmup",
-        type=int,
-        default=0,
-        metavar="STEPS",
-        help="synchronize densely for the first STEPS iterations (default: 0)",
+        "--method-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="an option of the method (repeatable), its value converted to the type of the "
+        "option's default: e.g. in_flight=2 for oktopk, teams=2 for spardl; the keys are "
+        "the method's keyword options (compressors.options). It wins over the dedicated flag "
+        "of the same option (--teams, --sag, --srs, --dense-warmup), with a note",
     )
 
     run = parser.add_argument_group("output and devices")
@@ -253,10 +300,14 @@ def build_parser(rank=0):
 def parse_settings(argv, comm):
     """Parse and check the command line; return (args, training settings) or raise UsageError.
 
-    Only cheap checks happen here, before anything heavy is built. Collective.
+    Only cheap checks happen here, before anything heavy is built. Collective. Sets
+    ``args.method_options``: the method options the run gives (its flags and --method-option,
+    converted and checked by the registry; the method's defaults fill the rest).
     """
-    args = build_parser(comm.Get_rank()).parse_args(argv)
-    problems = []
+    parser = build_parser(comm.Get_rank())
+    args = parser.parse_args(argv)
+    size = comm.Get_size()
+    problems, notes = [], []
     if args.dnn not in models.available():
         problems.append(
             f"unknown model {args.dnn!r}; choose one of: {', '.join(models.available())}"
@@ -275,23 +326,90 @@ def parse_settings(argv, comm):
     elif args.dnn in models.available():
         problems += _task_problems(args.dnn, settings["dataset"])
     ignored = args.compressor if not args.compression else None
-    args.compressor = args.compressor or ("spardl" if args.compression else "dense")
+    args.compressor = args.compressor or (SPARSE_DEFAULT if args.compression else "dense")
     try:
         args.compressor = compressors.resolve(args.compressor).name  # topkA -> topk
     except ValueError as error:
         problems.append(str(error))
-    problems += _range_problems(args, settings, comm.Get_size())
+        known = False
+    else:
+        known = True
+        if ignored not in (None, "dense"):
+            notes.append(
+                f"--compressor {ignored} has no effect without --compression; synchronizing densely"
+            )
+            args.compressor = "dense"
+    problems += _range_problems(args, settings, size)
+    args.method_options = {}
+    if known:
+        args.method_options, found, said = _method_options(args, parser.method_flags, size)
+        problems += found
+        notes += said
     # Collective: a config file or data directory may be missing on one host only.
     agree(comm, "; ".join(problems) or None)
-    if ignored not in (None, "dense"):
-        _note(
-            comm,
-            f"--compressor {ignored} has no effect without --compression; synchronizing densely",
-        )
-        args.compressor = "dense"
+    if args.data_dir and not datasets.reads_files(settings["dataset"]):
+        notes.append(f"--data-dir has no effect with {settings['dataset']}: it reads no files")
+    for note in notes:
+        _note(comm, note)
     if args.compressor == "dense":
         args.density = 1.0  # what a dense run keeps, and what its metrics report
     return args, settings
+
+
+def _method_options(args, flags, size):
+    """``(options, problems, notes)``: the options of method ``args.compressor`` that the
+    command line gives, converted and checked by the registry (``compressors.try_options``:
+    the method's own checks, and one build of it for a gradient of one entry).
+
+    ``flags`` maps the options that have a flag of their own to it (``{"teams": "--teams"}``).
+    A ``--method-option KEY=VALUE`` wins over the flag of the same option (a note says so when
+    they differ). A flag the method does not take is noted unused, except that ``--teams`` must
+    divide N for every method.
+    """
+    method = args.compressor
+    valid = compressors.options(method)
+    given = {key: getattr(args, key) for key in flags if getattr(args, key) is not None}
+    problems, notes = [], []
+    explicit = {}
+    for text in args.method_option or []:
+        try:
+            key, value = compressors.split_option(text)
+            explicit[key] = compressors.parse_option(method, key, value)
+        except ValueError as error:
+            problems.append(f"--method-option {text}: {error}")
+    teams = args.teams
+    if teams is not None and "teams" not in explicit and (teams < 1 or size % teams):
+        problems.insert(0, f"--teams {teams} must divide the number of workers {size}")
+    options = {key: value for key, value in given.items() if key in valid}
+    for key, value in explicit.items():
+        if key in given and given[key] != value:
+            notes.append(f"--method-option {key}={value} wins over {flags[key]} {given[key]}")
+    options.update(explicit)
+    if not problems:
+        try:
+            options = compressors.try_options(method, size, **options)
+        except ValueError as error:
+            message = _in_flag_terms(
+                str(error), {key: flags[key] for key in given if key not in explicit}
+            )
+            if any(re.search(rf"(?<![-\w]){key}\b", message) for key in explicit):
+                message = f"--method-option: {message}"
+            problems.append(message)
+    unused = [flags[key] for key in given if key not in valid]
+    if unused:
+        notes.append(
+            f"{', '.join(unused)} {'has' if len(unused) == 1 else 'have'} no effect with {method}"
+        )
+    return options, problems, notes
+
+
+def _in_flag_terms(message, flags):
+    """The registry's ``message`` with the options given by flags written as those flags:
+    ``sag='recursive' needs teams ...`` becomes ``--sag recursive needs --teams ...``."""
+    for key, flag in flags.items():
+        message = re.sub(rf"(?<![-\w]){key}=('?)([^',;\s]*)\1", rf"{flag} \2", message)
+        message = re.sub(rf"(?<![-\w]){key}\b(?!=)", flag, message)
+    return message
 
 
 def _task_problems(model, dataset):
@@ -321,63 +439,104 @@ def _note(comm, message):
 
 
 def _range_problems(args, settings, size):
+    """The flags' values out of range, each named with its flag and value (and the config file,
+    where the value came from there: ``--batch-size`` is also the config's ``batch_size``)."""
+    config_file = args.config or config_path(args.dnn)
+
+    def got(key):
+        given = getattr(args, key, None) is not None
+        return f"got {settings[key]}" + ("" if given else f" (from {config_file}'s {key})")
+
     checks = [
         (0.0 < args.density <= 1.0, f"--density must lie in (0, 1], got {args.density}"),
         (
             args.nworkers in (None, size),
             f"--nworkers {args.nworkers} does not match the {size} MPI process(es) started",
         ),
-        (
-            args.data_dir != "",
-            f"--data-dir is empty; name a directory (default: ./{DEFAULT_DATA_DIR})",
-        ),
-        (
-            not args.data_dir or args.download or Path(args.data_dir).exists(),
-            f"data directory {args.data_dir} does not exist",
-        ),
         (not args.resume or args.checkpoint_dir, "--resume needs --checkpoint-dir"),
         (args.device != "cuda" or torch.cuda.is_available(), "--device cuda: no CUDA device"),
-        (args.max_iters is None or args.max_iters >= 1, "--max-iters must be at least 1"),
-        (args.dense_warmup >= 0, "--dense-warmup must be at least 0"),
         (
-            settings["batch_size"] >= 1 and settings["eval_batch_size"] >= 1,
-            "batch sizes must be at least 1",
+            args.max_iters is None or args.max_iters >= 1,
+            f"--max-iters must be at least 1, got {args.max_iters}",
         ),
-        (settings["max_epochs"] >= 0, "--max-epochs must be at least 0"),
-        (math.isfinite(settings["lr"]) and settings["lr"] > 0, "--lr must be a positive number"),
+        (
+            args.dense_warmup is None or args.dense_warmup >= 0,
+            f"--dense-warmup must be at least 0, got {args.dense_warmup}",
+        ),
+        (
+            settings["batch_size"] >= 1,
+            f"--batch-size must be at least 1, {got('batch_size')}",
+        ),
+        (
+            settings["eval_batch_size"] >= 1,
+            f"--eval-batch-size must be at least 1, {got('eval_batch_size')}",
+        ),
+        (
+            settings["max_epochs"] >= 0,
+            f"--max-epochs must be at least 0, {got('max_epochs')}",
+        ),
+        (
+            math.isfinite(settings["lr"]) and settings["lr"] > 0,
+            f"--lr must be a positive number, {got('lr')}",
+        ),
         (
             math.isfinite(settings["warmup_epochs"]) and settings["warmup_epochs"] >= 0,
-            "--warmup-epochs must be a number >= 0",
+            f"--warmup-epochs must be a number >= 0, {got('warmup_epochs')}",
         ),
         (
             math.isfinite(settings["lr_gamma"]) and settings["lr_gamma"] > 0,
-            "--lr-gamma must be a positive number",
+            f"--lr-gamma must be a positive number, {got('lr_gamma')}",
         ),
-        (0 <= settings["momentum"] < math.inf, "--momentum must be a number >= 0"),
-        (0 <= settings["weight_decay"] < math.inf, "--weight-decay must be a number >= 0"),
-        (settings["loader_workers"] >= 0, "--loader-workers must be at least 0"),
-        (0 <= settings["clip_grad_norm"] < math.inf, "--clip-grad-norm must be a number >= 0"),
+        (
+            0 <= settings["momentum"] < math.inf,
+            f"--momentum must be a number >= 0, {got('momentum')}",
+        ),
+        (
+            0 <= settings["weight_decay"] < math.inf,
+            f"--weight-decay must be a number >= 0, {got('weight_decay')}",
+        ),
+        (
+            settings["loader_workers"] >= 0,
+            f"--loader-workers must be at least 0, {got('loader_workers')}",
+        ),
+        (
+            0 <= settings["clip_grad_norm"] < math.inf,
+            f"--clip-grad-norm must be a number >= 0, {got('clip_grad_norm')}",
+        ),
         (0 <= args.seed < 2**32, f"--seed must lie in [0, 2^32), got {args.seed}"),
-        (all(m >= 0 for m in settings["lr_milestones"]), "--lr-milestones must be epochs >= 0"),
+        (
+            all(m >= 0 for m in settings["lr_milestones"]),
+            f"--lr-milestones must be epochs >= 0, {got('lr_milestones')}",
+        ),
     ]
-    problems = [message for ok, message in checks if not ok] + _team_problems(args, size)
-    for flag, directory in (("--log-dir", args.log_dir), ("--checkpoint-dir", args.checkpoint_dir)):
+    problems = [message for ok, message in checks if not ok] + _data_dir_problems(args, settings)
+    for flag, directory in (
+        ("--log-dir", args.log_dir),
+        ("--checkpoint-dir", args.checkpoint_dir),
+        ("--cache-dir", args.cache_dir),
+    ):
         problem = directory is not None and _directory_problem(flag, directory)
         if problem:
             problems.append(problem)
     return problems
 
 
-def _team_problems(args, size):
-    """--teams must divide N (for every method: the contract's usage error); --sag recursive
-    needs it a power of two, for a method that takes --sag (others note it unused)."""
-    if args.teams < 1 or size % args.teams:
-        return [f"--teams {args.teams} must divide the number of workers {size}"]
-    method = args.compressor if args.compression else "dense"
-    takes_sag = method in compressors.available() and "sag" in compressors.options(method)
-    if takes_sag and args.sag == "recursive" and args.teams & (args.teams - 1):
-        return [f"--sag recursive needs --teams a power of two, got {args.teams}; use --sag bruck"]
-    return []
+def _data_dir_problems(args, settings):
+    """--data-dir: a name (not ''), and, for a data set that reads files, a directory that
+    exists (or that --download may create). Whether it holds anything is checked with the data
+    (:func:`load_data`), where the message can say what belongs there."""
+    if args.data_dir == "":
+        return [f"--data-dir is empty; name a directory (default: ./{DEFAULT_DATA_DIR})"]
+    dataset = settings["dataset"]
+    if (
+        args.data_dir is None
+        or dataset not in datasets.available()
+        or not datasets.reads_files(dataset)
+        or args.download
+        or Path(args.data_dir).exists()
+    ):
+        return []
+    return [f"data directory {args.data_dir} does not exist (--data-dir)"]
 
 
 def _directory_problem(flag, directory):
@@ -403,27 +562,44 @@ def _directory_problem(flag, directory):
 
 def load_data(args, settings, comm):
     """Load the data set on every rank; with --download, rank 0 first fetches it where it is
-    missing (on rank 0's host) and every rank loads again (collective)."""
+    missing (on rank 0's host) and every rank loads again (collective). A --data-dir named
+    explicitly that is an empty directory is refused (without --download), saying what the
+    data set expects there. Caches go to --cache-dir, never into the data directory."""
     data_dir = args.data_dir or DEFAULT_DATA_DIR
-    split, problem = _load_split(settings["dataset"], data_dir, settings["data_options"])
+    name, options = settings["dataset"], settings["data_options"]
+    cache_dir = getattr(args, "cache_dir", None) or datasets.default_cache_dir()
+    split, problem = _load_split(name, data_dir, cache_dir, options)
     if args.download and any(comm.allgather(problem is not None)):
         failure = None
         if comm.Get_rank() == 0 and problem is not None:
             try:
-                datasets.download(settings["dataset"], data_dir)
+                datasets.download(name, data_dir)
             except datasets.DataError as error:
                 failure = " ".join(str(error).split())  # torchvision's mirror list: one line
         agree(comm, failure)
         if problem is not None:
-            split, problem = _load_split(settings["dataset"], data_dir, settings["data_options"])
+            split, problem = _load_split(name, data_dir, cache_dir, options)
+    elif args.data_dir and datasets.reads_files(name) and _is_empty_directory(args.data_dir):
+        problem = f"--data-dir {args.data_dir} is an empty directory" + (
+            f": {problem}"
+            if problem
+            else f"; {name} was found elsewhere: leave --data-dir out to use that copy"
+        )
     agree(comm, problem)
     return split
 
 
-def _load_split(name, data_dir, options):
+def _is_empty_directory(path):
+    try:
+        return Path(path).is_dir() and not any(Path(path).iterdir())
+    except OSError:  # unreadable: the loader says so
+        return False
+
+
+def _load_split(name, data_dir, cache_dir, options):
     """(the ``DataSplit``, None), or (None, why it cannot be loaded)."""
     try:
-        return datasets.load(name, data_dir, **options), None
+        return datasets.load(name, data_dir, cache_dir=cache_dir, **options), None
     except datasets.DataError as error:
         return None, str(error)
 
@@ -471,28 +647,12 @@ def build_model(args, split, batch_size, comm, device):
 
 
 def build_synchronizer(args, numel, comm):
-    """Create the synchronizer with the options its method accepts (collective)."""
-    given = {
-        "teams": args.teams,
-        "sag": args.sag,
-        "srs": args.srs,
-        "dense_warmup": args.dense_warmup,
-    }
-    options = {
-        key: value for key, value in given.items() if key in compressors.options(args.compressor)
-    }
-    parser = build_parser()
-    unused = [
-        f"--{key.replace('_', '-')}"
-        for key, value in given.items()
-        if key not in options and value != parser.get_default(key)
-    ]
-    if unused:
-        _note(comm, f"{', '.join(unused)} has no effect with {args.compressor}")
+    """Create the synchronizer with the options ``parse_settings`` took (collective); a value
+    only the method's constructor checks (``in_flight=0``) is a usage error here."""
     synchronizer, problem = None, None
     try:
         synchronizer = compressors.create(
-            args.compressor, comm, numel=numel, density=args.density, **options
+            args.compressor, comm, numel=numel, density=args.density, **args.method_options
         )
         synchronizer.count_nnz = (
             False  # the trainer logs no non-zero count: no pass for it in the timed call
@@ -520,8 +680,9 @@ def effective_density(synchronizer, comm):
 
 
 def _checkpoint_problem(checkpoints, args, size):
-    """Why the checkpoints already in ``--checkpoint-dir`` forbid this run, or None (collective):
-    a fresh run would mix with an earlier one, and a resume needs one complete for ``size`` ranks."""
+    """Why the checkpoints already in ``--checkpoint-dir`` forbid this run, or None
+    (collective): a fresh run would mix with an earlier one, and a resume needs one complete for
+    ``size`` ranks."""
     found = checkpoints.saved_epochs()
     epochs = ", ".join(map(str, found))
     if found and not args.resume:
@@ -532,7 +693,8 @@ def _checkpoint_problem(checkpoints, args, size):
     if found and checkpoints.newest_complete() is None:
         return (
             f"--checkpoint-dir {args.checkpoint_dir} holds checkpoints (epochs {epochs}), none "
-            f"of them complete for this run's {size} worker(s): written by another number of workers?"
+            f"of them complete for this run's {size} worker(s): written by another number of "
+            "workers?"
         )
     return None
 
@@ -541,7 +703,8 @@ def read_checkpoint(checkpoints, args, run_info, comm):
     """``(epoch, state)`` of the newest complete checkpoint for ``--resume``, or ``(None, None)``
     without one (collective). Read before anything heavy is built, and refused (``UsageError``)
     if unreadable or saved by a run of another model, data set, worker count, compressor,
-    density, or (checkpoints that record them) team count or SAG variant."""
+    density, or method option (each option of the method the checkpoint records: every one
+    since they are all recorded, only teams, sag and srs before)."""
     epoch = checkpoints.newest_complete()
     if epoch is None:
         _note(comm, f"no checkpoint in {args.checkpoint_dir}; starting from scratch")
@@ -562,7 +725,7 @@ def read_checkpoint(checkpoints, args, run_info, comm):
     agree(comm, problem)
     saved = dict(state.get("run_info", {}), nworkers=state.get("nworkers"))
     keys = ["model", "dataset", "nworkers", "compressor", "density"] + [
-        key for key in STRUCTURE if key in saved
+        key for key in compressors.options(args.compressor) if key in saved
     ]  # older checkpoints: state_mismatch, later
     differ = [
         f"{key} {saved.get(key)} (this run: {run_info.get(key)})"
@@ -613,11 +776,9 @@ def build_trainer(argv, comm):
         "nworkers": size,
         "batch_size": settings["batch_size"],
         "network": os.environ.get("SPARDL_NETWORK_RATE", "loopback"),  # scripts/shaped_network.sh
-        **{
-            key: getattr(args, key)
-            for key in STRUCTURE
-            if key in compressors.options(args.compressor)
-        },
+        # Every option of the method, as given or its default (``teams``, ``sag``, ... in rows)
+        **compressors.option_defaults(args.compressor),
+        **args.method_options,
     }
     checkpoints = Checkpoints(args.checkpoint_dir, comm) if args.checkpoint_dir else None
     epoch, state = None, None
@@ -681,9 +842,10 @@ def build_trainer(argv, comm):
         resume(trainer, epoch, state, args, comm, log)
     log.start(trainer.epoch)
     log.note(
-        f"{args.dnn} on {settings['dataset']}: {synchronizer.numel:,} parameters, "
-        f"{size} worker(s) on {device}, {args.compressor} (density {args.density}), "
-        f"batch {settings['batch_size']} per worker, {iters_per_epoch} iterations per epoch"
+        f"{args.dnn} on {settings['dataset']}: {_plural(synchronizer.numel, 'parameter')}, "
+        f"{_plural(size, 'worker')} on {device}, {args.compressor} (density {args.density}), "
+        f"batch {settings['batch_size']} per worker, "
+        f"{_plural(iters_per_epoch, 'iteration')} per epoch"
     )
     early = [m for m in settings["lr_milestones"] if m < settings["warmup_epochs"]]
     if early:
@@ -693,7 +855,8 @@ def build_trainer(argv, comm):
         )
     if trainer.epoch >= settings["max_epochs"]:
         log.note(
-            f"nothing to train: {trainer.epoch} of --max-epochs {settings['max_epochs']} epochs done"
+            f"nothing to train: {trainer.epoch} of --max-epochs {settings['max_epochs']} "
+            "epochs done"
         )
     return trainer
 

@@ -4,7 +4,12 @@
     sync = compressors.create("spardl", comm, numel=n, density=0.01, teams=1, sag="bruck")
     avg = sync.allreduce(grad)
 
-``available()`` lists the names. Each method is one short module registered below.
+``available()`` lists the names. Each method is one short module registered below. What a
+command line needs to know about a method comes from here, in one place: its options
+(``options``, ``option_defaults``, ``option_choices``), their checks (``check_options``, and
+``try_options``, which also builds the method once for a gradient of one entry), and the
+conversion of ``KEY=VALUE`` text to typed options (``split_option``, ``parse_option``,
+``parse_options``).
 """
 
 from __future__ import annotations
@@ -82,12 +87,104 @@ def check_options(name: str, workers: int, **method_options) -> dict:
     return resolve(name).check_options(workers, **method_options)
 
 
+def try_options(name: str, workers: int, density: float = 1.0, **method_options) -> dict:
+    """Check method ``name``'s options as :func:`check_options` does, then build it once.
+
+    The build is rank 0 of an in-process group of ``workers`` ranks, for a gradient of one
+    entry: it sends nothing and allocates next to nothing, and it catches the values only the
+    method's constructor checks (Ok-Topk's ``in_flight=0``) before a run starts.
+
+    Returns:
+        The options converted to the method's types.
+
+    Raises:
+        ValueError: an unknown option (the message names the valid ones) or an invalid value.
+    """
+    from allreducers.transports import local_group
+
+    method_options = check_options(name, workers, **method_options)
+    create(name, local_group(workers).rank(0), numel=1, density=density, **method_options)
+    return method_options
+
+
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def split_option(text: str) -> tuple:
+    """Split a command line's ``KEY=VALUE`` into ``(key, value text)``.
+
+    A dash in the key stands for an underscore (``in-flight=2`` is ``in_flight``).
+
+    Raises:
+        ValueError: the text has no ``=`` or no key before it.
+    """
+    key, equals, value = text.partition("=")
+    key = key.strip().replace("-", "_")
+    if not equals or not key:
+        raise ValueError(f"expected KEY=VALUE, got {text!r}")
+    return key, value.strip()
+
+
+def parse_option(name: str, key: str, text: str):
+    """Convert ``text`` to the type of option ``key``'s default in method ``name``.
+
+    A bool takes true/false, yes/no, on/off or 1/0; an int a whole number; a float any number;
+    a str the text itself. Where the default is None: an int, else a float, else the text.
+
+    Raises:
+        ValueError: ``key`` is no option of ``name`` (the message names the valid keys), or
+            ``text`` is not a value of the option's type.
+    """
+    defaults = option_defaults(name)
+    if key not in defaults:
+        raise ValueError(
+            f"{name} has no option {key!r}; valid keys: {', '.join(defaults) or 'none'}"
+        )
+    default = defaults[key]
+    if isinstance(default, bool):
+        if text.lower() in _TRUE + _FALSE:
+            return text.lower() in _TRUE
+        kind = "true or false"
+    elif isinstance(default, (int, float)):
+        kind = "a whole number" if isinstance(default, int) else "a number"
+        try:
+            return type(default)(text)
+        except ValueError:
+            pass
+    elif isinstance(default, str):
+        return text
+    else:  # None, or a default of another type: the first of int, float and str that fits
+        for convert in (int, float):
+            try:
+                return convert(text)
+            except ValueError:
+                pass
+        return text
+    raise ValueError(f"{name}'s {key} takes {kind} (default {default!r}), got {text!r}")
+
+
+def parse_options(name: str, texts) -> dict:
+    """The options of method ``name`` that ``KEY=VALUE`` strings ``texts`` give, typed.
+
+    Each value is converted by :func:`parse_option`; a later key repeated wins.
+
+    Raises:
+        ValueError: a text that is not ``KEY=VALUE``, an unknown key (the message names the
+            valid keys) or a value of the wrong type.
+    """
+    parsed = {}
+    for text in texts:
+        key, value = split_option(text)
+        parsed[key] = parse_option(name, key, value)
+    return parsed
+
+
 def create(name: str, comm, numel: int, density: float = 0.01, **method_options) -> Synchronizer:
     """Build the synchronizer ``name`` for a flat gradient of ``numel`` elements.
 
     ``comm``: an ``mpi4py`` communicator or a ``comm.Transport`` (e.g. a rank of
-    ``allreducers.transports.local_group(P)``). Unknown names, densities outside (0, 1] and unknown or invalid
-    options raise ``ValueError`` naming the valid choices.
+    ``allreducers.transports.local_group(P)``). Unknown names, densities outside (0, 1] and
+    unknown or invalid options raise ``ValueError`` naming the valid choices.
     """
     cls = resolve(name)
     check_density(density)
@@ -98,7 +195,7 @@ def create(name: str, comm, numel: int, density: float = 0.01, **method_options)
     return cls(comm, numel=numel, density=density, **method_options)
 
 
-from . import dense, gaussiank, gtopk, oktopk, spardl, topk, topkdsa  # noqa: E402,F401  (registration happens on import)
+from . import dense, gaussiank, gtopk, oktopk, spardl, topk, topkdsa  # noqa: E402,F401 - the methods register themselves on import, after register exists
 
 __all__ = [
     "Synchronizer",
@@ -109,6 +206,10 @@ __all__ = [
     "option_defaults",
     "option_choices",
     "check_options",
+    "try_options",
+    "split_option",
+    "parse_option",
+    "parse_options",
     "register",
     "resolve",
 ]

@@ -41,8 +41,9 @@ def normalise(text):
     return re.sub(r"[^a-z.!?]+", " ", text).split()
 
 
-def load(data_dir, vocab_size=50000, max_tokens=500):
-    """The IMDB ``TextSplit`` found in ``data_dir`` (see the module's description)."""
+def load(data_dir, cache_dir, vocab_size=50000, max_tokens=500):
+    """The IMDB ``TextSplit`` found in ``data_dir`` (see the module's description); the tokens
+    are cached in ``cache_dir`` (``datasets.text.cached``)."""
     if not (
         isinstance(vocab_size, int)
         and vocab_size >= 1
@@ -86,7 +87,7 @@ def load(data_dir, vocab_size=50000, max_tokens=500):
             for p in PARTS
         )
 
-    content = cached(root, "imdb", source_key(files, root, settings), build, valid)
+    content = cached(cache_dir, "imdb", source_key(files, root, settings), build, valid)
     train, test = (Sequences(**content[part]) for part in PARTS)
     return TextSplit(
         train=train, test=test, num_classes=2, input_shape=(max_tokens,), vocab_size=vocab_size + 1

@@ -2,11 +2,11 @@
 
 The image size is read from the files (train and test must agree), labels must lie in 0..9.
 
-Looked for, in order, in ``DATA_DIR/MNIST/raw`` (or ``DATA_DIR/FashionMNIST/raw``, torchvision's
-layout), for Fashion-MNIST then in the Debian package's location ``/usr/share/datasets/fashion-mnist``
-(``apt-get install dataset-fashion-mnist``), and last in ``DATA_DIR`` itself (both data sets use
-the same file names, so there the files are taken as whichever was asked for). Each file may be
-gzipped (``.gz``) or not.
+Looked for, in order, in ``DATA_DIR/MNIST/raw`` (or ``DATA_DIR/FashionMNIST/raw``,
+torchvision's layout), for Fashion-MNIST then in the Debian package's location
+``/usr/share/datasets/fashion-mnist`` (``apt-get install dataset-fashion-mnist``), and last in
+``DATA_DIR`` itself (both data sets use the same file names, so there the files are taken as
+whichever was asked for). Each file may be gzipped (``.gz``) or not.
 """
 
 import gzip

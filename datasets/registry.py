@@ -25,6 +25,10 @@ _LOADERS = {
 }
 # What the data sets are for; the others are image classification.
 _TASKS = {"imdb": "text-classification", "wikipedia": "masked-lm"}
+# The data sets that read no files: their loaders ignore the data directory.
+_NO_FILES = {"digits", "synthetic-cifar10"}
+#: The folder below the user's cache directory where caches go (``default_cache_dir``).
+CACHE_NAME = "spardl-repro"
 
 
 def available():
@@ -39,16 +43,32 @@ def task(name):
     return _TASKS.get(name, "image-classification")
 
 
+def reads_files(name):
+    """Whether data set ``name`` reads files from its data directory (``digits`` ships with
+    scikit-learn and ``synthetic-cifar10`` is generated: both ignore it)."""
+    _entry(name)
+    return name not in _NO_FILES
+
+
+def default_cache_dir():
+    """Where caches go unless told otherwise: ``$XDG_CACHE_HOME/spardl-repro``, or
+    ``~/.cache/spardl-repro`` (never the data directory, which may belong to someone else)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, CACHE_NAME)
+
+
 def options(name):
     """The names of the keyword options data set ``name``'s loader takes (the config file's
     ``data_options``: vocabulary size, sequence length, ...)."""
-    module, loader, _ = _entry(name)
-    return [key for key in inspect.signature(getattr(module, loader)).parameters][1:]
+    return [key for key in _parameters(name)[1:] if key != "cache_dir"]
 
 
-def load(name, data_dir, **settings):
-    """Load data set ``name`` from directory ``data_dir`` (ignored by ``digits``), passing the
-    loader the keyword ``settings`` (see ``options``).
+def load(name, data_dir, cache_dir=None, **settings):
+    """Load data set ``name`` from directory ``data_dir`` (ignored by ``digits`` and
+    ``synthetic-cifar10``), passing the loader the keyword ``settings`` (see ``options``).
+
+    ``cache_dir``: where a data set that caches its preparation (the text data sets' tokens)
+    keeps it (default: ``default_cache_dir()``); nothing is written inside ``data_dir``.
 
     Returns a ``DataSplit``. Raises ``ValueError`` for an unknown name and ``DataError`` for an
     option the loader does not take, and when files are missing or damaged, labels lie outside
@@ -61,6 +81,8 @@ def load(name, data_dir, **settings):
             f"data set {name} takes no option(s) {', '.join(unknown)} "
             f"(valid: {', '.join(options(name)) or 'none'})"
         )
+    if "cache_dir" in _parameters(name):
+        settings = dict(settings, cache_dir=cache_dir or default_cache_dir())
     split = getattr(module, loader)(data_dir, **settings)
     empty = [part for part in ("train", "test") if len(getattr(split, part)) == 0]
     if empty:
@@ -117,6 +139,11 @@ def _remove_empty(directories):
             directory.rmdir()
         except OSError:  # it holds something: keep it
             pass
+
+
+def _parameters(name):
+    module, loader, _ = _entry(name)
+    return list(inspect.signature(getattr(module, loader)).parameters)
 
 
 def _entry(name):

@@ -1,9 +1,10 @@
 """Shared pieces of the text data sets: the split record, padded batches, the tokenised cache.
 
-Tokenising a corpus in Python takes minutes; the result is cached next to the data in one file
-named by a hash of the source files (path, size, modification time) and the settings, written
-atomically (a temporary file, then a rename) and checked on load, so a damaged or partial cache
-is rebuilt, never trusted.
+Tokenising a corpus in Python takes minutes; the result is cached in the cache directory
+(``--cache-dir``; ``datasets.default_cache_dir()`` by default, never the data directory) in
+one file named by the data set and a hash of the source files (absolute folder, relative path,
+size, modification time) and the settings, written atomically (a temporary file, then a
+rename) and checked on load, so a damaged or partial cache is rebuilt, never trusted.
 """
 
 import hashlib
@@ -79,8 +80,11 @@ def check_flat(tokens, offsets, labels, vocab_size):
 
 
 def source_key(files, root, settings):
-    """A hash of ``files`` (relative path, size, modification time) and ``settings``."""
-    digest = hashlib.sha256(repr((CACHE_VERSION, sorted(settings.items()))).encode())
+    """A hash of ``root`` (absolute), ``files`` (path relative to it, size, modification time)
+    and ``settings``: one cache directory serves every data folder."""
+    digest = hashlib.sha256(
+        repr((CACHE_VERSION, str(Path(root).resolve()), sorted(settings.items()))).encode()
+    )
     for path in files:
         stat = path.stat()
         digest.update(f"{path.relative_to(root)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
@@ -88,13 +92,14 @@ def source_key(files, root, settings):
 
 
 def cached(directory, name, key, build, valid):
-    """The tokenised data ``build()`` returns, read from ``directory`` when cached there.
+    """The tokenised data ``build()`` returns, read from the cache ``directory`` when there.
 
-    The cache file is ``directory/.<name>-<key>.pt``. One that cannot be read, belongs to another
-    key or fails ``valid(content)`` is rebuilt. A directory that cannot be written is noted
-    (the data is then tokenised on every start), never an error.
+    The cache file is ``directory/<name>-<key>.pt`` (the directory is made where missing). One
+    that cannot be read, belongs to another key or fails ``valid(content)`` is rebuilt. A
+    directory that cannot be made or written is noted (the data is then tokenised on every
+    start), never an error.
     """
-    path = Path(directory) / f".{name}-{key}.pt"
+    path = Path(directory) / f"{name}-{key}.pt"
     try:
         content = torch.load(path, weights_only=True)
         if isinstance(content, dict) and content.get("key") == key and valid(content):
@@ -103,6 +108,7 @@ def cached(directory, name, key, build, valid):
         pass
     content = dict(build(), key=key)
     try:
+        Path(directory).mkdir(parents=True, exist_ok=True)
         descriptor, temporary = tempfile.mkstemp(dir=directory, prefix=path.name, suffix=".tmp")
     except OSError as error:
         _note_uncached(name, directory, error)
@@ -110,7 +116,7 @@ def cached(directory, name, key, build, valid):
     try:
         with os.fdopen(descriptor, "wb") as handle:
             torch.save(content, handle)
-        os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide it from the data's other users
+        os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide a shared cache from its users
         os.replace(temporary, path)  # atomic: readers see the old file or the whole new one
     except OSError as error:
         Path(temporary).unlink(missing_ok=True)

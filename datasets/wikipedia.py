@@ -37,9 +37,12 @@ IGNORE = -100  # label of the positions that are not predicted
 TEST_SEED = 0  # the held-out masking's seed
 
 
-def load(data_dir, vocab_size=8000, seq_len=128, mask_probability=0.15, test_fraction=0.05):
+def load(
+    data_dir, cache_dir, vocab_size=8000, seq_len=128, mask_probability=0.15, test_fraction=0.05
+):
     """The masked-language-model ``TextSplit`` of the corpus at ``data_dir``: ``num_classes`` and
-    ``vocab_size`` are the vocabulary's size, ``input_shape`` is ``(seq_len,)``."""
+    ``vocab_size`` are the vocabulary's size, ``input_shape`` is ``(seq_len,)``; the tokens are
+    cached in ``cache_dir`` (``datasets.text.cached``)."""
     if not (
         isinstance(vocab_size, int)
         and vocab_size > len(wordpiece.SPECIALS)
@@ -105,7 +108,7 @@ def load(data_dir, vocab_size=8000, seq_len=128, mask_probability=0.15, test_fra
             )
         )
 
-    content = cached(root, "wikipedia", source_key(files, root, settings), build, valid)
+    content = cached(cache_dir, "wikipedia", source_key(files, root, settings), build, valid)
     size = len(content["vocab"])
     train = MaskedSequences(content["train"], size, mask_probability)
     test = TensorDataset(content["test_inputs"], content["test_labels"])

@@ -20,6 +20,13 @@ and each rank's torch thread count (``threads``).
 SparDL gets a row per team count (``--teams``), Spar-Reduce-Scatter execution (``--srs``) and
 Spar-All-Gather variant (``--sag``) that applies at P, labelled ``spardl(d=4,blocks,recursive)``
 with what differs from the defaults; a setting that does not apply is skipped with a note.
+``--method-option KEY=VALUE`` (repeatable) gives any option of the methods that take it
+(``compressors.options``), e.g. ``in_flight=2`` for oktopk, labelled ``oktopk(in_flight=2)``;
+every row records its options under ``options``. For spardl, ``teams``, ``srs`` and ``sag``
+given so win over ``--teams``, ``--srs`` and ``--sag``.
+
+``--numel`` is checked before anything is allocated: against the most entries each method's
+int32 indices address, and against this host's available memory.
 
 The methods run interleaved: call c of every row synchronizes the same gradient, one row after
 another, starting with a different row each call, so drift of the machine's speed during the run
@@ -36,7 +43,8 @@ dense result does (``syncbench.floor``); ``x ef`` is the ratio to its median.
 competing for the cores and memory (``syncbench.replay``). Set ``OMP_NUM_THREADS=1`` to time one
 rank per core.
 
-    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_allreduce.py --replay 4 --numel 14728266 --density 0.01
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_allreduce.py --replay 4 --numel 14728266 \
+        --density 0.01
 """
 
 from __future__ import annotations
@@ -58,8 +66,8 @@ except ModuleNotFoundError as missing:
         raise
     if os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")) == "0":
         print(
-            f"bench_allreduce.py: the package {missing.name!r} is not installed: run `pip install -e .` "
-            "in the repository first",
+            f"bench_allreduce.py: the package {missing.name!r} is not installed: run "
+            "`pip install -e .` in the repository first",
             file=sys.stderr,
         )
     sys.exit(2)
@@ -68,10 +76,12 @@ except ModuleNotFoundError as missing:
 def parse_args(argv=None) -> argparse.Namespace:
     """The command line (see the module docstring and docs/PERFORMANCE.md#how-to-measure)."""
     parser = cli.RankZeroParser(
+        prog="bench_allreduce.py",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Two reference rows follow the methods: 'floor' (SparDL's messages with no method work,\n"
-        "plus one top-k pass over n) and 'floor+ef' (the floor plus the error-feedback work of a\n"
+        epilog="Two reference rows follow the methods: 'floor' (SparDL's messages with no method "
+        "work,\nplus one top-k pass over n) and 'floor+ef' (the floor plus the error-feedback work "
+        "of a\n"
         "method with a residual and a dense result); 'x floor' and 'x ef' are each row's median\n"
         "over theirs. Under mpiexec, use scripts/run_bench.sh -n P, which sets one thread per\n"
         "rank and MPICH's yield variables.",
@@ -99,13 +109,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--srs",
         default=plan.SRS_DEFAULT,
-        help="spardl Spar-Reduce-Scatter executions, comma-separated: rounds, blocks" + default,
+        help="spardl Spar-Reduce-Scatter executions, comma-separated: "
+        f"{', '.join(plan.SRS_CHOICES)}" + default,
     )
     parser.add_argument(
         "--sag",
         default=plan.SAG_DEFAULT,
-        help="spardl Spar-All-Gather variants, comma-separated: bruck, recursive "
-        "(recursive: d > 1 a power of two)" + default,
+        help="spardl Spar-All-Gather variants, comma-separated: "
+        f"{', '.join(plan.SAG_CHOICES)} (recursive: d > 1 a power of two)" + default,
+    )
+    parser.add_argument(
+        "--method-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of the methods that take it (repeatable), converted to the type of "
+        "its default, e.g. in_flight=2 (oktopk); a key no method of --methods takes is an "
+        "error; spardl's teams, srs and sag given so win over --teams, --srs and --sag",
     )
     parser.add_argument(
         "--lost-mass",
@@ -150,16 +170,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.methods = cli.usage_checked(parser, cli.method_names, args.methods)
     args.teams = cli.usage_checked(parser, cli.positive_ints, args.teams, "--teams")
-    args.srs = cli.usage_checked(parser, cli.choices, args.srs, "--srs", ("rounds", "blocks"))
-    args.sag = cli.usage_checked(parser, cli.choices, args.sag, "--sag", ("bruck", "recursive"))
+    args.srs = cli.usage_checked(parser, cli.choices, args.srs, "--srs", plan.SRS_CHOICES)
+    args.sag = cli.usage_checked(parser, cli.choices, args.sag, "--sag", plan.SAG_CHOICES)
+    args.options = cli.usage_checked(parser, cli.method_options, args.method_option, args.methods)
+    swept = args.options.get(plan.SPARDL, {})
+    for key in plan.SWEPT:  # --method-option teams=2 wins over --teams
+        if key in swept:
+            setattr(args, key, [swept.pop(key)])
     cli.usage_checked(parser, compressors.base.check_density, args.density)
-    if (
-        args.iters < 1
-        or args.warmup < 0
-        or args.numel < 1
-        or (args.replay is not None and args.replay < 1)
+    for flag, value, least in (
+        ("--iters", args.iters, 1),
+        ("--warmup", args.warmup, 0),
+        ("--replay", args.replay, 1),
     ):
-        parser.error("--iters must be >= 1, --warmup >= 0, --numel >= 1, --replay >= 1")
+        if value is not None and value < least:
+            parser.error(f"{flag} must be >= {least}, got {value}")
     if args.replay and cli.launched_rank_and_size()[1] > 1:
         parser.error("--replay times one process alone: start it without mpiexec")
     if args.replay and args.lost_mass:
@@ -170,6 +195,8 @@ def parse_args(argv=None) -> argparse.Namespace:
             cli.usage_checked(parser, cli.output_file, getattr(args, flag), f"--{flag}")
     if args.plot:
         cli.usage_checked(parser, cli.plot_file, args.plot)
+    if args.gradient == "synthetic":  # a model's n is known once it is built, below
+        cli.usage_checked(parser, cli.check_numel, args.numel, args.methods, buffers(args))
     args.source = cli.usage_checked(
         parser,
         gradient_source,
@@ -180,7 +207,25 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.input_shape,
         args.classes,
     )
+    if args.gradient != "synthetic":
+        cli.usage_checked(
+            parser, cli.check_numel, args.source.numel, args.methods, buffers(args), "the model's n"
+        )
     return args
+
+
+def buffers(args) -> int:
+    """The float32 buffers of n entries that a run holds at once on this host, at least.
+
+    Under MPI, per rank: the synthetic gradients' scale, the gradient, its exact average, the
+    result, and a residual per method held at once (all of them interleaved, one with
+    ``--sequential``). A replay records each method on P in-process ranks: P gradients per
+    recorded call (the warm-up calls and one) and P residuals.
+    """
+    if args.replay:
+        return args.replay * (args.warmup + 2) + 3
+    held = 1 if args.sequential else len(args.methods)
+    return cli.local_ranks() * (4 + held)
 
 
 def main(argv=None) -> list:

@@ -65,7 +65,7 @@ except ModuleNotFoundError as missing:
 
 
 def select_rate(text: str):
-    """``--select-rate``: entries per second, or ``None`` for ``measured``; ``ValueError`` otherwise."""
+    """``--select-rate``: entries per second, ``None`` for ``measured``; else ``ValueError``."""
     if text == "measured":
         return None
     try:
@@ -80,7 +80,7 @@ def select_rate(text: str):
 
 
 def networks(text: str, message_cost: float, cores) -> list:
-    """The models named by ``--network`` (:func:`syncbench.network.parse_network`), repeats dropped."""
+    """The models named by ``--network`` (:func:`syncbench.network.parse_network`), once each."""
     return [
         parse_network(spec, message_cost, cores) for spec in dict.fromkeys(text.split(",")) if spec
     ]
@@ -88,8 +88,10 @@ def networks(text: str, message_cost: float, cores) -> list:
 
 def parse_args(argv=None) -> argparse.Namespace:
     """The command line (see the module docstring and docs/PERFORMANCE.md#how-to-measure)."""
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    parser = cli.RankZeroParser(
+        prog="simulate.py",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     default = " (default: %(default)s)"
     parser.add_argument(
@@ -122,12 +124,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--srs",
         default=plan.SRS_DEFAULT,
-        help="spardl Spar-Reduce-Scatter executions, comma-separated: rounds, blocks" + default,
+        help="spardl Spar-Reduce-Scatter executions, comma-separated: "
+        f"{', '.join(plan.SRS_CHOICES)}" + default,
     )
     parser.add_argument(
         "--sag",
         default=plan.SAG_DEFAULT,
-        help="spardl Spar-All-Gather variants, comma-separated: bruck, recursive" + default,
+        help="spardl Spar-All-Gather variants, comma-separated: "
+        f"{', '.join(plan.SAG_CHOICES)}" + default,
     )
     parser.add_argument(
         "--sweep",
@@ -217,8 +221,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.methods = cli.usage_checked(parser, cli.method_names, args.methods)
     args.workers = cli.usage_checked(parser, cli.positive_ints, args.workers, "--workers")
     args.teams = cli.usage_checked(parser, cli.positive_ints, args.teams, "--teams")
-    args.srs = cli.usage_checked(parser, cli.choices, args.srs, "--srs", ("rounds", "blocks"))
-    args.sag = cli.usage_checked(parser, cli.choices, args.sag, "--sag", ("bruck", "recursive"))
+    args.srs = cli.usage_checked(parser, cli.choices, args.srs, "--srs", plan.SRS_CHOICES)
+    args.sag = cli.usage_checked(parser, cli.choices, args.sag, "--sag", plan.SAG_CHOICES)
     args.sweep = (
         cli.usage_checked(parser, cli.positive_ints, args.sweep, "--sweep") if args.sweep else []
     )
@@ -235,8 +239,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     if args.select_device == "cuda" and not torch.cuda.is_available():
         parser.error("--select-device cuda: no CUDA device here")
-    if args.numel < 1 or args.model_numel < 1:
-        parser.error("--numel and --model-numel must be >= 1")
+    for flag, value in (("--numel", args.numel), ("--model-numel", args.model_numel)):
+        if value < 1:
+            parser.error(f"{flag} must be >= 1, got {value}")
     if (args.alpha is None) != (args.beta is None):
         parser.error("--alpha and --beta go together")
     if args.alpha is not None:
@@ -244,11 +249,15 @@ def parse_args(argv=None) -> argparse.Namespace:
             0 <= args.alpha < math.inf and 0 <= args.beta < math.inf and args.alpha + args.beta > 0
         ):
             parser.error(
-                f"--alpha and --beta must be finite, >= 0 and not both 0, got {args.alpha:g} and {args.beta:g}"
+                "--alpha and --beta must be finite, >= 0 and not both 0, got "
+                f"{args.alpha:g} and {args.beta:g}"
             )
         args.networks.append(Network("custom", args.alpha, args.beta))
-    if args.calls < 1 or args.warmup < 0 or not (args.networks or args.compare):
-        parser.error("--calls must be >= 1, --warmup >= 0, and at least one network given")
+    for flag, value, least in (("--calls", args.calls, 1), ("--warmup", args.warmup, 0)):
+        if value < least:
+            parser.error(f"{flag} must be >= {least}, got {value}")
+    if not (args.networks or args.compare):
+        parser.error("--network names no network: give at least one")
     if args.select_threads < 1:
         parser.error(f"--select-threads must be >= 1, got {args.select_threads}")
     args.select_rate = cli.usage_checked(parser, select_rate, args.select_rate)
@@ -347,7 +356,7 @@ def main(argv=None) -> tuple:
         for teams in (d for d in range(1, workers + 1) if workers % d == 0):
             sweep += simulate_row(
                 plan.spardl_label(teams),
-                "spardl",
+                plan.SPARDL,
                 {"teams": teams},
                 workers,
                 args,
@@ -380,7 +389,7 @@ def main(argv=None) -> tuple:
                 )
             )
         references = dict.fromkeys(
-            r["label"] for r in rows if r["method"] == "spardl"
+            r["label"] for r in rows if r["method"] == plan.SPARDL
         )  # every team count
         print(
             "\n"

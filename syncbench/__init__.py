@@ -1,5 +1,6 @@
-"""Measuring tools for the synchronization methods; ``scripts/bench_allreduce.py`` and
-``scripts/simulate.py`` are thin command lines over this package.
+"""Measuring tools for the synchronization methods.
+
+``scripts/bench_allreduce.py`` and ``scripts/simulate.py`` are thin command lines over this package.
 
 The benchmark:
 

@@ -1,7 +1,8 @@
-"""The benchmark's two ways to time every row: under MPI, each rank synchronizing its own
-gradients (:func:`mpi_rows`), or one rank's share replayed alone in this process
-(:func:`replay_rows`, see :mod:`syncbench.replay`). ``args`` is the parsed command line of
-``scripts/bench_allreduce.py``.
+"""The benchmark's two ways to time every row.
+
+Under MPI, each rank synchronizing its own gradients (:func:`mpi_rows`), or one rank's share
+replayed alone in this process (:func:`replay_rows`, see :mod:`syncbench.replay`). ``args`` is the
+parsed command line of ``scripts/bench_allreduce.py``.
 
 Every row records the network it ran on (:func:`network_label`) and each rank's torch thread
 count (``threads``, a list in rank order), so tables of different settings never mix unseen.
@@ -15,6 +16,8 @@ import sys
 
 import torch
 
+import compressors
+
 from . import plan
 from .floor import FLOOR_RUNS, FLOORS, FloorRun, spardl_events
 from .replay import replay_runs
@@ -25,8 +28,10 @@ NETWORK_VARIABLE = "SPARDL_NETWORK_RATE"  # set by scripts/shaped_network.sh to 
 
 
 def network_label(replayed: bool = False) -> str:
-    """The network a run times: the shaped link's rate as ``SPARDL_NETWORK_RATE`` gives it (e.g.
-    ``1gbit``), else ``loopback``; ``none`` for a replay, which sends nothing.
+    """The network a run times.
+
+    The shaped link's rate as ``SPARDL_NETWORK_RATE`` gives it (e.g. ``1gbit``), else ``loopback``;
+    ``none`` for a replay, which sends nothing.
     """
     if replayed:
         return "none"
@@ -34,13 +39,30 @@ def network_label(replayed: bool = False) -> str:
 
 
 def runs_to_time(args, workers: int, speaks: bool) -> list:
-    """:func:`plan.method_runs` at P = ``workers``, the skipped SparDL settings said on stderr
-    if ``speaks``; exit status 2 when no row is left to time.
+    """:func:`plan.method_runs` at P = ``workers``, with ``args.options`` (``--method-option``).
+
+    The skipped SparDL settings are said on stderr if ``speaks``. Exit status 2, with one line
+    if ``speaks``, when a row's options do not work at P (``compressors.try_options``) or no
+    row is left to time.
     """
     if speaks:
         for note in plan.skipped(args.methods, args.teams, workers, args.sag):
             print(f"note: {note}", file=sys.stderr)
-    runs = plan.method_runs(args.methods, args.teams, workers, args.srs, args.sag)
+    options = getattr(args, "options", {})
+    runs = plan.method_runs(args.methods, args.teams, workers, args.srs, args.sag, options)
+    for label, name, chosen in runs:
+        if not options.get(name):
+            continue
+        try:
+            compressors.try_options(name, workers, args.density, **chosen)
+        except ValueError as error:
+            if speaks:
+                print(
+                    f"bench_allreduce.py: error: --method-option: {label} at P = {workers}: "
+                    f"{error}",
+                    file=sys.stderr,
+                )
+            sys.exit(2)
     if not runs:
         if speaks:
             print(
@@ -52,9 +74,10 @@ def runs_to_time(args, workers: int, speaks: bool) -> list:
 
 
 def mpi_rows(args) -> list:
-    """Time every row under MPI on ``MPI.COMM_WORLD``; the rows on rank 0, [] elsewhere. Threads
-    per rank and MPICH's yielding get the host's defaults where the user set nothing, before MPI
-    starts (``allreducers.transports.environment``).
+    """Time every row under MPI on ``MPI.COMM_WORLD``.
+
+    The rows on rank 0, [] elsewhere. Threads per rank and MPICH's yielding get the host's defaults
+    where the user set nothing, before MPI starts (``allreducers.transports.environment``).
     """
     from allreducers.transports.environment import apply_launch_defaults
 

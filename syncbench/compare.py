@@ -1,13 +1,17 @@
-"""Predictions beside measurements: each method row of a benchmark JSON
-(``scripts/bench_allreduce.py --json``) predicted by the simulator at the same P, n, density and
-SparDL settings, on the network the row records (a shaped rate becomes the testbed's shared
-link, :class:`syncbench.network.SharedLink`) or on networks given instead.
+"""Predictions beside measurements.
+
+Each method row of a benchmark JSON (``scripts/bench_allreduce.py --json``) predicted by the
+simulator at the same P, n, density and SparDL settings, on the network the row records (a shaped
+rate becomes the testbed's shared link, :class:`syncbench.network.SharedLink`) or on networks given
+instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+
+import compressors
 
 from .floor import FLOORS
 from .network import TESTBED_ALPHA, parse_network
@@ -17,8 +21,9 @@ NEEDED = ("method", "label", "workers", "numel", "density", "median_ms")
 
 
 def load_bench_rows(path: str) -> list:
-    """The method rows of a benchmark JSON file (the floor rows left out); ``ValueError`` when
-    the file cannot be read or holds no benchmark rows.
+    """The method rows of a benchmark JSON file (the floor rows left out).
+
+    ``ValueError`` when the file cannot be read or holds no benchmark rows.
     """
     try:
         with open(path) as handle:
@@ -37,9 +42,10 @@ def load_bench_rows(path: str) -> list:
 
 
 def measured_network(row: dict, message_cost: float = TESTBED_ALPHA, cores: int | None = None):
-    """The testbed model of the network a benchmark row ran on: ``shared:RATE`` for a row whose
-    ``network`` is a shaped rate; ``ValueError`` for loopback, a replay or a row without one
-    (those have no rate to model: give networks to compare them with).
+    """The testbed model of the network a benchmark row ran on.
+
+    ``shared:RATE`` for a row whose ``network`` is a shaped rate; ``ValueError`` for loopback, a
+    replay or a row without one (those have no rate to model: give networks to compare them with).
     """
     name = row.get("network")
     if name in (None, "loopback", "none"):
@@ -51,6 +57,18 @@ def measured_network(row: dict, message_cost: float = TESTBED_ALPHA, cores: int 
     return parse_network(f"shared:{name}", message_cost, cores)
 
 
+def row_options(row: dict) -> dict:
+    """The method options a benchmark row ran with.
+
+    Its ``options``, or in rows written before they were recorded, the row's keys that are options
+    of its method (SparDL's ``teams``, ``srs``, ``sag``).
+    """
+    if isinstance(row.get("options"), dict):
+        return dict(row["options"])
+    valid = compressors.options(row["method"]) if row["method"] in compressors.available() else []
+    return {key: row[key] for key in valid if row.get(key) is not None}
+
+
 def compare(
     bench_rows: list,
     settings,
@@ -60,19 +78,19 @@ def compare(
     cores: int | None = None,
     local_work=None,
 ) -> list:
-    """One row per benchmark row and network (``networks``, else the row's own,
-    :func:`measured_network`, with ``message_cost`` and ``cores``): ``measured_ms`` (the row's median), ``predicted_ms``,
-    ``error_pct`` = 100 (predicted - measured) / measured, and both splits. ``settings`` gives the
-    simulated ``numel`` (at most the row's n), ``warmup``, ``calls`` and ``seed``; the predicted n
-    and the density are the row's. ``local_work``: the simulator's replayed local-work model
-    (its larger replay size at most the row's n), ``None`` for selection only.
+    """One row per benchmark row and network, measured beside predicted.
+
+    The networks are ``networks``, else the row's own (:func:`measured_network`, with
+    ``message_cost`` and ``cores``). A row holds ``measured_ms`` (the row's median),
+    ``predicted_ms``, ``error_pct`` = 100 (predicted - measured) / measured, and both splits.
+    ``settings`` gives the simulated ``numel`` (at most the row's n), ``warmup``, ``calls`` and
+    ``seed``; the predicted n and the density are the row's. ``local_work``: the simulator's
+    replayed local-work model (its larger replay size at most the row's n), ``None`` for selection
+    only.
     """
     out = []
     for row in bench_rows:
-        spardl = row["method"] == "spardl"
-        options = {
-            key: row[key] for key in ("teams", "srs", "sag") if spardl and row.get(key) is not None
-        }
+        options = row_options(row)
         local = argparse.Namespace(
             numel=min(settings.numel, row["numel"]),
             model_numel=row["numel"],
@@ -112,12 +130,14 @@ def compare(
 
 def format_comparison(rows: list) -> str:
     """The comparison as a text table, and per method the mean absolute error over its rows.
+
     ``pred local`` is the local-work term added to ``pred net`` (``--local-work select``: the
     selection, ``pred sel``; ``replay``: the replayed local work, ``pred sel`` being part of it).
     """
     width = max(14, 2 + max(len(r["label"]) for r in rows))
     header = (
-        f"{'method':<{width}}{'P':>4}{'network':>16}{'measured ms':>13}{'predicted ms':>14}{'error %':>9}"
+        f"{'method':<{width}}{'P':>4}{'network':>16}{'measured ms':>13}{'predicted ms':>14}"
+        f"{'error %':>9}"
         f"{'pred net':>10}{'pred sel':>10}{'pred local':>12}{'meas comm':>11}{'meas sel':>10}"
     )
     lines = [header, "-" * len(header)]

@@ -1,4 +1,6 @@
-"""How much ``dense`` costs over a bare ``MPI.Allreduce`` of the same buffer, from one interleaved run.
+"""How much ``dense`` costs over a bare ``MPI.Allreduce`` of the same buffer, in one run.
+
+The two are timed interleaved.
 
     .venv/bin/mpiexec -n 8 .venv/bin/python scripts/dense_overhead.py --numel 14728266
 
@@ -36,8 +38,10 @@ def slowest_seconds(comm, work) -> float:
 
 
 def main(argv=None) -> dict:
-    """Measure under mpiexec; print on rank 0 and return the median seconds of ``bare`` (in
-    place), ``apart`` (out of place), ``dense`` and ``dense_in_place``.
+    """Measure under mpiexec.
+
+    Print on rank 0 and return the median seconds of ``bare`` (in place), ``apart`` (out of place),
+    ``dense`` and ``dense_in_place``.
     """
     parser = RankZeroParser(description=__doc__.splitlines()[0])
     parser.add_argument("--numel", type=int, default=14_728_266, help="entries of the gradient")
@@ -77,9 +81,10 @@ def main(argv=None) -> dict:
     if comm.Get_rank() == 0:
         ms = {name: f"{1e3 * seconds:.1f} ms" for name, seconds in medians.items()}
         print(
-            f"P = {comm.Get_size()}, n = {args.numel}: bare Allreduce out of place {ms['apart']}, dense "
-            f"{ms['dense']} ({medians['dense'] / medians['apart']:.3f}x); bare Allreduce in place {ms['bare']}, "
-            f"dense in place {ms['dense_in_place']} ({medians['dense_in_place'] / medians['bare']:.3f}x)"
+            f"P = {comm.Get_size()}, n = {args.numel}: bare Allreduce out of place "
+            f"{ms['apart']}, dense {ms['dense']} ({medians['dense'] / medians['apart']:.3f}x); "
+            f"bare Allreduce in place {ms['bare']}, dense in place {ms['dense_in_place']} "
+            f"({medians['dense_in_place'] / medians['bare']:.3f}x)"
         )
     return medians
 

@@ -1,5 +1,6 @@
-"""The benchmark's reference rows (``floor`` and ``floor+ef``): what any method must at least
-spend, SparDL's messages with no method work.
+"""The benchmark's reference rows (``floor`` and ``floor+ef``).
+
+What any method must at least spend, SparDL's messages with no method work.
 
 The **floor** replays SparDL's messages (same sizes, partners and rounds, with d = 1) through
 the transport with no selection, packing or accumulation, plus one ``Selector.topk`` pass over
@@ -26,10 +27,11 @@ FLOOR_RUNS = [(label, label, {}) for label in FLOORS]
 
 
 class FloorRun:
-    """The floor: SparDL's messages (``events``, as a :class:`RecordingTransport` logs them)
-    replayed through ``transport`` with no method work, after one exact top-k selection over
-    this rank's n entries (under a key, as the methods' selections are: from the thresholds
-    remembered from the last call).
+    """The floor: SparDL's messages replayed with no method work.
+
+    The messages (``events``, as a :class:`RecordingTransport` logs them) go through ``transport``
+    after one exact top-k selection over this rank's n entries (under a key, as the methods'
+    selections are: from the thresholds remembered from the last call).
 
     ``error_feedback``: the ``floor+ef`` row (module docstring): the selection is from a
     residual kept across calls plus the gradient, added in the same pass, and the call writes
@@ -108,7 +110,7 @@ class FloorRun:
 
 
 def spardl_events(transport, source, density: float) -> list:
-    """The messages of one SparDL call (d = 1) on a fresh synchronizer, as the floor replays them."""
+    """The messages of one SparDL call (d = 1) on a fresh synchronizer, for the floor."""
     recorder = RecordingTransport(transport)
     compressors.create("spardl", recorder, numel=source.numel, density=density).allreduce(
         source.get(transport.rank, 0)

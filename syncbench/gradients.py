@@ -1,11 +1,21 @@
-"""The gradients the benchmark and the simulator synchronize: seeded synthetic ones, or a real
-model's on random batches. Every source has ``numel`` and ``get(rank, call)``.
+"""The gradients the benchmark and the simulator synchronize.
+
+Seeded synthetic ones, or a real model's on random batches. Every source has ``numel`` and
+``get(rank, call)``.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
 import numpy as np
 import torch
+
+#: The trainer's packages (in the repository folder, not installed) that models may import.
+TRAINER_PACKAGES = ("models", "datasets")
 
 
 class SyntheticGradients:
@@ -30,21 +40,15 @@ class SyntheticGradients:
 
 
 class ModelGradients:
-    """Real gradients: the cross-entropy gradient of model ``name`` (weights seeded by ``seed``,
-    the same on every rank) on a random batch seeded by (seed, rank, call). One forward and
-    backward pass per call: cheap for small models, seconds for VGG-16 on a CPU.
+    """Real gradients.
+
+    The cross-entropy gradient of model ``name`` (weights seeded by ``seed``, the same on every
+    rank) on a random batch seeded by (seed, rank, call). One forward and backward pass per call:
+    cheap for small models, seconds for VGG-16 on a CPU.
     """
 
     def __init__(self, name: str, seed: int, batch: int, input_shape: tuple, classes: int) -> None:
-        try:
-            import models  # the trainer's, which is not installed with the library
-        except ModuleNotFoundError as error:
-            if error.name != "models":
-                raise
-            raise ValueError(
-                "--gradient model:NAME needs the trainer's models package, which is not "
-                "installed: run from the repository folder with PYTHONPATH=."
-            ) from None
+        models = trainer_package("models")
         if batch < 1 or classes < 2:
             raise ValueError(
                 f"model gradients need --batch >= 1 and --classes >= 2, got {batch} and {classes}"
@@ -72,6 +76,45 @@ class ModelGradients:
         return torch.cat([p.grad.reshape(-1) for p in self.model.parameters()]).float()
 
 
+def trainer_package(name: str):
+    """The trainer's package ``name`` (``models``), imported without touching ``sys.path``.
+
+    The trainer's packages are not installed with the library (``pip install -e .`` leaves them
+    out, see pyproject.toml): where ``import models`` finds nothing, the package is loaded from
+    the repository folder beside this one, with the other trainer packages it imports
+    (``datasets`` for BERT's vocabulary), so ``--gradient model:NAME`` works from any folder.
+
+    Raises:
+        ValueError: the package is neither importable nor in the repository folder.
+    """
+    found = importlib.util.find_spec(name)
+    if found is not None:
+        return importlib.import_module(name)
+    root = Path(__file__).resolve().parent.parent
+    for package in (name, *(other for other in TRAINER_PACKAGES if other != name)):
+        folder = root / package
+        if package in sys.modules or importlib.util.find_spec(package) is not None:
+            continue
+        if not (folder / "__init__.py").is_file():
+            if package == name:
+                raise ValueError(
+                    f"--gradient model:NAME needs the trainer's {name} package, which is "
+                    f"neither installed nor in {root}"
+                )
+            continue
+        spec = importlib.util.spec_from_file_location(
+            package, folder / "__init__.py", submodule_search_locations=[str(folder)]
+        )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[package] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[package]
+            raise
+    return sys.modules[name]
+
+
 def mix_seed(seed: int, rank: int, call: int) -> int:
     """A 63-bit generator seed from (seed, rank, call); distinct tuples give unrelated streams."""
     return int(
@@ -87,9 +130,11 @@ def gradient_source(
     input_shape: str = "3,32,32",
     classes: int = 10,
 ):
-    """The source named by ``spec``: ``"synthetic"`` (:class:`SyntheticGradients` of length
-    ``numel``) or ``"model:NAME"`` (:class:`ModelGradients`, ``input_shape`` written C,H,W);
-    ``ValueError`` for options that cannot make one.
+    """The source named by ``spec``.
+
+    ``"synthetic"`` (:class:`SyntheticGradients` of length ``numel``) or ``"model:NAME"``
+    (:class:`ModelGradients`, ``input_shape`` written C,H,W); ``ValueError`` for options that cannot
+    make one.
     """
     if spec == "synthetic":
         return SyntheticGradients(numel, seed)

@@ -1,9 +1,12 @@
-"""The per-message cost of a network as the synchronizers see it: P ranks exchange small
-messages in rounds, each rank sending one to its right neighbour and receiving one from its left
-(as a round of SparDL's reduce-scatter does), through the project's MPI transport.
+"""The per-message cost of a network as the synchronizers see it.
 
-    .venv/bin/mpiexec -n 2 .venv/bin/python -m syncbench.latency
-    scripts/shaped_network.sh --rate 1gbit -- .venv/bin/mpiexec -n 2 .venv/bin/python -m syncbench.latency
+P ranks exchange small messages in rounds, each rank sending one to its right neighbour and
+receiving one from its left (as a round of SparDL's reduce-scatter does), through the project's MPI
+transport.
+
+    RUN=".venv/bin/mpiexec -n 2 .venv/bin/python -m syncbench.latency"
+    $RUN
+    scripts/shaped_network.sh --rate 1gbit -- $RUN
 
 The median seconds per round is the ``alpha`` of the simulator's ``shared:RATE`` networks
 (``scripts/simulate.py --message-cost``). Run it with no more ranks than cores: with more ranks,
@@ -21,8 +24,9 @@ import torch
 
 
 def round_seconds(transport, rounds: int, numel: int = 2) -> list:
-    """Seconds of each of ``rounds`` exchange rounds of ``numel`` int32 entries, timed on this
-    rank (rounds start together after a barrier every 10 rounds).
+    """Seconds of each of ``rounds`` exchange rounds of ``numel`` int32 entries.
+
+    Timed on this rank; the rounds start together after a barrier every 10 rounds.
     """
     message = torch.zeros(numel, dtype=torch.int32)
     right, left = (transport.rank + 1) % transport.size, (transport.rank - 1) % transport.size
@@ -39,8 +43,10 @@ def round_seconds(transport, rounds: int, numel: int = 2) -> list:
 
 
 def main(argv=None) -> float:
-    """Measure under mpiexec; print the median and quartiles of the slowest rank's round times on
-    rank 0 and return the median (on every rank).
+    """Measure under mpiexec.
+
+    Print the median and quartiles of the slowest rank's round times on rank 0 and return the median
+    (on every rank).
     """
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -71,7 +77,8 @@ def main(argv=None) -> float:
     q1, median, q3 = statistics.quantiles(slowest.tolist(), n=4)
     if comm.Get_rank() == 0:
         print(
-            f"per-message cost on {network_label()} at P = {comm.Get_size()}: median {median * 1e6:.1f} us "
+            f"per-message cost on {network_label()} at P = {comm.Get_size()}: "
+            f"median {median * 1e6:.1f} us "
             f"per round (quartiles {q1 * 1e6:.1f}-{q3 * 1e6:.1f} us, slowest rank of each of "
             f"{args.rounds} rounds); use it as simulate.py --message-cost {median:.3g}"
         )

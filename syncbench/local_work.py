@@ -1,20 +1,22 @@
-"""The simulator's local-work term: what one rank computes in a call besides waiting on the
-network (selection, error-feedback accumulation, clearing the result, scatter-adds, packing,
-gTop-k's merges), measured by replaying rank 0's share of the call alone in this process.
+"""The simulator's local-work term.
+
+What one rank computes in a call besides waiting on the network (selection, error-feedback
+accumulation, clearing the result, scatter-adds, packing, gTop-k's merges), measured by replaying
+rank 0's share of the call alone in this process.
 
 Two models of a rank's local work (``scripts/simulate.py --local-work``):
 
 - ``select`` (the default): selection only, priced by a fixed or measured selection rate
   (:class:`syncbench.selection_cost.SelectionCost`); the same on every machine with a fixed rate.
-- ``replay``: each recorded call of a method is recorded again on P in-process ranks at two
-  sizes, the larger n (the simulated n, or ``--local-numel`` up to the model's n) and n / :data:`FRACTION`, and rank
-  0's share of it is timed alone with its messages played back (:mod:`syncbench.replay`, as the
-  benchmark's ``--replay``): the median of :attr:`ReplayedLocalWork.repeats` calls after one
+- ``replay``: each recorded call of a method is recorded again on P in-process ranks at two sizes,
+  the larger n (the simulated n, or ``--local-numel`` up to the model's n) and n / :data:`FRACTION`,
+  and rank 0's share of it is timed alone with its messages played back (:mod:`syncbench.replay`, as
+  the benchmark's ``--replay``): the median of :attr:`ReplayedLocalWork.repeats` calls after one
   untimed one, on one torch thread. The calls are weighted as the network's (the simulator's
-  ``call_weights``), a line ``fixed + per_entry * n`` is fitted through the two sizes
-  (:func:`fit`) and evaluated at the model's n. The simulator multiplies it by the network's
-  ``compute_share`` and adds it to the network time in place of the selection term (which is
-  part of it). It depends on this machine: state it with the figures.
+  ``call_weights``), a line ``fixed + per_entry * n`` is fitted through the two sizes (:func:`fit`)
+  and evaluated at the model's n. The simulator multiplies it by the network's ``compute_share`` and
+  adds it to the network time in place of the selection term (which is part of it). It depends on
+  this machine: state it with the figures.
 """
 
 from __future__ import annotations
@@ -46,10 +48,11 @@ class LinearFit:
 
 
 def fit(points) -> LinearFit:
-    """The least-squares line ``fixed + per_entry * n`` through ``(n, seconds)`` points (exact
-    through two of them), kept non-negative: a negative fixed part (noise) refits the line
-    through the origin, a negative slope leaves the mean seconds as a fixed part. Points all at
-    one n give a line through the origin.
+    """The least-squares line ``fixed + per_entry * n`` through ``(n, seconds)`` points.
+
+    Exact through two of them, kept non-negative: a negative fixed part (noise) refits the line
+    through the origin, a negative slope leaves the mean seconds as a fixed part. Points all at one
+    n give a line through the origin.
     """
     n, seconds = (np.array(column, dtype=float) for column in zip(*points))
     if np.ptp(n) == 0:
@@ -73,10 +76,12 @@ def replay_seconds(
     repeats: int,
     group=None,
 ) -> float:
-    """Seconds of rank 0's share of call number ``call`` of method ``name`` on ``workers``
-    ranks and ``numel`` entries of the benchmark's synthetic gradients of ``seed``, replayed
-    alone (:func:`syncbench.replay.replay_method`, recorded on ``group``): the median of
-    ``repeats`` timed calls after an untimed one, on one torch thread.
+    """Seconds of rank 0's share of one call, replayed alone.
+
+    The call is number ``call`` of method ``name`` on ``workers`` ranks and ``numel`` entries of the
+    benchmark's synthetic gradients of ``seed``, replayed alone
+    (:func:`syncbench.replay.replay_method`, recorded on ``group``): the median of ``repeats`` timed
+    calls after an untimed one, on one torch thread.
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -95,17 +100,21 @@ def replay_seconds(
 
 @dataclass(frozen=True)
 class ReplayedLocalWork:
-    """``--local-work replay``: ``numel``, the larger replay size (``None``: the simulated n);
-    ``repeats`` timed calls per replay (module docstring).
+    """``--local-work replay``.
+
+    ``numel``, the larger replay size (``None``: the simulated n); ``repeats`` timed calls per
+    replay (module docstring).
     """
 
     numel: int | None = None
     repeats: int = 5
 
     def sizes(self, simulated: int, model: int, rounded) -> tuple:
-        """The two replay sizes: the larger (``numel`` but at most the ``model``'s n, or the
-        ``simulated`` n) and a :data:`FRACTION` of it, each passed through ``rounded`` (the
-        simulator's rounding to whole blocks).
+        """The two replay sizes.
+
+        The larger (``numel`` but at most the ``model``'s n, or the ``simulated`` n) and a
+        :data:`FRACTION` of it, each passed through ``rounded`` (the simulator's rounding to whole
+        blocks).
         """
         larger = min(self.numel, model) if self.numel else simulated
         return rounded(larger), rounded(max(1, larger // FRACTION))
@@ -121,10 +130,12 @@ class ReplayedLocalWork:
         seed: int,
         group=None,
     ) -> tuple:
-        """``(fit, points)``: the :func:`fit` through ``points``, ``(n, seconds)`` at each of
-        ``sizes``, the seconds being the ``weights``-weighted sum over calls (``weights[c]``: call
-        c's weight; calls of weight 0 are not replayed). ``group(workers)`` makes the in-process
-        group to record on (``None``: ``allreducers.transports.local_group``).
+        """The :func:`fit` through the replayed sizes, and its points.
+
+        Returns ``(fit, points)``: ``points`` are ``(n, seconds)`` at each of ``sizes``, the seconds
+        being the ``weights``-weighted sum over calls (``weights[c]``: call c's weight; calls of
+        weight 0 are not replayed). ``group(workers)`` makes the in-process group to record on
+        (``None``: ``allreducers.transports.local_group``).
         """
         points = []
         for numel in sizes:
@@ -151,16 +162,16 @@ class ReplayedLocalWork:
         """One line on the model, for the output's header."""
         larger = f"n = {self.numel:,} (at most the model's n)" if self.numel else "the simulated n"
         return (
-            f"local work: replayed (--local-work replay): rank 0's share of each call timed alone in this "
-            f"process at {larger} and a {FRACTION}th of it, on one torch thread, fitted as fixed + per-entry "
-            f"seconds at the model's n and multiplied by the network's compute share; predicted = network + "
-            f"local work (selection included)"
+            "local work: replayed (--local-work replay): rank 0's share of each call timed alone "
+            f"in this process at {larger} and a {FRACTION}th of it, on one torch thread, fitted as "
+            "fixed + per-entry seconds at the model's n and multiplied by the network's compute "
+            "share; predicted = network + local work (selection included)"
         )
 
 
 def describe_select() -> str:
     """The header line of ``--local-work select``."""
     return (
-        "local work: selection only (--local-work select, the default): predicted = network + selection; "
-        "packing, scatter-adds and copies are not modelled"
+        "local work: selection only (--local-work select, the default): predicted = network + "
+        "selection; packing, scatter-adds and copies are not modelled"
     )

@@ -1,5 +1,6 @@
-"""Network models of the simulator: the time of each round of messages, given what every rank
-sends in it.
+"""Network models of the simulator.
+
+The time of each round of messages, given what every rank sends in it.
 
 - :class:`Network`, the alpha-beta model of a switched network where every rank has its own
   link: a round costs its busiest rank's ``messages * alpha + bytes * beta``. The presets
@@ -47,8 +48,9 @@ class Network:
     beta: float
 
     def round_seconds(self, messages: np.ndarray, sent: np.ndarray) -> np.ndarray:
-        """Seconds of each round; ``messages[w, i]`` and ``sent[w, i]`` (bytes) are what rank w
-        sends in round i.
+        """Seconds of each round.
+
+        ``messages[w, i]`` and ``sent[w, i]`` (bytes) are what rank w sends in round i.
         """
         busiest = (messages * self.alpha + sent * self.beta).max(axis=0, initial=0.0)
         return np.maximum(busiest, self.alpha)
@@ -64,8 +66,10 @@ class Network:
 
 @dataclass(frozen=True)
 class SharedLink:
-    """P ranks sharing one link of ``rate`` bytes/s, ``alpha`` seconds per message, and
-    ``cores`` cores (``None``: a core per rank) (module docstring).
+    """P ranks sharing one link (module docstring).
+
+    The link carries ``rate`` bytes/s at ``alpha`` seconds per message; the ranks share ``cores``
+    cores (``None``: a core per rank).
     """
 
     name: str
@@ -79,8 +83,9 @@ class SharedLink:
         return 1 / self.rate
 
     def round_seconds(self, messages: np.ndarray, sent: np.ndarray) -> np.ndarray:
-        """Seconds of each round; ``messages[w, i]`` and ``sent[w, i]`` (bytes) are what rank w
-        sends in round i.
+        """Seconds of each round.
+
+        ``messages[w, i]`` and ``sent[w, i]`` (bytes) are what rank w sends in round i.
         """
         per_message = messages.max(axis=0, initial=0.0) * self.alpha
         return np.maximum(per_message + sent.sum(axis=0) / self.rate, self.alpha)
@@ -95,7 +100,8 @@ class SharedLink:
             "a core per rank" if self.cores is None else f"{self.cores} cores shared by all ranks"
         )
         return (
-            f"one link of {self.rate * 8 / 1e9:g} Gbit/s shared by all ranks, alpha {self.alpha * 1e6:g} us, "
+            f"one link of {self.rate * 8 / 1e9:g} Gbit/s shared by all ranks, "
+            f"alpha {self.alpha * 1e6:g} us, "
             f"{cores}"
         )
 
@@ -115,8 +121,9 @@ TESTBED_ALPHA = 160e-6
 
 
 def parse_rate(text: str) -> float:
-    """Bytes per second of a rate written as tc takes it (``1gbit``, ``100mbit``, ``125mbps``,
-    ``1e9bit``); ``ValueError`` otherwise.
+    """Bytes per second of a rate written as tc takes it.
+
+    For example ``1gbit``, ``100mbit``, ``125mbps`` or ``1e9bit``; ``ValueError`` otherwise.
     """
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*", text.lower())
     if not match or match.group(2) not in _RATE_UNITS or float(match.group(1)) <= 0:
@@ -128,9 +135,11 @@ def parse_rate(text: str) -> float:
 
 
 def parse_network(spec: str, message_cost: float = TESTBED_ALPHA, cores: int | None = None):
-    """The network named by ``spec``: a preset (``ethernet``, ``infiniband``) or ``shared:RATE``,
-    this testbed's link at RATE (:func:`parse_rate`) with ``message_cost`` seconds per message
-    and ``cores`` cores shared by the ranks; ``ValueError`` naming the valid choices otherwise.
+    """The network named by ``spec``.
+
+    A preset (``ethernet``, ``infiniband``) or ``shared:RATE``, this testbed's link at RATE
+    (:func:`parse_rate`) with ``message_cost`` seconds per message and ``cores`` cores shared by the
+    ranks; ``ValueError`` naming the valid choices otherwise.
     """
     if spec in PRESETS:
         return PRESETS[spec]

@@ -1,33 +1,72 @@
-"""Which rows a benchmark or simulation times: every method once, SparDL once per team count d,
-Spar-Reduce-Scatter execution and Spar-All-Gather variant that applies at P workers.
+"""Which rows a benchmark or simulation times.
+
+Every method once, SparDL once per team count d, Spar-Reduce-Scatter execution and
+Spar-All-Gather variant that applies at P workers. SparDL's defaults and choices come from the
+registry (``compressors.option_defaults`` and ``compressors.option_choices``), and so does the
+decision whether a setting applies at P (``compressors.check_options``).
 """
 
 from __future__ import annotations
 
-SRS_DEFAULT = "rounds"
-SAG_DEFAULT = "bruck"
+import compressors
+
+SPARDL = "spardl"
+SRS_DEFAULT = compressors.option_defaults(SPARDL)["srs"]
+SAG_DEFAULT = compressors.option_defaults(SPARDL)["sag"]
+SRS_CHOICES = compressors.option_choices(SPARDL)["srs"]
+SAG_CHOICES = compressors.option_choices(SPARDL)["sag"]
+#: SparDL's options that the benchmark and the simulator sweep with flags of their own.
+SWEPT = ("teams", "srs", "sag")
 
 
 def spardl_label(teams: int, srs: str = SRS_DEFAULT, sag: str = SAG_DEFAULT) -> str:
-    """A SparDL row's label: ``spardl``, with what differs from the defaults in parentheses:
-    ``spardl(d=2)``, ``spardl(blocks)``, ``spardl(d=4,recursive)``, ``spardl(d=4,blocks,recursive)``.
+    """A SparDL row's label: ``spardl``, with what differs from the defaults in parentheses.
+
+    For example ``spardl(d=2)``, ``spardl(blocks)``, ``spardl(d=4,recursive)`` or
+    ``spardl(d=4,blocks,recursive)``.
     """
-    parts = (
-        ([f"d={teams}"] if teams > 1 else [])
-        + ([srs] if srs != SRS_DEFAULT else [])
-        + ([sag] if sag != SAG_DEFAULT else [])
-    )
-    return f"spardl({','.join(parts)})" if parts else "spardl"
+    return label(SPARDL, {"teams": teams, "srs": srs, "sag": sag})
+
+
+def label(name: str, options: dict) -> str:
+    """A row's label: the method, with its options that differ from the defaults in parentheses.
+
+    SparDL's swept options are written short (``d=4``, ``blocks``, ``recursive``), any other
+    option as ``key=value`` (``oktopk(in_flight=2)``).
+    """
+    defaults = compressors.option_defaults(name)
+    parts = []
+    for key, value in options.items():
+        if value == defaults.get(key):
+            continue
+        if name == SPARDL and key == "teams":
+            parts.append(f"d={value}")
+        elif name == SPARDL and key in SWEPT:
+            parts.append(str(value))
+        else:
+            parts.append(f"{key}={value}")
+    return f"{name}({','.join(parts)})" if parts else name
 
 
 def spardl_skip_reason(teams: int, sag: str, workers: int):
-    """Why SparDL with ``teams`` and ``sag`` does not apply at P = ``workers``, as a note for
-    stderr (``None``: it applies).
+    """Why SparDL with ``teams`` and ``sag`` does not apply at P = ``workers``.
+
+    Returns:
+        A note for stderr, or ``None`` where it applies. A variant other than the default with
+        one team is skipped too: without Spar-All-Gather it is the default's row again.
     """
-    if workers % teams:
+    try:
+        compressors.check_options(SPARDL, workers, teams=teams)
+    except ValueError:
         return f"--teams {teams} skipped: a team count must divide P = {workers}"
-    if sag == "recursive" and (teams == 1 or teams & (teams - 1)):
-        return f"--sag recursive skipped at d={teams}: it needs a team count d > 1 that is a power of two"
+    if sag != SAG_DEFAULT and teams == 1:
+        return (
+            f"--sag {sag} skipped at d=1: one team has no Spar-All-Gather (the {SAG_DEFAULT} row)"
+        )
+    try:
+        compressors.check_options(SPARDL, workers, teams=teams, sag=sag)
+    except ValueError as error:
+        return f"--sag {sag} skipped at d={teams}: {error}"
     return None
 
 
@@ -37,35 +76,36 @@ def method_runs(
     workers: int,
     srs: tuple = (SRS_DEFAULT,),
     sag: tuple = (SAG_DEFAULT,),
+    options: dict = None,
 ) -> list:
-    """``(label, name, options)`` for every row: each method once, spardl once per team count d,
-    execution ``srs`` and variant ``sag`` that apply at P = ``workers`` (:func:`spardl_label`;
-    :func:`skipped` says which do not).
+    """``(label, name, options)`` for every row.
+
+    Each method once, spardl once per team count d, execution ``srs`` and variant ``sag`` that
+    apply at P = ``workers`` (:func:`skipped` says which do not). ``options``: further options
+    per method (``{"oktopk": {"in_flight": 2}}``, from ``--method-option``), in every row of
+    that method and in its label (:func:`label`).
     """
     runs = []
     for name in methods:
-        if name != "spardl":
-            runs.append((name, name, {}))
+        extra = (options or {}).get(name, {})
+        if name != SPARDL:
+            runs.append((label(name, extra), name, dict(extra)))
             continue
         for d in teams:
             for variant in sag:
                 if spardl_skip_reason(d, variant, workers) is None:
-                    runs += [
-                        (
-                            spardl_label(d, execution, variant),
-                            name,
-                            {"teams": d, "srs": execution, "sag": variant},
-                        )
-                        for execution in srs
-                    ]
+                    for execution in srs:
+                        chosen = {"teams": d, "srs": execution, "sag": variant, **extra}
+                        runs.append((label(name, chosen), name, chosen))
     return runs
 
 
 def skipped(methods: list, teams: list, workers: int, sag: tuple = (SAG_DEFAULT,)) -> list:
-    """The notes (:func:`spardl_skip_reason`, each once) on the SparDL settings that
-    :func:`method_runs` leaves out at P = ``workers``.
+    """The notes (:func:`spardl_skip_reason`, each once) on the left-out SparDL settings.
+
+    Those :func:`method_runs` leaves out at P = ``workers``.
     """
-    if "spardl" not in methods:
+    if SPARDL not in methods:
         return []
     notes = (spardl_skip_reason(d, variant, workers) for d in teams for variant in sag)
     return list(dict.fromkeys(note for note in notes if note))

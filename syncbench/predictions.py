@@ -4,8 +4,10 @@ from __future__ import annotations
 
 
 def format_tables(rows: list, key: str, title: str, models: dict) -> str:
-    """Per network: ``key`` (ms) per method (columns) and P (rows), and the fastest method;
-    ``models`` maps each network's name to its description (``Network.describe``).
+    """The predicted tables, one per network.
+
+    Each holds ``key`` (ms) per method (columns) and P (rows), and the fastest method; ``models``
+    maps each network's name to its description (``Network.describe``).
     """
     out = []
     for network in dict.fromkeys(r["network"] for r in rows):
@@ -34,8 +36,10 @@ def format_tables(rows: list, key: str, title: str, models: dict) -> str:
 
 
 def crossovers(rows: list, reference: str = "spardl") -> list:
-    """Sentences saying, per network and other method, at which P the row labelled ``reference``
-    is faster or slower (other option sets of its own method, such as team counts, are skipped).
+    """Sentences saying where the row labelled ``reference`` wins.
+
+    Per network and other method, at which P it is faster or slower (other option sets of its own
+    method, such as team counts, are skipped).
     """
     method_of = {r["label"]: r["method"] for r in rows}
     lines = []

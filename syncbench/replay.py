@@ -1,9 +1,12 @@
-"""Record and replay: one rank's share of a call timed alone in this process, free of the
-network and of other ranks competing for the cores and memory.
+"""Record and replay.
 
-Every row's call number ``warmup`` is recorded on P in-process ranks (``allreducers.transports.recording``), then
-rank 0's share of it is timed in this process, its received messages played back, its state
-restored before each call, and its result checked against the recorded one.
+One rank's share of a call timed alone in this process, free of the network and of other ranks
+competing for the cores and memory.
+
+Every row's call number ``warmup`` is recorded on P in-process ranks
+(``allreducers.transports.recording``), then rank 0's share of it is timed in this process, its
+received messages played back, its state restored before each call, and its result checked
+against the recorded one.
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ from .timing import MethodRun
 
 
 class Replayed:
-    """A :class:`MethodRun` or :class:`FloorRun` on a :class:`ReplayTransport`, started over
-    before every call: the transport rewound and the run's state as before the recorded call
-    (``state``: a synchronizer's ``state_dict``, a floor's :meth:`FloorRun.state`); a method's
-    result must equal the recorded one (``result``).
+    """A run on a :class:`ReplayTransport`, started over before every call.
+
+    A :class:`MethodRun` or :class:`FloorRun`: before every call the transport is rewound and the
+    run's state is as before the recorded call (``state``: a synchronizer's ``state_dict``, a
+    floor's :meth:`FloorRun.state`); a method's result must equal the recorded one (``result``).
     """
 
     def __init__(
@@ -43,9 +47,11 @@ class Replayed:
 
 
 def record_call(name: str, options: dict, grads: list, density: float, group=None) -> tuple:
-    """Run ``name`` on ``len(grads[0])`` in-process ranks (``group``, by default
-    ``allreducers.transports.local_group``), ``grads[c][r]`` being rank r's gradient at call c, and record rank
-    0's last call: its state before that call, its events (with payloads) and its result.
+    """Run ``name`` on in-process ranks and record rank 0's last call.
+
+    The ranks are ``len(grads[0])`` (``group``, by default ``allreducers.transports.local_group``),
+    ``grads[c][r]`` being rank r's gradient at call c. Returns rank 0's state before its last call,
+    its events (with payloads) and its result.
     """
 
     def body(transport):
@@ -73,10 +79,12 @@ def replay_method(name: str, options: dict, grads: list, density: float, group=N
 
 
 def replay_runs(runs: list, source, workers: int, warmup: int, density: float) -> tuple:
-    """``(factories, gradient)`` for ``timing.time_runs``: each of ``runs`` (``(label, name,
-    options)``, then the two floors) with its call number ``warmup`` recorded on ``workers``
-    in-process ranks, then replayed as rank 0 alone; the floors replay SparDL's (d = 1) messages
-    of that call, floor+ef from the residual its local work left after the calls before.
+    """``(factories, gradient)`` for ``timing.time_runs``.
+
+    Each of ``runs`` (``(label, name, options)``, then the two floors) with its call number
+    ``warmup`` recorded on ``workers`` in-process ranks, then replayed as rank 0 alone; the floors
+    replay SparDL's (d = 1) messages of that call, floor+ef from the residual its local work left
+    after the calls before.
     """
     grads = [[source.get(rank, call) for rank in range(workers)] for call in range(warmup + 1)]
     exact = torch.stack(grads[-1]).mean(0)

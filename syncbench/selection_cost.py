@@ -1,6 +1,8 @@
-"""What selection costs in the simulator: which vectors each rank hands to the selector
-(:class:`SelectionCounter`, an observer of ``compressors.selection``) and how long a selection
-of a given length takes (:class:`SelectionCost`).
+"""What selection costs in the simulator.
+
+Which vectors each rank hands to the selector (:class:`SelectionCounter`, an observer of
+``compressors.selection``) and how long a selection of a given length takes
+(:class:`SelectionCost`).
 
 The default is a fixed throughput, :data:`DEFAULT_SELECT_RATE` entries per second for every
 kind of selection, so that a table is the same on every machine; measuring this machine's
@@ -26,11 +28,12 @@ DEFAULT_SELECT_RATE = 1e9
 
 
 class SelectionCounter:
-    """While active (``with``), logs per thread the length of every vector handed to a top-k
-    selection (a matrix logs its first row as a ``topk`` and each further row as a
-    ``topk_row``, or as ``hinted`` and ``hinted_row`` when the selector started every row from a
-    remembered threshold) and to a threshold pass (``above``), as
-    :func:`compressors.selection.observe` reports them.
+    """While active (``with``), logs the selections of every thread.
+
+    Per thread, the length of every vector handed to a top-k selection (a matrix logs its first row
+    as a ``topk`` and each further row as a ``topk_row``, or as ``hinted`` and ``hinted_row`` when
+    the selector started every row from a remembered threshold) and to a threshold pass (``above``),
+    as :func:`compressors.selection.observe` reports them.
     """
 
     KINDS = ("topk", "topk_row", "hinted", "hinted_row", "above")
@@ -134,16 +137,19 @@ class SelectionCost:
             for kind in SelectionCounter.KINDS
         ]
         return (
-            f"selection measured on {where or 'this machine'}, M entries/s at n = 65,536 / 1,048,576 / "
-            f"16,777,216: {'; '.join(parts)} (the default, for reproducible tables, is a fixed "
+            f"selection measured on {where or 'this machine'}, M entries/s at "
+            f"n = 65,536 / 1,048,576 / 16,777,216: {'; '.join(parts)} (the default, for "
+            "reproducible tables, is a fixed "
             f"{DEFAULT_SELECT_RATE / 1e6:g} M entries/s)"
         )
 
 
 def _selection_runs(numel: int, density: float, seed: int, device: str) -> dict:
-    """Per kind (see :class:`SelectionCost`), a function that runs one selection on ``device``
-    and the number of rows of length ``numel`` it selects from. The ``hinted`` kinds take turns
-    between two independent draws under one key, so each starts from the other's thresholds.
+    """Per kind (see :class:`SelectionCost`), a function that runs one selection.
+
+    The function runs on ``device``; with it comes the number of rows of length ``numel`` it selects
+    from. The ``hinted`` kinds take turns between two independent draws under one key, so each
+    starts from the other's thresholds.
     """
     rows = max(2, (1 << 23) // numel)
     x, other = (SyntheticGradients(numel, seed).get(0, call).to(device) for call in (0, 1))
@@ -165,10 +171,11 @@ def _selection_runs(numel: int, density: float, seed: int, device: str) -> dict:
 
 
 def _time_selections(density: float, seed: int, repeats: int, device: str) -> dict:
-    """Best seconds of one selection per kind at each of :attr:`SelectionCost.LENGTHS`: the
-    repeats take turns over all kinds and lengths, so that a burst of load on the machine spoils
-    one timing of many rather than every timing of one. A ``topk_row`` is the matrix call's
-    time less one ``topk``, per further row.
+    """Best seconds of one selection per kind at each of :attr:`SelectionCost.LENGTHS`.
+
+    The repeats take turns over all kinds and lengths, so that a burst of load on the machine spoils
+    one timing of many rather than every timing of one. A ``topk_row`` is the matrix call's time
+    less one ``topk``, per further row.
     """
     runs = {numel: _selection_runs(numel, density, seed, device) for numel in SelectionCost.LENGTHS}
     synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)

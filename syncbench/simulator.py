@@ -2,8 +2,9 @@
 
 Every method runs for real on P threads of one process on the benchmark's heavy-tailed
 gradients, at a modest n so that data-dependent sizes (gtopk merges, oktopk regions, SAG
-unions) are real. A :class:`allreducers.transports.recording.RecordingTransport` logs every message with its
-round, and a :class:`SelectionCounter` logs how many entries each rank hands to the selector.
+unions) are real. A :class:`allreducers.transports.recording.RecordingTransport` logs every
+message with its round, and a :class:`SelectionCounter` logs how many entries each rank hands to
+the selector.
 
 The model, per call; the prediction is the mean over the recorded calls after the warm-up, with
 each kind of call at its share of the method's period (:func:`call_weights`):
@@ -66,6 +67,7 @@ class SharedSumGroup(LocalGroup):
         self.total = None
 
     def rank(self, rank: int) -> SharedSumTransport:
+        """The transport of rank ``rank`` (call it from the thread that plays that rank)."""
         return SharedSumTransport(self, rank)
 
 
@@ -103,8 +105,9 @@ def record_calls(
     source=None,
     warmup: int = 0,
 ) -> list:
-    """Run ``calls`` synchronizations of method ``name`` on an in-process group of ``workers``,
-    the first ``warmup`` of them warm-up.
+    """Run ``calls`` synchronizations of method ``name`` on in-process ranks.
+
+    The group has ``workers`` ranks; the first ``warmup`` calls are warm-up.
 
     Returns ``per_rank[r][c]``: rank r's record of call c with the keys the benchmark records
     (``bytes``, ``messages``, ``rounds``, ``nnz``) plus ``events`` (its logged messages),
@@ -146,11 +149,13 @@ def record_calls(
 
 
 def call_weights(sync, warmup: int, calls: int) -> list:
-    """The weights of calls 0 .. ``calls``-1 of ``sync`` in the mean over one period of its call
-    kinds (:meth:`Synchronizer.call_kind`), so that a method's periodic extra work (Ok-Topk's
-    exact calls: 1 in 32) is priced at its share. Each kind's share of the period goes in equal
-    parts to the calls of that kind after the ``warmup``, else to the warm-up calls of that
-    kind, else to call 0 (which does all the periodic work: a slight over-estimate).
+    """The weights of the calls of ``sync`` in the mean over one period.
+
+    Calls 0 .. ``calls``-1, weighed over one period of its call kinds
+    (:meth:`Synchronizer.call_kind`), so that a method's periodic extra work (Ok-Topk's exact calls:
+    1 in 32) is priced at its share. Each kind's share of the period goes in equal parts to the
+    calls of that kind after the ``warmup``, else to the warm-up calls of that kind, else to call 0
+    (which does all the periodic work: a slight over-estimate).
     """
     kinds = [sync.call_kind(step) for step in range(calls)]
     period = [sync.call_kind(step) for step in range(sync.kind_period)]
@@ -167,8 +172,10 @@ def call_weights(sync, warmup: int, calls: int) -> list:
 
 
 def traffic_per_round(records: list) -> tuple:
-    """``(messages, sent)``: arrays of shape (ranks, rounds), what each rank sends in each round
-    of one call, from every rank's record of it (the counted rounds only).
+    """What each rank sends in each round of one call.
+
+    Returns ``(messages, sent)``, arrays of shape (ranks, rounds), from every rank's record of the
+    call (the counted rounds only).
     """
     length = max(r["rounds"] for r in records)
     messages = np.zeros((len(records), length))
@@ -188,7 +195,8 @@ def traffic_per_round(records: list) -> tuple:
 
 
 def predict_call(records: list, network, scale: float, cost: SelectionCost) -> dict:
-    """Predicted seconds of one call from every rank's record of it (model: module docstring);
+    """Predicted seconds of one call from every rank's record of it (model: module docstring).
+
     ``network`` is one of :mod:`syncbench.network`'s models.
     """
     messages, sent = traffic_per_round(records)
@@ -204,7 +212,8 @@ def predict_call(records: list, network, scale: float, cost: SelectionCost) -> d
 
 
 def predict(per_rank: list, network, scale: float, cost: SelectionCost) -> dict:
-    """The mean of :func:`predict_call` over one period of call kinds (the records' ``weight``);
+    """The mean of :func:`predict_call` over one period of call kinds (the records' ``weight``).
+
     ``per_rank[r][c]`` as :func:`record_calls` returns.
     """
     calls = [
@@ -216,10 +225,12 @@ def predict(per_rank: list, network, scale: float, cost: SelectionCost) -> dict:
 
 
 def simulated_numel(numel: int, workers: int, density: float) -> int:
-    """``numel`` rounded up to ``workers * B`` where ``B * density`` is a whole number or a little
-    more (less than 1/B of it): the smallest B >= ceil(numel / workers) whose block keeps
-    ceil(ceil(numel / workers) * density) entries. Then every block of every team count keeps
-    its share of the density, as the model's large blocks do (module docstring).
+    """``numel`` rounded up so that every block keeps its share of the density.
+
+    Rounded up to ``workers * B`` where ``B * density`` is a whole number or a little more (less
+    than 1/B of it): the smallest B >= ceil(numel / workers) whose block keeps ceil(ceil(numel /
+    workers) * density) entries. Then every block of every team count keeps its share of the
+    density, as the model's large blocks do (module docstring).
     """
     kept = math.ceil(math.ceil(numel / workers) * density)
     return workers * math.ceil(kept / density)
@@ -235,9 +246,11 @@ def simulate_row(
     cost: SelectionCost,
     local_work: ReplayedLocalWork | None = None,
 ) -> list:
-    """Record one method at one P and return one row per network. ``settings`` gives ``numel``
-    (simulated), ``model_numel`` (predicted), ``density``, ``warmup``, ``calls`` and ``seed``;
-    ``local_work``: the replayed local-work model, ``None`` for selection only (module docstring).
+    """Record one method at one P and return one row per network.
+
+    ``settings`` gives ``numel`` (simulated), ``model_numel`` (predicted), ``density``, ``warmup``,
+    ``calls`` and ``seed``; ``local_work``: the replayed local-work model, ``None`` for selection
+    only (module docstring).
     """
     start = time.perf_counter()
     numel = simulated_numel(settings.numel, workers, settings.density)
@@ -279,8 +292,8 @@ def simulate_row(
             "local_seconds": fitted.seconds(settings.model_numel),
         }
         print(
-            f"  replayed {label}'s rank 0 at P={workers}, n={', '.join(f'{n:,}' for n in sizes)} in "
-            f"{time.perf_counter() - start:.1f} s",
+            f"  replayed {label}'s rank 0 at P={workers}, "
+            f"n={', '.join(f'{n:,}' for n in sizes)} in {time.perf_counter() - start:.1f} s",
             file=sys.stderr,
             flush=True,
         )

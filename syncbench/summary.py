@@ -1,5 +1,7 @@
-"""The benchmark's rows: per-call records of every rank summarized into one row per method
-(:func:`summarize`), and the rows as a text table, CSV and a chart.
+"""The benchmark's rows.
+
+Per-call records of every rank summarized into one row per method (:func:`summarize`), and the rows
+as a text table, CSV and a chart.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def summarize(
         "teams": options.get("teams", 1),
         "srs": options.get("srs"),
         "sag": options.get("sag"),
+        "options": dict(options),
         "workers": workers,
         "numel": numel,
         "density": args.density,
@@ -84,8 +87,9 @@ def summarize(
 
 
 def format_table(rows: list) -> str:
-    """The rows as an aligned text table, with each method's ratios to the two floor rows
-    (``floor_ratio``, ``ef_floor_ratio``).
+    """The rows as an aligned text table.
+
+    With each method's ratios to the two floor rows (``floor_ratio``, ``ef_floor_ratio``).
     """
     width = max(14, 2 + max(len(r["label"]) for r in rows))
     header = (
@@ -117,8 +121,10 @@ def write_csv(rows: list, path: str) -> None:
 
 
 def plot(rows: list, path: str) -> None:
-    """Bar charts: median time split by phase (with min-max whiskers) and bytes per rank (log
-    scale: sparse methods' bars stay visible beside dense).
+    """Bar charts of the median time split by phase and of the bytes per rank.
+
+    The times have min-max whiskers; the bytes are on a log scale, so sparse methods' bars stay
+    visible beside dense.
     """
     import matplotlib
 

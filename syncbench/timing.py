@@ -1,6 +1,7 @@
-"""Timing synchronizations: one row's synchronizer timed call by call (:class:`MethodRun`), many
-rows interleaved call by call (:func:`time_runs`), and the exact average each result is compared
-with.
+"""Timing synchronizations.
+
+One row's synchronizer timed call by call (:class:`MethodRun`), many rows interleaved call by call
+(:func:`time_runs`), and the exact average each result is compared with.
 """
 
 from __future__ import annotations
@@ -44,9 +45,11 @@ class MethodRun:
         self.sync.load_state_dict(state)
 
     def time(self, grad: torch.Tensor, exact: torch.Tensor, out: torch.Tensor) -> dict:
-        """One synchronization of ``grad``: the wall time and phase times in seconds, traffic,
-        nnz, the cosine to ``exact`` and, when measured, ``lost_mass``. The synchronizer counts
-        no non-zeros in its call (``count_nnz`` off): nnz is counted here, after the clock.
+        """One synchronization of ``grad``.
+
+        The wall time and phase times in seconds, traffic, nnz, the cosine to ``exact`` and, when
+        measured, ``lost_mass``. The synchronizer counts no non-zeros in its call (``count_nnz``
+        off): nnz is counted here, after the clock.
         """
         self.sync.transport.barrier()
         start = time.perf_counter()
@@ -68,10 +71,11 @@ class MethodRun:
 
 
 def time_runs(factories: list, gradient, calls: int, sequential: bool) -> list:
-    """Per-call records of every run (``factories``: functions that build a :class:`MethodRun`,
-    a floor run or a replayed run, anything with ``time(grad, exact, out)``), in the order of
-    ``factories``; ``gradient(call)`` gives this rank's gradient of call ``call`` and the exact
-    average.
+    """Per-call records of every run, in the order of ``factories``.
+
+    ``factories``: functions that build a :class:`MethodRun`, a floor run or a replayed run,
+    anything with ``time(grad, exact, out)``; ``gradient(call)`` gives this rank's gradient of call
+    ``call`` and the exact average.
 
     Interleaved (the default): call c of every run synchronizes the same gradient one after
     another, starting at a different run each call, so a machine that drifts in speed during
@@ -94,8 +98,10 @@ def time_runs(factories: list, gradient, calls: int, sequential: bool) -> list:
 
 
 def mpi_gradients(comm, source):
-    """``gradient(call)`` for :func:`time_runs` under MPI: this rank's gradient of the call and
-    the exact average over the ranks (one MPI all-reduce per call, cached for the rows).
+    """``gradient(call)`` for :func:`time_runs` under MPI.
+
+    This rank's gradient of the call and the exact average over the ranks (one MPI all-reduce per
+    call, cached for the rows).
     """
     from mpi4py import MPI
 
@@ -114,8 +120,9 @@ def mpi_gradients(comm, source):
 
 
 def cosine(result: torch.Tensor, exact: torch.Tensor) -> float:
-    """Cosine similarity of two vectors, computed in float64: 1.0 when both are zero, 0.0 when
-    only one is, NaN when either holds NaN or inf.
+    """Cosine similarity of two vectors, computed in float64.
+
+    1.0 when both are zero, 0.0 when only one is, NaN when either holds NaN or inf.
     """
     a, b = result.double(), exact.double()
     norm_a, norm_b = float(a.norm()), float(b.norm())

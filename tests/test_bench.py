@@ -278,7 +278,20 @@ def test_floor_with_error_feedback_does_what_every_residual_method_does():
         (["--srs", "rounds,steps"], "--srs takes a comma-separated list of rounds, blocks"),
         (["--sag", "ring"], "--sag takes a comma-separated list of bruck, recursive"),
         (["--replay", "2", "--lost-mass"], "--lost-mass needs the ranks' exchange"),
-        (["--replay", "0"], "--replay >= 1"),
+        (["--replay", "0"], "--replay must be >= 1, got 0"),
+        (["--numel", "-5"], "^bench_allreduce.py: error: --numel must be >= 1, got -5\n$"),
+        (["--iters", "0"], "^bench_allreduce.py: error: --iters must be >= 1, got 0\n$"),
+        (["--warmup", "-1"], "--warmup must be >= 0, got -1"),
+        (
+            ["--method-option", "nope=1", "--methods", "topk,oktopk"],
+            "--method-option nope=1: no method of --methods \\(topk, oktopk\\) takes 'nope'; "
+            "valid keys: dense_warmup, global_interval, global_scale, in_flight, ",
+        ),
+        (
+            ["--method-option", "in_flight=x"],
+            "--method-option in_flight=x: oktopk's in_flight takes a whole number",
+        ),
+        (["--method-option", "in_flight"], "--method-option in_flight: expected KEY=VALUE"),
         (["--json", "/no/such/dir/rows.json"], "--json /no/such/dir/rows.json: no directory"),
         (["--csv", "."], "--csv .: is a directory"),
         (
@@ -397,8 +410,10 @@ def test_spardl_variants_are_labelled_and_those_that_do_not_apply_skipped():
     ]
     assert runs[5][2] == {"teams": 2, "srs": "blocks", "sag": "recursive"}
     assert plan.skipped(["spardl"], [1, 2, 3, 4], 6, ("bruck", "recursive")) == [
-        "--sag recursive skipped at d=1: it needs a team count d > 1 that is a power of two",
-        "--sag recursive skipped at d=3: it needs a team count d > 1 that is a power of two",
+        "--sag recursive skipped at d=1: one team has no Spar-All-Gather (the bruck row)",
+        # the registry's reason (compressors.check_options)
+        "--sag recursive skipped at d=3: sag='recursive' needs teams a power of two, got 3; "
+        "use sag='bruck' or teams in 1, 2",
         "--teams 4 skipped: a team count must divide P = 6",
     ]
     assert (
@@ -516,3 +531,145 @@ def test_dense_overhead_prints_dense_beside_the_bare_all_reduces():
         r"\([0-9.]+x\)\n",
         result.stdout,
     ), result.stdout
+
+
+def test_a_method_option_applies_to_the_methods_that_take_it():
+    rows = bench.main(
+        [
+            "--replay",
+            "2",
+            "--numel",
+            "600",
+            "--iters",
+            "1",
+            "--methods",
+            "oktopk,topk,spardl",
+            "--method-option",
+            "in_flight=2",
+            "--method-option",
+            "dense_warmup=1",
+            "--method-option",
+            "teams=2",  # wins over --teams
+            "--teams",
+            "1",
+        ]
+    )
+    options = {row["label"]: row["options"] for row in rows}
+    assert options == {
+        "oktopk(in_flight=2,dense_warmup=1)": {"in_flight": 2, "dense_warmup": 1},
+        "topk(dense_warmup=1)": {"dense_warmup": 1},
+        "spardl(d=2,dense_warmup=1)": {
+            "teams": 2,
+            "srs": "rounds",
+            "sag": "bruck",
+            "dense_warmup": 1,
+        },
+        "floor": {},
+        "floor+ef": {},
+    }
+    assert rows[2]["teams"] == 2
+
+
+def test_a_method_option_value_that_fails_at_p_is_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(
+            [
+                "--replay",
+                "2",
+                "--numel",
+                "600",
+                "--methods",
+                "oktopk",
+                "--method-option",
+                "in_flight=0",
+            ]
+        )
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "bench_allreduce.py: error: --method-option: oktopk(in_flight=0) at P = 2: "
+        "in_flight must be an integer >= 1, got 0"
+    ]
+
+
+@pytest.mark.mpi
+def test_json_rows_record_the_method_options(tmp_path):
+    path = tmp_path / "rows.json"
+    result = mpiexec(
+        2,
+        SCRIPT,
+        "--numel",
+        "3001",
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+        "--methods",
+        "oktopk,dense",
+        "--method-option",
+        "in_flight=1",
+        "--json",
+        str(path),
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = {row["label"]: row for row in json.loads(path.read_text())}
+    assert rows["oktopk(in_flight=1)"]["options"] == {"in_flight": 1}
+    assert rows["dense"]["options"] == {}
+
+
+@pytest.mark.mpi
+def test_a_gradient_too_long_for_int32_indices_is_refused_before_allocating():
+    """It used to allocate until the kernel killed a rank: status 9 and MPICH's crash banner."""
+    result = mpiexec(2, SCRIPT, "--numel", "3000000000", timeout=120)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert (result.stdout + result.stderr).splitlines() == [
+        "bench_allreduce.py: error: --numel 3000000000 is above 2,147,483,647, the most entries "
+        "gaussiank, gtopk, oktopk, spardl, topk, topkdsa address (int32 indices); use a smaller "
+        "--numel or --methods dense"
+    ]
+
+
+def test_a_gradient_too_large_for_the_memory_is_refused_before_allocating(monkeypatch, capsys):
+    from syncbench import cli
+
+    monkeypatch.setattr(cli, "available_memory", lambda: 10**9)
+    with pytest.raises(SystemExit) as exit_:
+        bench.parse_args(["--numel", "100000000", "--methods", "dense"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "bench_allreduce.py: error: --numel 100000000 needs at least 2.0 GB of memory on this "
+        "host (5 float32 buffers of n entries over its ranks), more than the 1.0 GB available; "
+        "use a smaller --numel, --sequential or fewer --methods"
+    ]
+    assert bench.parse_args(["--numel", "10000000", "--methods", "dense"]).numel == 10**7
+
+
+@pytest.mark.parametrize("where", ["repository", "elsewhere"])
+def test_model_gradients_need_no_pythonpath(tmp_path, where):
+    """The trainer's models package is not installed; the bench finds it all the same."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    result = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, SCRIPT),
+            "--gradient",
+            "model:cnn",
+            "--input-shape",
+            "1,8,8",
+            "--replay",
+            "2",
+            "--iters",
+            "1",
+            "--warmup",
+            "0",
+            "--methods",
+            "dense",
+        ],
+        cwd=ROOT if where == "repository" else tmp_path,
+        env=dict(env, OMP_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "dense" in result.stdout

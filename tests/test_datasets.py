@@ -213,7 +213,8 @@ def _mnist_files(
         ),
         (
             dict(test_size=14),
-            "t10k-images-idx3-ubyte holds images of 14x14 pixels, .*train-images-idx3-ubyte of 28x28",
+            "t10k-images-idx3-ubyte holds images of 14x14 pixels, "
+            ".*train-images-idx3-ubyte of 28x28",
         ),
         (dict(test=0), "mnist in .*: the test part holds no images"),
     ],

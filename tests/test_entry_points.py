@@ -23,7 +23,8 @@ def test_a_missing_package_is_one_line_and_exit_status_2(script, package):
     )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        f"{script}.py: the package {package!r} is not installed: run `pip install -e .` in the repository first"
+        f"{script}.py: the package {package!r} is not installed: run `pip install -e .` in the "
+        "repository first"
     ]
 
 

@@ -21,6 +21,12 @@ needs_licenses = pytest.mark.skipif(
 SPARDL = ["--compression", "--compressor", "spardl", "--density", "0.05"]
 
 
+@pytest.fixture(autouse=True)
+def cache_home(tmp_path, monkeypatch):
+    """The ranks' default cache directory (inherited by mpiexec): inside tmp_path."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache-home"))
+
+
 def _config(tmp_path, **values):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(values))
@@ -28,7 +34,7 @@ def _config(tmp_path, **values):
 
 
 def _corpus(tmp_path):
-    """A real English text (two licences, about 50 KB) copied so its cache lands in tmp_path."""
+    """A real English text (two licences, about 50 KB), copied into tmp_path."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for name in ("GPL-3", "Apache-2.0"):

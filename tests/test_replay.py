@@ -1,4 +1,6 @@
-"""Recording one rank's call with its payloads and replaying it alone (allreducers.transports.recording)."""
+"""Recording one rank's call with its payloads and replaying it alone.
+
+The recording and replaying transports are allreducers.transports.recording's."""
 
 import pytest
 import torch

@@ -89,7 +89,10 @@ def test_a_failing_start_leaves_no_namespace():
 
 @needs_shaping
 def test_sigint_reaches_the_command_and_the_namespace_goes():
-    probe = "import os, sys, time; print(os.popen('ip netns identify').read().strip(), flush=True); time.sleep(60)"
+    probe = (
+        "import os, sys, time; print(os.popen('ip netns identify').read().strip(), flush=True); "
+        "time.sleep(60)"
+    )
     process = subprocess.Popen(
         [SCRIPT, "--rate", "1gbit", "--", sys.executable, "-c", probe],
         cwd=ROOT,
@@ -113,7 +116,7 @@ def test_sigint_reaches_the_command_and_the_namespace_goes():
 @needs_shaping
 @pytest.mark.mpi
 def test_mpi_messages_cross_the_shaped_link():
-    """2.5 MB at 100 Mbit/s takes 0.2 s; over shared memory or an unshaped loopback, milliseconds."""
+    """2.5 MB at 100 Mbit/s takes 0.2 s; over shared memory or an unshaped loopback, ms."""
     result = shaped(
         "--rate",
         "100mbit",

@@ -501,7 +501,8 @@ def test_the_testbed_model_by_hand():
     assert predicted["network"] == pytest.approx(424e-6, rel=1e-12)
     assert predicted["select"] == pytest.approx(10e-3, rel=1e-12)
     assert predicted["total"] == pytest.approx(424e-6 + 10e-3, rel=1e-12)
-    # the 3 ranks on 2 cores: each computes 3 / 2 times as long, 15 ms of selection; on 4 cores 10 ms
+    # the 3 ranks on 2 cores: each computes 3 / 2 times as long, 15 ms of selection; on 4 cores
+    # 10 ms
     for cores, select in ((2, 15e-3), (4, 10e-3)):
         shared_cores = parse_network("shared:1gbit", 50e-6, cores)
         predicted = simulator.predict_call(

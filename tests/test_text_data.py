@@ -1,5 +1,6 @@
-"""The text data sets: IMDB in both layouts with its cache, the WordPiece vocabulary, packing
-and BERT's masking, and the plain-text corpus loader."""
+"""The text data sets: IMDB in both layouts with its cache (in the cache directory, never the
+data folder), the WordPiece vocabulary, packing and BERT's masking, and the plain-text corpus
+loader."""
 
 import os
 import shutil
@@ -15,6 +16,22 @@ from datasets.text import PAD
 from tests.imdb_sample import reviews, write_acl, write_csv
 
 LICENSES = Path("/usr/share/common-licenses")
+
+
+@pytest.fixture(autouse=True)
+def cache_home(tmp_path, monkeypatch):
+    """The user's cache directory, here: the default cache lands in tmp_path."""
+    home = tmp_path / "cache-home"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    return home / "spardl-repro"
+
+
+def _listing(folder):
+    """Every path below ``folder`` (hidden ones too) with its size and modification time."""
+    return {
+        str(path.relative_to(folder)): (path.stat().st_size, path.stat().st_mtime_ns)
+        for path in sorted(Path(folder).rglob("*"))
+    }
 
 
 @pytest.fixture
@@ -85,20 +102,24 @@ def test_padded_batches_end_in_padding(imdb_dirs):
         assert torch.equal(row[: len(sequence)], sequence) and (row[len(sequence) :] == PAD).all()
 
 
-def test_cache_is_used_on_the_second_load_and_rebuilt_when_damaged(imdb_dirs, monkeypatch):
+def test_cache_is_used_on_the_second_load_and_rebuilt_when_damaged(
+    imdb_dirs, monkeypatch, cache_home
+):
     folder = imdb_dirs["csv"]
+    before = _listing(folder)
     first = datasets.load("imdb", folder, vocab_size=30)
-    (cache,) = folder.glob(".imdb-*.pt")
+    assert _listing(folder) == before  # nothing written into the data folder
+    (cache,) = cache_home.glob("imdb-*.pt")
     stamp = cache.stat().st_mtime_ns
 
     def no_tokenising(text):
         raise AssertionError("tokenised again although cached")
 
-    monkeypatch.setattr(imdb, "normalise", no_tokenising)
-    second = datasets.load("imdb", folder, vocab_size=30)
+    with monkeypatch.context() as patched:  # undone alone: the cache home stays
+        patched.setattr(imdb, "normalise", no_tokenising)
+        second = datasets.load("imdb", folder, vocab_size=30)
     assert torch.equal(first.train.tokens, second.train.tokens)
     assert cache.stat().st_mtime_ns == stamp
-    monkeypatch.undo()
     for damage in (cache.read_bytes()[: len(cache.read_bytes()) // 2], b"not a cache"):
         cache.write_bytes(damage)
         again = datasets.load("imdb", folder, vocab_size=30)
@@ -111,9 +132,30 @@ def test_cache_is_used_on_the_second_load_and_rebuilt_when_damaged(imdb_dirs, mo
     assert torch.equal(
         datasets.load("imdb", folder, vocab_size=30).train.tokens, first.train.tokens
     )
-    # other settings: another cache file
+    # other settings, or another data folder with the same files: another cache file
     datasets.load("imdb", folder, vocab_size=20)
-    assert len(list(folder.glob(".imdb-*.pt"))) == 2
+    assert len(list(cache_home.glob("imdb-*.pt"))) == 2
+    copy = folder.parent / "copy"
+    shutil.copytree(folder, copy)
+    datasets.load("imdb", copy, vocab_size=20)
+    assert len(list(cache_home.glob("imdb-*.pt"))) == 3
+    assert _listing(folder) == before
+
+
+def test_caches_go_to_the_cache_dir_given_and_it_is_made(imdb_dirs, tmp_path, cache_home):
+    folder, cache_dir = imdb_dirs["acl"], tmp_path / "my" / "cache"
+    before = _listing(folder)
+    datasets.load("imdb", folder, cache_dir=cache_dir, vocab_size=30)
+    assert [path.name.startswith("imdb-") for path in cache_dir.iterdir()] == [True]
+    assert not cache_home.exists() and _listing(folder) == before
+
+
+def test_the_default_cache_dir_follows_xdg_cache_home_else_home(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert datasets.default_cache_dir() == str(tmp_path / "xdg" / "spardl-repro")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert datasets.default_cache_dir() == str(tmp_path / "home" / ".cache" / "spardl-repro")
 
 
 def test_an_unwritable_cache_directory_is_noted_not_fatal(imdb_dirs, monkeypatch):
@@ -123,7 +165,7 @@ def test_an_unwritable_cache_directory_is_noted_not_fatal(imdb_dirs, monkeypatch
     monkeypatch.setattr(tempfile, "mkstemp", refuse)
     with pytest.warns(UserWarning, match="cannot cache the tokenised imdb data"):
         split = datasets.load("imdb", imdb_dirs["acl"])
-    assert len(split.train) == 24 and not list(imdb_dirs["acl"].rglob(".imdb-*"))
+    assert len(split.train) == 24 and not list(imdb_dirs["acl"].rglob("*imdb-*"))
 
 
 @pytest.mark.parametrize(
@@ -158,7 +200,8 @@ def test_unknown_loader_options_are_refused():
 def test_wordpiece_merges_the_most_frequent_pairs():
     vocab = wordpiece.train({"low": 5, "lower": 2, "newest": 6, "widest": 3}, 100)
     # worked by hand: ##e ##s (9, tie broken by order), ##es ##t (9), ##o ##w (7), l ##ow (7),
-    # ##e ##w (6), ##ew ##est, n ##ewest, ##d ##est (3), ##i ##dest, w ##idest, ##e ##r (2), low ##er
+    # ##e ##w (6), ##ew ##est, n ##ewest, ##d ##est (3), ##i ##dest, w ##idest, ##e ##r (2),
+    # low ##er
     assert vocab[len(wordpiece.SPECIALS) :] == [
         "##d",
         "##e",
@@ -259,7 +302,9 @@ def test_a_real_corpus_trains_a_vocabulary_that_covers_it(tmp_path):
     corpus.mkdir()
     for name in ("Apache-2.0", "GPL-3"):
         shutil.copy(LICENSES / name, corpus)
+    before = _listing(corpus)
     split = datasets.load("wikipedia", corpus, vocab_size=2000, seq_len=64)
+    assert _listing(corpus) == before  # the cache went elsewhere
     assert 1000 < split.vocab_size <= 2000 and len(split.train) > 100 and len(split.test) > 3
     unknown = (split.train.sequences == wordpiece.UNK).float().mean()
     assert unknown < 0.001

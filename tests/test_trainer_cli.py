@@ -25,8 +25,24 @@ MESSAGE = "main_trainer.py: error:"
         (["--compression", "--density", "0"], "--density must lie in (0, 1]"),
         (["--density", "1.5"], "--density must lie in (0, 1]"),
         (["--nworkers", "3"], "--nworkers 3 does not match the 2 MPI process(es)"),
-        (["--data-dir", "/nonexistent/data"], "data directory /nonexistent/data does not exist"),
+        (
+            ["--dataset", "mnist", "--data-dir", "/nonexistent/data"],
+            "data directory /nonexistent/data does not exist",
+        ),
         (["--dataset", "cifar10", "--data-dir", "{tmp}"], "cifar-10-batches-py lacks data_batch_1"),
+        (
+            ["--dataset", "cifar10", "--data-dir", "{tmp}"],
+            "--data-dir {tmp} is an empty directory: CIFAR-10 not found",
+        ),
+        (["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
+        (
+            ["--compression", "--compressor", "oktopk", "--method-option", "nope=1"],
+            "--method-option nope=1: oktopk has no option 'nope'; valid keys: local_interval, ",
+        ),
+        (
+            ["--compression", "--compressor", "oktopk", "--method-option", "in_flight=0"],
+            "--method-option: in_flight must be an integer >= 1, got 0",
+        ),
         (["--compression", "--teams", "3"], "--teams 3 must divide the number of workers 2"),
         (
             ["--dnn", "vgg16", "--dataset", "digits"],
@@ -47,6 +63,7 @@ MESSAGE = "main_trainer.py: error:"
 )
 def test_bad_input_exits_2_with_one_message(tmp_path, flags, fragment):
     flags = [flag.replace("{tmp}", str(tmp_path)) for flag in flags]
+    fragment = fragment.replace("{tmp}", str(tmp_path))
     started = time.monotonic()
     result = mpiexec(2, "main_trainer.py", *flags, timeout=120)
     elapsed = time.monotonic() - started

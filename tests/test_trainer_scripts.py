@@ -17,7 +17,7 @@ METHODS = ("dense", "topk", "gtopk", "oktopk", "spardl")
 
 
 def launch(script, *flags, cwd=ROOT, **env):
-    """Run ``script`` in ``cwd`` with the trainer's environment and ``env`` added; return the result."""
+    """Run ``script`` in ``cwd`` with the trainer's environment and ``env``; return the result."""
     variables = dict(
         os.environ, PYTHON=str(Path(BIN) / "python"), MPIEXEC=str(Path(BIN) / "mpiexec"), **env
     )

@@ -21,7 +21,7 @@ DEFAULTS = {
     "weight_decay": 1e-4,  # SGD weight decay, applied after synchronization
     "eval_batch_size": 256,  # samples per worker per evaluation batch
     "loader_workers": 0,  # DataLoader worker processes per rank
-    "clip_grad_norm": 0.0,  # clip each worker's gradient to this L2 norm before synchronizing (0: off)
+    "clip_grad_norm": 0.0,  # clip each worker's gradient to this L2 norm before syncing (0: off)
     "data_options": {},  # keyword options of the data set's loader (datasets.options)
 }
 

@@ -1,6 +1,6 @@
 """Collective helpers of the trainer: agreeing on usage errors, aborting on failures,
-broadcasting tensors and summing numbers over ranks (``allreducers.transports.placement`` places a rank on
-cores and devices).
+broadcasting tensors and summing numbers over ranks (``allreducers.transports.placement`` places a
+rank on cores and devices).
 
 All of them take an ``mpi4py`` communicator and are called by every rank.
 """
@@ -36,7 +36,8 @@ def abort_on_error(comm):
     A ``DataError`` (bad data found during training) is printed as its one line instead.
 
     Without this, the other ranks would wait forever in their next collective
-    (``allreducers.transports.mpi.report_and_abort`` gives the launcher time to forward the report first).
+    (``allreducers.transports.mpi.report_and_abort`` gives the launcher time to forward the report
+    first).
     """
     try:
         yield

@@ -83,7 +83,8 @@ class Trainer:
         self.saved_epoch = None  # this rank's newest checkpoint (saved, or resumed from)
         self.complete_epoch = None  # the newest checkpoint every rank is known to have
         self.show_progress = comm.Get_rank() == 0 and sys.stdout.isatty()
-        # Under mpiexec stdout is a pipe even from a terminal: rank 0 then prints a line now and then.
+        # Under mpiexec stdout is a pipe even from a terminal: rank 0 then prints a line now and
+        # then.
         self.progress_lines = comm.Get_rank() == 0 and not self.show_progress
 
     def fit(self):

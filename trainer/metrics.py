@@ -157,8 +157,10 @@ def format_row(row):
         f"epoch {row['epoch']:>3}/{row['max_epochs']}  train loss {row['train_loss']:.4f}  "
         f"test loss {row['test_loss']:.4f}  test acc {100 * row['test_acc']:.2f}%  "
         f"lr {row['lr']:.4g}  {format_seconds(row['epoch_seconds'])} "
-        f"(compute {format_seconds(row['compute_seconds'])}, sync {format_seconds(row['sync_seconds'])}: "
-        f"select {format_seconds(row['select_seconds'])}, comm {format_seconds(row['comm_seconds'])})  "
+        f"(compute {format_seconds(row['compute_seconds'])}, "
+        f"sync {format_seconds(row['sync_seconds'])}: "
+        f"select {format_seconds(row['select_seconds'])}, "
+        f"comm {format_seconds(row['comm_seconds'])})  "
         f"{format_bytes(row['bytes_sent_per_rank'])}/rank"
     )
 

@@ -41,7 +41,7 @@ time_split.png and speedup.png.
 
 
 def main(argv=None) -> str:
-    """Print the report; with ``--out`` also write report.md and the figures. Returns the Markdown."""
+    """Print the report (with ``--out`` also write report.md and the figures); return it."""
     parser = argparse.ArgumentParser(
         prog="report.py",
         description=DESCRIPTION,

@@ -1,5 +1,7 @@
-"""The report's figures, one panel per group: test accuracy against epochs and wall time, the
-time split per iteration, and the reference method's speed-up over every run.
+"""The report's figures, one panel per group.
+
+Test accuracy against epochs and wall time, the time split per iteration, and the reference method's
+speed-up over every run.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ FIGURES = ("accuracy_vs_epoch.png", "accuracy_vs_time.png", "time_split.png", "s
 
 
 def plot(runs: list, out_dir: str, reference: str, target: float = None) -> list:
-    """Write :data:`FIGURES` into ``out_dir`` (a dashed line at the ``target`` accuracy if one is
-    given); return their paths.
+    """Write :data:`FIGURES` into ``out_dir`` and return their paths.
+
+    A dashed line marks the ``target`` accuracy if one is given.
     """
     import matplotlib
 

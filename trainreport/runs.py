@@ -1,5 +1,7 @@
-"""One training run's per-epoch rows, as the trainer writes them to ``metrics.jsonl``, and what
-the report computes from them: time per iteration and its split, wall time, time to an accuracy.
+"""One training run's per-epoch rows, and what the report computes from them.
+
+The rows are as the trainer writes them to ``metrics.jsonl``; the report computes time per iteration
+and its split, wall time and time to an accuracy.
 """
 
 from __future__ import annotations
@@ -41,17 +43,19 @@ class Run:
 
     @property
     def masked_lm(self) -> bool:
-        """Whether the run is masked-language-model pre-training: its ``test_acc`` is the
-        fraction of masked held-out tokens predicted exactly, its losses the masked-LM loss.
+        """Whether the run is masked-language-model pre-training.
+
+        Its ``test_acc`` is the fraction of masked held-out tokens predicted exactly, its losses the
+        masked-LM loss.
         """
         return self.rows[-1].get("task") == MASKED_LM
 
     def setting(self, key: str):
-        """The run's value of setting ``key`` (``density``, ``teams`` ...), ``None`` if not recorded."""
+        """The run's value of setting ``key`` (``density``, ``teams`` ...), else ``None``."""
         return self.rows[-1].get(key)
 
     def epoch_iters(self) -> list:
-        """Iterations of every epoch: ``epoch_iters``, else the difference of the cumulative ``iters``."""
+        """Iterations of every epoch: ``epoch_iters``, else the steps of cumulative ``iters``."""
         previous, counts = 0, []
         for row in self.rows:
             count = row["epoch_iters"] if "epoch_iters" in row else row["iters"] - previous
@@ -60,10 +64,11 @@ class Run:
         return counts
 
     def per_iteration(self) -> dict:
-        """Mean seconds (and bytes) per iteration over the run: total, compute (forward and
-        backward passes), select, comm, other (the rest of synchronization: packing,
-        accumulation), sync, rest (what is neither compute nor synchronization: loading
-        batches, the optimizer step, start-up), bytes.
+        """Mean seconds (and bytes) per iteration over the run.
+
+        Total, compute (forward and backward passes), select, comm, other (the rest of
+        synchronization: packing, accumulation), sync, rest (what is neither compute nor
+        synchronization: loading batches, the optimizer step, start-up), bytes.
 
         Compute is ``compute_seconds`` where every row records it; rows of older trainers do
         not, and their compute is all that is not synchronization (rest 0).
@@ -98,8 +103,10 @@ class Run:
         return times
 
     def time_to(self, target: float):
-        """``(epoch, wall seconds)`` at the end of the first epoch whose test accuracy is at
-        least ``target``; ``None`` if no epoch reached it.
+        """``(epoch, wall seconds)`` when the test accuracy first reached ``target``.
+
+        At the end of the first epoch whose test accuracy is at least ``target``; ``None`` if no
+        epoch reached it.
         """
         for row, seconds in zip(self.rows, self.wall_times()):
             if row.get("test_acc") is not None and row["test_acc"] >= target:
@@ -123,10 +130,12 @@ def _is_number(value) -> bool:
 
 
 def load_run(path: str) -> Run:
-    """Read ``path/metrics.jsonl`` (or ``path`` itself if it is a file) and keep its latest
-    history (:func:`latest_history`); ``ValueError`` if it is missing, empty, not JSON lines of
-    objects, or a row lacks a key the report needs. Notes on stderr for a cut-off last line, a
-    run that stopped early and rows left out.
+    """Read a run's ``metrics.jsonl`` and keep its latest history.
+
+    Reads ``path/metrics.jsonl`` (or ``path`` itself if it is a file) and keeps its latest history
+    (:func:`latest_history`); ``ValueError`` if it is missing, empty, not JSON lines of objects, or
+    a row lacks a key the report needs. Notes on stderr for a cut-off last line, a run that stopped
+    early and rows left out.
     """
     file = os.path.join(path, "metrics.jsonl") if os.path.isdir(path) else path
     if not os.path.isfile(file):
@@ -164,16 +173,18 @@ def load_run(path: str) -> Run:
         )
     if len(latest) < len(rows):
         print(
-            f"note: {file}: {len(rows) - len(latest)} of {len(rows)} rows superseded by a later run "
-            f"or resume in the same directory; reporting the latest {len(latest)} epochs",
+            f"note: {file}: {len(rows) - len(latest)} of {len(rows)} rows superseded by a later "
+            f"run or resume in the same directory; reporting the latest {len(latest)} epochs",
             file=sys.stderr,
         )
     return Run(path=path.rstrip("/"), rows=latest)
 
 
 def _check_row(file: str, number: int, row) -> None:
-    """``ValueError`` naming ``file`` and the row ``number`` unless ``row`` is an object with the
-    keys the report needs, numbers where it computes.
+    """Check one row of ``file`` for what the report needs.
+
+    ``ValueError`` naming ``file`` and the row ``number`` unless ``row`` is an object with the keys
+    the report needs, numbers where it computes.
     """
     if not isinstance(row, dict):
         raise ValueError(f"{file}: row {number} is not a JSON object")
@@ -195,8 +206,10 @@ def _check_row(file: str, number: int, row) -> None:
 
 
 def latest_history(rows: list) -> list:
-    """The rows of the latest run: wherever the epoch number goes back (a new run, or a resume
-    from an earlier checkpoint), the rows it repeats or restarts are dropped.
+    """The rows of the latest run.
+
+    Wherever the epoch number goes back (a new run, or a resume from an earlier checkpoint), the
+    rows it repeats or restarts are dropped.
     """
     kept: list = []
     for row in rows:

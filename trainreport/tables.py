@@ -18,8 +18,10 @@ from trainreport.settings import (
 
 
 def markdown(runs: list, reference: str, target: float = None, figures: list = ()) -> str:
-    """The tables of every group, the sweep over networks where runs differ only in it, and a
-    link to each of ``figures`` (file names beside the Markdown).
+    """The tables of every group, the network sweep, and links to the figures.
+
+    The sweep covers networks where runs differ only in it; the links go to each of ``figures``
+    (file names beside the Markdown).
     """
     out = []
     for key, members in groups(runs).items():
@@ -41,16 +43,19 @@ def markdown(runs: list, reference: str, target: float = None, figures: list = (
 
 
 def reference_run(runs: list, reference: str):
-    """The first run of the ``reference`` method among ``runs``, whose times the speed-ups
-    divide; ``None`` if there is none.
+    """The first run of the ``reference`` method among ``runs``, whose times the speed-ups divide.
+
+    ``None`` if there is none.
     """
     return next((run for run in runs if run.method == reference), None)
 
 
 def speedups(runs: list, reference: str) -> dict:
-    """``{run label: (speed-up in time per iteration, in synchronization time)}`` of the
-    ``reference`` method's first run over each of ``runs``; ``{}`` without a reference run. A
-    ratio is ``None`` where the reference's time is zero.
+    """The ``reference`` method's speed-ups over each run.
+
+    ``{run label: (speed-up in time per iteration, in synchronization time)}`` of the ``reference``
+    method's first run over each of ``runs``; ``{}`` without a reference run. A ratio is ``None``
+    where the reference's time is zero.
     """
     base = reference_run(runs, reference)
     if base is None:
@@ -66,9 +71,11 @@ def speedups(runs: list, reference: str) -> dict:
 
 
 def time_table(runs: list, reference: str) -> str:
-    """Time per iteration and its split (``Run.per_iteration``), the settings, megabytes sent
-    per rank, and the reference method's speed-up over each run (the group's first run of that
-    method, named above the table when there are several).
+    """The time table: time per iteration and its split, settings, traffic, speed-up.
+
+    Time per iteration and its split (``Run.per_iteration``), the settings, megabytes sent per rank,
+    and the reference method's speed-up over each run (the group's first run of that method, named
+    above the table when there are several).
     """
     base = reference_run(runs, reference)
     which = f" ({base.label})" if sum(run.method == reference for run in runs) > 1 else ""
@@ -110,10 +117,12 @@ def time_table(runs: list, reference: str) -> str:
 
 
 def accuracy_table(runs: list, reference: str = "spardl", target: float = None) -> str:
-    """Final and best test accuracy, final losses, epochs ("63 of 400" for a run that stopped
-    early) and wall time per run; with a ``target`` accuracy also the epoch and wall time at
-    which each run first reached it and the ``reference`` method's speed-up in that time (this
-    run's time / the group's first reference run's).
+    """The accuracy table: accuracies, losses, epochs and wall time per run.
+
+    Final and best test accuracy, final losses, epochs ("63 of 400" for a run that stopped early)
+    and wall time per run; with a ``target`` accuracy also the epoch and wall time at which each run
+    first reached it and the ``reference`` method's speed-up in that time (this run's time / the
+    group's first reference run's).
 
     For masked-language-model runs (BERT) the headers say what the numbers are: masked-token
     accuracy on held-out text, the masked-LM loss, and a column of test perplexity.
@@ -148,7 +157,8 @@ def accuracy_table(runs: list, reference: str = "spardl", target: float = None) 
         )
         line = (
             f"| {run.label} | {epochs} | {_number(last.get('test_acc'), 4)} | "
-            f"{_number(max(accuracies) if accuracies else None, 4)} | {_number(last.get('train_loss'), 4)} | "
+            f"{_number(max(accuracies) if accuracies else None, 4)} | "
+            f"{_number(last.get('train_loss'), 4)} | "
             f"{_number(last.get('test_loss'), 4)} |"
             + (f" {_number(last.get('test_perplexity'), 2)} |" if masked_lm else "")
             + f" {run.wall_times()[-1]:.1f} |"
@@ -169,9 +179,10 @@ def accuracy_table(runs: list, reference: str = "spardl", target: float = None) 
 
 
 def network_sweep(runs: list, reference: str) -> str:
-    """For runs of one model, data set and worker count on several networks: ms per iteration of
-    every run label (column) on every network (row), with the reference's speed-up over it in
-    parentheses; ``""`` where the runs do not span several networks.
+    """For runs of one model, data set and worker count on several networks.
+
+    Ms per iteration of every run label (column) on every network (row), with the reference's
+    speed-up over it in parentheses; ``""`` where the runs do not span several networks.
     """
     by_network = groups(runs)
     if len(by_network) < 2:

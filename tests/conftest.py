@@ -1,9 +1,12 @@
 """Shared test setup: the repository root on sys.path, methods kept outside the repository
 (``SPARDL_TEST_METHODS``) registered before the tests are collected."""
 
+import atexit
 import os
+import shutil
 import signal
 import sys
+import tempfile
 
 # A test run started with SIGINT ignored (a background job of a script) would hand the ignore on
 # to every process the interrupt tests start, which then could not be interrupted: handle it as
@@ -15,6 +18,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from tests.ranks import import_extra_methods  # noqa: E402  (needs the root on sys.path)
+# The data sets' caches go to the user's cache folder by default: a test run (and everything it
+# spawns, which inherits the environment) writes into a temporary one instead, removed at exit.
+_cache = tempfile.mkdtemp(prefix="spardl-test-cache-")
+os.environ["XDG_CACHE_HOME"] = _cache
+atexit.register(shutil.rmtree, _cache, ignore_errors=True)
+
+from tests.ranks import import_extra_methods  # noqa: E402 - needs the root on sys.path
 
 import_extra_methods()

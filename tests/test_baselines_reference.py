@@ -1,4 +1,4 @@
-"""The baselines against independent plain-numpy references for tiny n and P (float32 throughout)."""
+"""The baselines against independent plain-numpy references for tiny n and P (float32)."""
 
 import numpy as np
 import pytest
@@ -13,7 +13,7 @@ TINY = np.finfo(np.float32).tiny
 
 
 def top(values, k, among=None):
-    """Indices (ascending) of the k largest |values| (restricted to ``among``), ties to the lower index."""
+    """Indices (ascending) of the k largest |values| (within ``among``), ties to the lower index."""
     among = np.arange(len(values)) if among is None else np.asarray(among)
     order = np.lexsort((among, -np.abs(values[among])))
     return np.sort(among[order[:k]])
@@ -117,7 +117,8 @@ def oktopk_reference(
     acc, density, local_thresholds, global_threshold, exact, raise_scale=1.03, limit=5
 ):
     """One Ok-Topk call: per rank S_w (exact top-k, or by the reused threshold with its raises),
-    the summed selected values, and the kept set (exact global top-k, or by the global threshold)."""
+    the summed selected values, and the kept set (exact global top-k, or by the global
+    threshold)."""
     workers, n = acc.shape
     k = budget(n, density)
     selections = []

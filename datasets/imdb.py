@@ -4,7 +4,8 @@ Two layouts are read from ``DATA_DIR``:
 - the public release, ``aclImdb/{train,test}/{neg,pos}/<id>_<rating>.txt`` (one review per file;
   ``unsup`` and the other files are ignored); ``DATA_DIR`` may also be ``aclImdb`` itself;
 - the authors' ``imdb_train.csv`` and ``imdb_test.csv``: a header line, then ``label,review``
-  per row (label 0/1 or neg/pos; the review may hold commas and quotes, CSV-quoted).
+  per row (label 0/1 or neg/pos). A row that is valid quoted CSV is read as CSV; any other line
+  is the label up to its first comma and the review after it, commas included.
 Reviews are normalised (lower case, ``<br />`` removed, ``. ! ?`` split off as tokens, every other
 character but a-z a space) and cut at ``max_tokens`` words. The vocabulary is the training
 part's ``vocab_size`` most frequent words (ties alphabetical), indices 0..vocab_size-1 by
@@ -140,22 +141,41 @@ def _read_csv(root, files, part):
     path = root / f"imdb_{part}.csv"
     try:
         with open(path, newline="", encoding="utf-8") as handle:
-            rows = list(csv.reader(handle))
+            rows = _rows_with_text(handle)
     except (OSError, UnicodeDecodeError, csv.Error) as error:
         raise DataError(f"imdb: cannot read {path}: {error}. {LAYOUT}") from None
     reviews = []
-    for number, row in enumerate(rows[1:], start=2):
+    for number, row, text in rows[1:]:
         if not row:
             continue
-        if len(row) != 2 or row[0].strip().lower() not in _LABELS:
+        if len(row) != 2:  # not 'label,review' as CSV: the review is the rest of the line
+            label, _, review = text.rstrip("\r\n").partition(",")
+            row = [label, review]
+        if row[0].strip().lower() not in _LABELS:
             raise DataError(
                 f"imdb: {path} line {number} is not 'label,review' with label 0/1 or "
-                f"neg/pos (a review with commas must be quoted). {LAYOUT}"
+                f"neg/pos. {LAYOUT}"
             )
         reviews.append((row[1], _LABELS[row[0].strip().lower()]))
     if not reviews:
         raise DataError(f"imdb: {path} holds no reviews after its header line. {LAYOUT}")
     return reviews
+
+
+def _rows_with_text(lines):
+    """Return (first line number, CSV fields, raw text) of each record of ``lines``."""
+    consumed = []
+
+    def remembered():
+        for line in lines:
+            consumed.append(line)
+            yield line
+
+    reader, records, start = csv.reader(remembered()), [], 0
+    for row in reader:
+        records.append((start + 1, row, "".join(consumed[start : reader.line_num])))
+        start = reader.line_num
+    return records
 
 
 def _read(path):

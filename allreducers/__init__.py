@@ -4,16 +4,20 @@
 - :mod:`.srs`: Spar-Reduce-Scatter, round by round or block by block.
 - :mod:`.gather`: the Bruck all-gather (the final gather and B-SAG).
 - :mod:`.halving`: recursive-halving pair exchanges (R-SAG).
-- :mod:`.engine`: :func:`run_schedule`, the sparse message format, :func:`allgather_lists`.
+- :mod:`.engine`: :func:`run_schedule`, :func:`allgather_lists`.
+- :mod:`.wire`: the codec, which owns the bytes of every message.
+- :mod:`.regions`: windowed split-and-reduce over regions (Ok-Topk's second engine).
 """
 
 from .engine import PhaseTimer, allgather_lists, pack, run_schedule, unpack
 from .gather import bruck_allgather_schedule
 from .halving import recursive_halving_schedule
+from .regions import RegionReducer, run_windowed
 from .rotation import rotation_schedule
 from .schedule import Step, ceil_log2, cyclic
 from .srs import srs_block_schedule, srs_round_shapes, srs_schedule
 from .tree import binomial_broadcast_schedule, binomial_reduce_schedule
+from .wire import WIRES, Codec, check_wire, codec
 
 __all__ = [
     "Step",
@@ -32,4 +36,10 @@ __all__ = [
     "rotation_schedule",
     "binomial_reduce_schedule",
     "binomial_broadcast_schedule",
+    "run_windowed",
+    "RegionReducer",
+    "WIRES",
+    "Codec",
+    "codec",
+    "check_wire",
 ]

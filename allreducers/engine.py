@@ -1,8 +1,8 @@
-"""The one engine that runs any schedule over any transport, and the sparse message format.
+"""The one engine that runs any schedule over any transport; messages are the codec's.
 
-A message is one int32 tensor: ``[counts] | indices | value bits``. ``counts`` (one per item)
-is present only when the receiver cannot know the item sizes in advance; values are float32
-carried bit-for-bit in the int32 buffer (never indices through floats).
+The bytes of a message belong to :mod:`allreducers.wire`: at ``wire="fp32"`` one int32 tensor
+``[counts] | indices | value bits`` (``counts`` only where the receiver cannot know the sizes),
+at ``"fp16"``/``"bf16"`` a uint8 tensor (docs/DESIGN.md, section "The wire").
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import torch
 from allreducers.transports import Transport
 
 from .schedule import Step
+from .wire import codec
 
 SparseList = tuple  # (indices: int32 1-D tensor, values: float32 1-D tensor)
 
@@ -47,6 +48,7 @@ def run_schedule(
     device: torch.device,
     timer: PhaseTimer | None = None,
     meanwhile: Callable | None = None,
+    dtype: torch.dtype = torch.int32,
 ) -> None:
     """Run ``steps`` over ``transport``, one message out and one in per step.
 
@@ -57,12 +59,13 @@ def run_schedule(
     Args:
         transport: this rank's transport.
         steps: the schedule.
-        produce: ``produce(step)`` returns the int32 message to send.
+        produce: ``produce(step)`` returns the message to send.
         consume: ``consume(step, message)`` takes the received message.
         device: where received messages are put.
         timer: adds the communication's seconds to ``"comm"`` (``None``: not timed).
         meanwhile: ``meanwhile(step)`` runs between the send and the receive: work that needs
             neither message then fills the time the received one takes to arrive.
+        dtype: the dtype messages are received as (the codec's ``recv_dtype``).
     """
     timer = timer if timer is not None else PhaseTimer()
     for number, step in enumerate(steps):
@@ -75,54 +78,29 @@ def run_schedule(
             meanwhile(step)
         if step.recv_from is not None:
             with timer("comm"):
-                received = transport.recv(step.recv_from, number, torch.int32, device)
+                received = transport.recv(step.recv_from, number, dtype, device)
             consume(step, received)
         with timer("comm"):
             transport.waitall(handles)
         transport.traffic.rounds += 1
 
 
-def pack(lists: Sequence[SparseList], with_counts: bool) -> torch.Tensor:
-    """Pack sparse lists into one int32 message (see the module docstring)."""
-    counts = [len(idx) for idx, _ in lists]
-    total = sum(counts)
-    head = len(counts) if with_counts else 0
-    device = lists[0][0].device if lists else torch.device("cpu")
-    message = torch.empty(head + 2 * total, dtype=torch.int32, device=device)
-    if with_counts:
-        message[:head] = torch.tensor(counts, dtype=torch.int32)
-    indices = message[head : head + total]
-    values = message[head + total :].view(torch.float32)
-    start = 0
-    for (idx, val), count in zip(lists, counts):
-        indices[start : start + count] = idx
-        values[start : start + count] = val
-        start += count
-    return message
+def pack(lists: Sequence[SparseList], with_counts: bool, wire: str = "fp32") -> torch.Tensor:
+    """Return one message holding sparse lists, in wire format ``wire`` (:mod:`.wire`)."""
+    return codec(wire).encode(lists, with_counts)
 
 
-def unpack(message: torch.Tensor, items: int, sizes: Sequence[int] | None = None) -> list:
-    """Split a message into ``items`` sparse lists (see the module docstring).
+def unpack(
+    message: torch.Tensor, items: int, sizes: Sequence[int] | None = None, wire: str = "fp32"
+) -> list:
+    """Split a message into ``items`` sparse lists (int32 indices, float32 values).
 
-    ``sizes`` gives their lengths when the message carries no counts.
+    ``sizes`` gives their lengths when an fp32 message carries no counts.
 
     Raises:
         RuntimeError: the message's length does not fit the sizes.
     """
-    if sizes is None:
-        sizes = message[:items].tolist()
-        body = message[items:]
-    else:
-        body = message
-    total = sum(sizes)
-    if body.numel() != 2 * total:
-        raise RuntimeError(f"malformed message: {body.numel()} words for {total} entries")
-    indices, values = body[:total], body[total:].view(torch.float32)
-    lists, start = [], 0
-    for size in sizes:
-        lists.append((indices[start : start + size], values[start : start + size]))
-        start += size
-    return lists
+    return codec(wire).decode(message, items, sizes)
 
 
 def allgather_lists(
@@ -133,6 +111,7 @@ def allgather_lists(
     fixed_size: int | None,
     timer: PhaseTimer | None = None,
     meanwhile: Callable | None = None,
+    wire: str = "fp32",
 ) -> dict:
     """All-gather sparse lists along an all-gather schedule (Bruck).
 
@@ -146,18 +125,21 @@ def allgather_lists(
         timer: as in :func:`run_schedule`.
         meanwhile: ``meanwhile(held)`` runs in every step while its message travels (see
             :func:`run_schedule`), with the ``{item: list}`` held so far, to use those early.
+        wire: the wire format. The lists travel as they are; at a compact wire a list a rank
+            forwards keeps its bits only if it was quantized (``codec(wire).quantize``) first.
 
     Returns:
         ``{item: (indices, values)}`` for every item of the group.
     """
     held = {own_item: own}
+    coder = codec(wire)
 
     def produce(step: Step) -> torch.Tensor:
-        return pack([held[item] for item in step.send_items], with_counts=fixed_size is None)
+        return coder.encode([held[item] for item in step.send_items], fixed_size is None)
 
     def consume(step: Step, message: torch.Tensor) -> None:
         sizes = None if fixed_size is None else [fixed_size] * len(step.recv_items)
-        for item, entry in zip(step.recv_items, unpack(message, len(step.recv_items), sizes)):
+        for item, entry in zip(step.recv_items, coder.decode(message, len(step.recv_items), sizes)):
             held[item] = entry
 
     run_schedule(
@@ -168,5 +150,6 @@ def allgather_lists(
         own[0].device,
         timer,
         None if meanwhile is None else lambda step: meanwhile(held),
+        coder.recv_dtype,
     )
     return held

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from allreducers import PhaseTimer
+from allreducers import PhaseTimer, check_wire, codec
 from allreducers.transports import Transport, as_transport
 
 from .sparse_ops import budget, count_nonzero, zero_
@@ -55,6 +55,9 @@ class Synchronizer(abc.ABC):
         dense_warmup: the first that many calls run a dense all-reduce instead (the authors'
             reproduction runs do this for 512 steps on VGG); the residual stays untouched
             meanwhile.
+        wire: how values travel: ``"fp32"`` (default), ``"fp16"`` or ``"bf16"``
+            (:mod:`allreducers.wire`). At a 16-bit wire every sender keeps what quantization
+            took off a value it sent in its residual.
 
     Attributes:
         stats: the last call's ``bytes_sent``, ``messages``, ``rounds``, ``nnz`` and
@@ -70,8 +73,8 @@ class Synchronizer(abc.ABC):
         calls: the calls so far, dense warm-up calls included.
 
     Raises:
-        ValueError: an invalid ``numel``, ``density`` or ``dense_warmup``, or a ``numel``
-            above :attr:`max_numel`.
+        ValueError: an invalid ``numel``, ``density``, ``dense_warmup`` or ``wire``, or a
+            ``numel`` above :attr:`max_numel`.
     """
 
     name = "base"
@@ -108,10 +111,16 @@ class Synchronizer(abc.ABC):
         for key, valid in cls.choices.items():
             if key in options and options[key] not in valid:
                 raise ValueError(f"{key}={options[key]!r} is invalid; valid: {', '.join(valid)}")
+        if "wire" in options:
+            check_wire(options["wire"])
         return options
 
-    def __init__(self, comm, numel: int, density: float, dense_warmup: int = 0) -> None:
+    def __init__(
+        self, comm, numel: int, density: float, dense_warmup: int = 0, wire: str = "fp32"
+    ) -> None:
         numel = check_int("numel", numel)
+        self.codec = codec(wire)
+        self.wire = wire
         if self.max_numel is not None and numel > self.max_numel:
             raise ValueError(
                 f"{self.name}: numel {numel} is above {self.max_numel}, the most its int32 "

@@ -1,30 +1,57 @@
-"""``dense``: the uncompressed baseline, one library all-reduce of the whole gradient / P."""
+"""``dense``: the uncompressed baseline, one library all-reduce of the whole gradient / P.
+
+At a 16-bit wire the library all-reduce (float32 only) is replaced by the same two halves run
+here, with 16-bit messages: a reduce-scatter by split-and-reduce (``allreducers.rotation``) and a
+Bruck all-gather of the reduced regions; the values quantization removed stay in a residual.
+"""
 
 from __future__ import annotations
 
+import torch
+
+from allreducers import bruck_allgather_schedule, rotation_schedule, run_schedule
+
 from . import register
 from .base import Synchronizer
+from .sparse_ops import equal_cuts
+
+_PIECE = 1 << 16  # values per exponent of a dense message at a 16-bit wire
 
 
 @register("dense", description="MPI Allreduce (sum) of the whole gradient divided by P")
 class Dense(Synchronizer):
-    """MPI Allreduce (sum) of the whole gradient divided by P; no residual.
+    """MPI Allreduce (sum) of the whole gradient divided by P; no residual at fp32.
 
     The division is fused into the copy an out-of-place all-reduce makes (docs/DESIGN.md, The
-    baselines).
+    baselines). At a 16-bit wire: reduce-scatter and all-gather with 16-bit messages and a
+    residual (module docstring).
 
     Args:
         comm: an ``mpi4py`` communicator, a ``torch.distributed`` process group or a transport.
         numel: n, the length of the flat gradient.
         density: ignored: every entry is sent.
         dense_warmup: accepted as every method's (every call is dense anyway).
+        wire: see :class:`Synchronizer`.
     """
 
     uses_residual = False
     max_numel = None  # no indices travel
 
-    def __init__(self, comm, numel: int, density: float = 1.0, dense_warmup: int = 0) -> None:
-        super().__init__(comm, numel, density, dense_warmup)
+    def __init__(
+        self,
+        comm,
+        numel: int,
+        density: float = 1.0,
+        dense_warmup: int = 0,
+        wire: str = "fp32",
+    ) -> None:
+        super().__init__(comm, numel, density, dense_warmup, wire)
+        # A 16-bit wire loses what quantization removes: it goes to a residual.
+        self.uses_residual = self.codec.compact
+        self.boundaries = equal_cuts(numel, self.size)
+        members = list(range(self.size))
+        self.scatter_steps = rotation_schedule(self.rank, members)
+        self.gather_steps = bruck_allgather_schedule(self.rank, members)
 
     @property
     def effective_density(self) -> float:
@@ -32,4 +59,92 @@ class Dense(Synchronizer):
         return 1.0
 
     def _synchronize(self, accumulated, timer):
-        return self._dense_average(accumulated, timer), self._residual
+        if not self.codec.compact:
+            return self._dense_average(accumulated, timer), self._residual
+        if self.size == 1:  # nothing travels, nothing is quantized
+            with timer("accumulate"):
+                result = self._new_result(accumulated.device).copy_(accumulated)
+                accumulated.zero_()
+            return result, accumulated
+        return self._compact_average(accumulated, timer), accumulated
+
+    def _region(self, tensor: torch.Tensor, region: int) -> torch.Tensor:
+        return tensor[self.boundaries[region] : self.boundaries[region + 1]]
+
+    def _pieces(self, region: int) -> list:
+        size = self.boundaries[region + 1] - self.boundaries[region]
+        return [min(_PIECE, size - start) for start in range(0, size, _PIECE)]
+
+    def _compact_average(self, accumulated, timer) -> torch.Tensor:
+        """Reduce-scatter and all-gather with 16-bit messages (module docstring).
+
+        ``accumulated`` becomes the residual: at other regions what the wire took off the sent
+        values, at this rank's region what it took off the reduced sums.
+        """
+        coder, rank = self.codec, self.rank
+        own = self._region(accumulated, rank)
+        sums = own.clone()
+
+        def send_region(step):
+            region = step.send_items[0]
+            with timer("select"):
+                pieces = torch.split(self._region(accumulated, region), self._pieces(region))
+                quantized = [coder.quantize(piece) for piece in pieces]
+                for piece, sent in zip(pieces, quantized):
+                    piece.sub_(sent)  # the residual keeps what the wire removes
+                return coder.encode_values(quantized)
+
+        def add_region(step, message):
+            with timer("accumulate"):
+                for piece, values in zip(
+                    torch.split(sums, self._pieces(rank)),
+                    coder.decode_values(message, self._pieces(rank)),
+                ):
+                    piece.add_(values)
+
+        device = accumulated.device
+        run_schedule(
+            self.transport,
+            self.scatter_steps,
+            send_region,
+            add_region,
+            device,
+            timer,
+            dtype=coder.recv_dtype,
+        )
+        with timer("select"):
+            reduced = [coder.quantize(piece) for piece in torch.split(sums, self._pieces(rank))]
+            reduced = torch.cat(reduced) if reduced else sums
+            torch.sub(sums, reduced, out=own)
+        regions = {rank: reduced}
+
+        def send_gathered(step):
+            return coder.encode_values(
+                [piece for item in step.send_items for piece in self._split(regions[item], item)]
+            )
+
+        def keep_gathered(step, message):
+            sizes = [size for item in step.recv_items for size in self._pieces(item)]
+            pieces, first = coder.decode_values(message, sizes), 0
+            for item in step.recv_items:
+                count = len(self._pieces(item))
+                regions[item] = torch.cat(pieces[first : first + count]) if count else sums[:0]
+                first += count
+
+        run_schedule(
+            self.transport,
+            self.gather_steps,
+            send_gathered,
+            keep_gathered,
+            device,
+            timer,
+            dtype=coder.recv_dtype,
+        )
+        with timer("accumulate"):
+            result = self._new_result(device)
+            for item, values in regions.items():
+                torch.div(values, self.size, out=self._region(result, item))
+        return result
+
+    def _split(self, values: torch.Tensor, region: int) -> tuple:
+        return torch.split(values, self._pieces(region))

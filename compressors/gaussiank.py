@@ -9,7 +9,8 @@ One synchronization of worker w, k = max(1, int(n * density)):
    while more than 5k/4 pass, multiply it; at most ``max_loops`` (20) times. S_w = {|a| >= t}.
    At most two passes over the n entries: every threshold the loop can reach is known in
    advance, so after one selection at the lowest of them the loop counts among those only.
-3. Residual = a with S_w zeroed.
+3. Residual = a with S_w zeroed (at a 16-bit wire: what quantization removed from S_w's
+   values, which then travel quantized).
 4. All-gatherv (Bruck, with counts) of the P lists; scatter-add in rank order; / P. The same
    bits on every rank, and nothing is lost: sum_w a_w = P * result + sum_w residual_w.
 
@@ -47,6 +48,7 @@ class GaussianK(Synchronizer):
         scale: the threshold's correction per loop (1.02).
         max_loops: the most corrections per call (20).
         dense_warmup: see :class:`Synchronizer`.
+        wire: see :class:`Synchronizer`.
     """
 
     def __init__(
@@ -57,8 +59,9 @@ class GaussianK(Synchronizer):
         scale: float = 1.02,
         max_loops: int = 20,
         dense_warmup: int = 0,
+        wire: str = "fp32",
     ) -> None:
-        super().__init__(comm, numel, density, dense_warmup)
+        super().__init__(comm, numel, density, dense_warmup, wire)
         self.scale = check_scale("scale", scale)
         self.max_loops = check_int("max_loops", max_loops, minimum=0)
         self.k = budget(numel, self.density)
@@ -72,9 +75,21 @@ class GaussianK(Synchronizer):
     def _synchronize(self, accumulated, timer):
         with timer("select"):
             chosen, values = self._select(accumulated)
-            own = (chosen.to(torch.int32), values)
-            put_(accumulated, chosen, 0.0)
-        lists = allgather_lists(self.transport, self.gather_steps, self.rank, own, None, timer)
+            if self.codec.compact:
+                sent = self.codec.quantize(values)
+                put_(accumulated, chosen, values - sent)  # what the wire removes stays
+                values = sent
+            else:
+                put_(accumulated, chosen, 0.0)
+        lists = allgather_lists(
+            self.transport,
+            self.gather_steps,
+            self.rank,
+            (chosen, values),
+            None,
+            timer,
+            wire=self.wire,
+        )
         with timer("accumulate"):
             result = self._new_result(accumulated.device)
             scatter_average_in_order(result, [lists[rank] for rank in range(self.size)], self.size)

@@ -3,14 +3,17 @@
 One synchronization of worker w, k = max(1, int(n * density)):
 
 1. a = grad + residual; S_w = the k largest |a| (``Selector.select`` adds and selects in one
-   pass), sent as (int32 index, float32 value) pairs.
+   pass), sent as (index, value) pairs; at a 16-bit wire its values are quantized once here.
 2. Reduce towards rank 0 along ``allreducers.tree`` (any P: the ranks above the largest power
    of two fold into the lower ones first). Each receiver merges its list with the received one
    (values added at common indices, in a fixed order) and keeps the k largest |values| (ties to
    the lower index); exactly k entries travel in every message.
 3. Broadcast rank 0's final list F down the same tree; result = F / P on every rank.
 4. Residual (the method's own rule): a with S_w zeroed, except that the own local top-k values
-   at indices not in F go back: new residual = a with the indices of S_w that are in F zeroed.
+   at indices not in F go back: new residual = a with the indices of S_w that are in F zeroed
+   (at a 16-bit wire: set to what quantization removed from them). A merged list is quantized
+   again before it is sent up or broadcast; what that removes is lost as a drop is, except at
+   the root, which keeps what the broadcast's quantization removes.
 
 **Lost mass.** A partial sum dropped at an inner merge at an index in F is lost (why:
 docs/DESIGN.md, section "gTop-k's lost mass"): sum_w a_w - P * result - sum_w residual_w = L,
@@ -35,12 +38,12 @@ from __future__ import annotations
 
 import torch
 
-from allreducers import binomial_broadcast_schedule, binomial_reduce_schedule, pack, run_schedule
+from allreducers import binomial_broadcast_schedule, binomial_reduce_schedule, run_schedule
 
 from . import register
 from .base import Synchronizer
 from .selection import Selector
-from .sparse_ops import budget, is_member, one_list, put_
+from .sparse_ops import budget, is_member, put_
 
 
 @register(
@@ -56,15 +59,22 @@ class GTopK(Synchronizer):
         measure_loss: keep each call's drops so that :meth:`measure_lost_mass` can report
             ``lost_mass``, ``lost_sum`` and ``lost_fraction`` (default False).
         dense_warmup: see :class:`Synchronizer`.
+        wire: see :class:`Synchronizer`.
     """
 
     adds_residual = True  # the selection pass adds the residual (Selector.scan)
     conserves_mass = False  # with 3+ ranks a tree level drops sums; measure_lost_mass reports them
 
     def __init__(
-        self, comm, numel: int, density: float, measure_loss: bool = False, dense_warmup: int = 0
+        self,
+        comm,
+        numel: int,
+        density: float,
+        measure_loss: bool = False,
+        dense_warmup: int = 0,
+        wire: str = "fp32",
     ) -> None:
-        super().__init__(comm, numel, density, dense_warmup)
+        super().__init__(comm, numel, density, dense_warmup, wire)
         if not isinstance(measure_loss, bool):
             raise ValueError(f"measure_loss must be True or False, got {measure_loss!r}")
         self.measure_loss = measure_loss
@@ -83,29 +93,61 @@ class GTopK(Synchronizer):
             chosen, values = self.selector.select(
                 accumulated, self.k, addend=grad, key="accumulated"
             )
-        held = [chosen.to(torch.int32), values]
+        coder = self.codec
+        lost = None
+        if coder.compact and self.size > 1:
+            with timer("select"):
+                sent = coder.quantize(values)
+                lost, values = values - sent, sent
+        held = [chosen, values]
         dropped = [] if self.measure_loss else None
+        root_loss = []
 
         def produce(step):
-            return pack([tuple(held)], with_counts=False)
+            if coder.compact:  # idempotent on a list received or already quantized
+                quantized = coder.quantize(held[1])
+                if not self.rank and not root_loss:  # the root keeps what the broadcast loses
+                    root_loss.append((held[0], held[1] - quantized))
+                elif self.rank and dropped is not None:  # a merged sum's loss: measured
+                    dropped.append((held[0].long(), held[1] - quantized))
+                held[1] = quantized
+            return coder.encode([tuple(held)], with_counts=False)
 
         def consume(step, message):
-            held[0], held[1] = self._merge(held[0], held[1], *one_list(message), dropped, timer)
+            held[0], held[1] = self._merge(
+                held[0], held[1], *coder.decode_one(message), dropped, timer
+            )
 
-        run_schedule(self.transport, self.reduce_steps, produce, consume, accumulated.device, timer)
+        def replace(step, message):
+            held[0], held[1] = coder.decode_one(message)
+
+        device = accumulated.device
+        run_schedule(
+            self.transport,
+            self.reduce_steps,
+            produce,
+            consume,
+            device,
+            timer,
+            dtype=coder.recv_dtype,
+        )
         run_schedule(
             self.transport,
             self.broadcast_steps,
             produce,
-            _replace_with(held),
-            accumulated.device,
+            replace,
+            device,
             timer,
+            dtype=coder.recv_dtype,
         )
         final_indices, final_values = held[0].long(), held[1]  # int64 once, for every use below
         with timer("accumulate"):
             result = self._new_result(accumulated.device)
             put_(result, final_indices, final_values / self.size)
-            put_(accumulated, chosen[is_member(final_indices, chosen)], 0.0)
+            passed_on = is_member(final_indices, chosen)
+            put_(accumulated, chosen[passed_on], 0.0 if lost is None else lost[passed_on])
+            for indices, loss in root_loss:
+                accumulated.index_add_(0, indices.long(), loss)
             self._nnz = int(torch.count_nonzero(final_values))
         if self.measure_loss:
             self._drops = (final_indices, dropped, values)
@@ -166,12 +208,3 @@ class GTopK(Synchronizer):
 
     def _count_nonzero(self, result):
         return self._nnz
-
-
-def _replace_with(held: list):
-    """Return a consume function that replaces ``held`` by the broadcast list."""
-
-    def consume(step, message):
-        held[0], held[1] = one_list(message)
-
-    return consume

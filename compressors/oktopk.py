@@ -16,9 +16,9 @@ counted), k = max(1, int(n * density)):
 3. **Split-and-reduce** (``allreducers.rotation``): in step j = 1..P-1 worker r sends its
    entries of region r+j to r+j and receives its own region's entries from r-j; the owner adds
    them (own entries first, then in step order) into its region. As the authors run it, up to
-   ``in_flight`` (4) steps travel at once (:func:`run_windowed`): each received region is added
-   while the next steps' messages travel; the sums are those of one step at a time, to the
-   bit. Afterwards: if fewer than 2k/3
+   ``in_flight`` (4) steps travel at once (``allreducers.run_windowed``): each received region
+   is added while the next steps' messages travel; the sums are those of one step at a time,
+   to the bit. Afterwards: if fewer than 2k/3
    entries were selected the local threshold is divided by ``local_scale`` (1.012), if more
    than 5k/4 it is multiplied (for the next call).
 4. **Global selection.** The candidates of region r are the indices anyone sent there. If
@@ -33,6 +33,9 @@ counted), k = max(1, int(n * density)):
 6. Residual: a with the indices that w selected *and* that were kept zeroed. At every kept
    index the result holds exactly the values of the workers that selected it, and everything
    else stays in residuals: sum_w a_w = P * result + sum_w residual_w (mass is conserved).
+   At a 16-bit wire (docs/DESIGN.md, section "The wire") a sender's kept index holds what
+   quantization removed from the value it sent, and an owner adds to its residual at its kept
+   indices what quantization removed from the sums it all-gathered.
 
 At density 1 (k = n) every threshold is 0: all entries are selected and kept, which gives the
 dense average. Thresholds are never below the smallest positive float on reuse calls, so zeros
@@ -45,25 +48,15 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections import deque
 
 import torch
 
-from allreducers import allgather_lists, bruck_allgather_schedule, pack, rotation_schedule
+from allreducers import RegionReducer, allgather_lists, bruck_allgather_schedule
 
 from . import register
 from .base import Synchronizer, check_int
 from .selection import Selector
-from .sparse_ops import (
-    budget,
-    entries_at_least,
-    equal_cuts,
-    flat_nonzero,
-    is_member,
-    one_list,
-    put_,
-    split_sorted,
-)
+from .sparse_ops import budget, entries_at_least, equal_cuts, is_member, put_
 
 _TINY = float(torch.finfo(torch.float32).tiny)
 
@@ -76,118 +69,6 @@ def check_scale(name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 1.0 < value < math.inf:
         raise ValueError(f"{name} must be a finite number > 1, got {value!r}")
     return float(value)
-
-
-def run_windowed(transport, steps, produce, consume, device, timer, window: int) -> None:
-    """Run ``steps`` as :func:`allreducers.run_schedule` does, with up to ``window`` in flight.
-
-    As there, ``consume`` runs in step order, each step is one round, and a step's tag is its
-    number. The first ``window`` steps' sends and receives are started at once. Then, per step
-    in order: wait for its message and for its send, start the step ``window`` further on, and
-    only then ``consume`` the message, so that the reduction overlaps the next messages'
-    travel (``produce`` must therefore not depend on what ``consume`` did). ``window=1`` is
-    one blocking exchange per step.
-    """
-    posted = deque()
-
-    def post(number):
-        step = steps[number]
-        message = produce(step) if step.send_to is not None else None
-        with timer("comm"):
-            send = [transport.isend(message, step.send_to, number)] if message is not None else []
-            receive = (
-                transport.irecv(step.recv_from, number, torch.int32, device)
-                if step.recv_from is not None
-                else None
-            )
-        posted.append((step, send, receive))
-
-    for number in range(min(window, len(steps))):
-        post(number)
-    for number in range(len(steps)):
-        step, send, receive = posted.popleft()
-        with timer("comm"):
-            message = transport.wait_recv(receive) if receive is not None else None
-            transport.waitall(send)
-        transport.traffic.rounds += 1
-        if number + window < len(steps):
-            post(number + window)
-        if message is not None:
-            consume(step, message)
-
-
-class RegionReducer:
-    """Split-and-reduce over contiguous regions (shared by ``oktopk`` and ``topkdsa``).
-
-    Args:
-        transport: this rank's transport.
-        in_flight: how many of the P-1 exchanges may travel at once (:func:`run_windowed`).
-    """
-
-    def __init__(self, transport, in_flight: int = 1) -> None:
-        self.transport = transport
-        self.rank, self.size = transport.rank, transport.size
-        self.in_flight = in_flight
-        self.steps = rotation_schedule(self.rank, list(range(self.size)))
-        self._sums = torch.empty(0)
-        self._present = torch.empty(0, dtype=torch.bool)
-
-    def reduce(self, indices: torch.Tensor, values: torch.Tensor, boundaries: list, timer) -> tuple:
-        """Send each other region's entries to its owner; return this rank's region's candidates.
-
-        The owner adds its own entries first, then the received ones in step order.
-
-        Args:
-            indices: this rank's global indices, ascending.
-            values: their values.
-            boundaries: the regions' boundaries ``[0, c_1, ..., n]``; region r is this rank's.
-            timer: times the phases.
-
-        Returns:
-            The ascending global indices (int32) that any rank sent into this rank's region,
-            and their sums.
-        """
-        start, end = boundaries[self.rank], boundaries[self.rank + 1]
-        device = values.device
-        with timer("accumulate"):
-            positions = split_sorted(indices, boundaries)
-            sent = indices.to(torch.int32)
-            sums, present = self._buffers(end - start, device)
-            own = slice(positions[self.rank], positions[self.rank + 1])
-            self._add(sums, present, indices[own] - start, values[own])
-
-        def produce(step):
-            region = step.send_items[0]
-            part = slice(positions[region], positions[region + 1])
-            return pack([(sent[part], values[part])], with_counts=False)
-
-        def consume(step, message):
-            with timer("accumulate"):
-                received, received_values = one_list(message)
-                self._add(sums, present, received.long() - start, received_values)
-
-        run_windowed(self.transport, self.steps, produce, consume, device, timer, self.in_flight)
-        with timer("accumulate"):
-            local = flat_nonzero(present)
-            return (local + start).to(torch.int32), sums.index_select(0, local)
-
-    def region_sums(self, boundaries: list) -> torch.Tensor:
-        """Return the dense sums of this rank's region after :meth:`reduce` (zeros elsewhere)."""
-        return self._sums[: boundaries[self.rank + 1] - boundaries[self.rank]]
-
-    def _buffers(self, size: int, device) -> tuple:
-        if self._sums.numel() < size or self._sums.device != device:
-            self._sums = torch.zeros(size, device=device)
-            self._present = torch.zeros(size, dtype=torch.bool, device=device)
-        sums, present = self._sums[:size], self._present[:size]
-        sums.zero_()
-        present.zero_()
-        return sums, present
-
-    @staticmethod
-    def _add(sums, present, local, values) -> None:
-        sums.index_add_(0, local, values)
-        present.index_fill_(0, local, True)
 
 
 @register(
@@ -214,6 +95,7 @@ class OkTopK(Synchronizer):
         in_flight: split-and-reduce exchanges travelling at once, at most P-1 (4; 1: one
             blocking exchange per step).
         dense_warmup: see :class:`Synchronizer`.
+        wire: see :class:`Synchronizer`.
 
     Raises:
         ValueError: an option out of range.
@@ -235,8 +117,9 @@ class OkTopK(Synchronizer):
         global_scale: float = 1.008,
         in_flight: int = 4,
         dense_warmup: int = 0,
+        wire: str = "fp32",
     ) -> None:
-        super().__init__(comm, numel, density, dense_warmup)
+        super().__init__(comm, numel, density, dense_warmup, wire)
         self.local_interval = check_int("local_interval", local_interval)
         self.global_interval = check_int("global_interval", global_interval)
         self.region_interval = check_int("region_interval", region_interval)
@@ -252,7 +135,7 @@ class OkTopK(Synchronizer):
         self.global_threshold = 0.0
         self.boundaries = equal_cuts(numel, self.size)
         self.gather_steps = bruck_allgather_schedule(self.rank, list(range(self.size)))
-        self.reducer = RegionReducer(self.transport, self.in_flight)
+        self.reducer = RegionReducer(self.transport, self.in_flight, wire)
         self.selector = Selector()
         self._nnz = 0
         self._counts = {}
@@ -287,12 +170,21 @@ class OkTopK(Synchronizer):
         elif count > 5 * k / 4:
             self.local_threshold *= self.local_scale
         candidates, sums = self.reducer.reduce(chosen, values, self.boundaries, timer)
-        kept_indices, kept_values = self._select_global(candidates, sums, exact_global, timer)
+        owned_loss = []
+        kept_indices, kept_values = self._select_global(
+            candidates, sums, exact_global, timer, owned_loss
+        )
         with timer("accumulate"):
             result = self._new_result(accumulated.device)
             kept_indices = kept_indices.long()  # once for both writes
             put_(result, kept_indices, kept_values / self.size)
-            put_(accumulated, chosen[is_member(kept_indices, chosen)], 0.0)
+            passed_on = is_member(kept_indices, chosen)
+            lost = self.reducer.lost
+            put_(accumulated, chosen[passed_on], 0.0 if lost is None else lost[passed_on])
+            for indices, loss in owned_loss:  # what the wire took off this owner's kept sums
+                indices = indices.long()
+                kept = is_member(kept_indices, indices)
+                accumulated.index_add_(0, indices[kept], loss[kept])
             self._nnz = int(torch.count_nonzero(kept_values))
         self._counts = {"selected": count, "kept": kept_values.numel()}
         self.step += 1
@@ -343,15 +235,26 @@ class OkTopK(Synchronizer):
             total = self.transport.allreduce_sum_(proposal)
         return [0] + (total // workers).tolist() + [self.numel]
 
-    def _select_global(self, candidates, sums, exact: bool, timer) -> tuple:
-        """Return the kept (int32 indices, values), the same on every rank (module docstring, 4)."""
+    def _select_global(self, candidates, sums, exact: bool, timer, owned_loss: list) -> tuple:
+        """Return the kept (int32 indices, values), the same on every rank (module docstring, 4).
+
+        At a 16-bit wire the own list travels quantized; ``owned_loss`` then receives its
+        (indices, what quantization removed).
+        """
         if exact or self.everything:
             own = (candidates, sums)
         else:
             with timer("select"):
                 mine = self.selector.above(sums.abs(), max(self.global_threshold, _TINY))
                 own = (candidates.index_select(0, mine), sums.index_select(0, mine))
-        lists = allgather_lists(self.transport, self.gather_steps, self.rank, own, None, timer)
+        if self.codec.compact and self.size > 1:
+            with timer("select"):
+                sent = self.codec.quantize(own[1])
+                owned_loss.append((own[0], own[1] - sent))
+                own = (own[0], sent)
+        lists = allgather_lists(
+            self.transport, self.gather_steps, self.rank, own, None, timer, wire=self.wire
+        )
         with timer("accumulate"):
             indices = torch.cat([lists[rank][0] for rank in range(self.size)])
             values = torch.cat([lists[rank][1] for rank in range(self.size)])

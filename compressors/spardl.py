@@ -14,12 +14,10 @@ import torch
 from allreducers import (
     allgather_lists,
     bruck_allgather_schedule,
-    pack,
     recursive_halving_schedule,
     run_schedule,
     srs_block_schedule,
     srs_schedule,
-    unpack,
 )
 
 from . import register
@@ -159,6 +157,8 @@ class SparDL(Synchronizer):
             ``"blocks"`` (one message per block, as the authors' released code runs it; the
             same bits).
         dense_warmup: calls that run a dense all-reduce first (see :class:`Synchronizer`).
+        wire: see :class:`Synchronizer` (docs/DESIGN.md, section "The wire": what the
+            residual keeps at a 16-bit wire).
 
     Raises:
         ValueError: an invalid option (see :func:`check_teams` and :func:`check_srs`).
@@ -187,8 +187,9 @@ class SparDL(Synchronizer):
         sag: str = "bruck",
         srs: str = "rounds",
         dense_warmup: int = 0,
+        wire: str = "fp32",
     ) -> None:
-        super().__init__(comm, numel, density, dense_warmup)
+        super().__init__(comm, numel, density, dense_warmup, wire)
         self.teams = check_teams(teams, sag, self.size)
         self.sag = sag
         self.srs = check_srs(srs)
@@ -269,12 +270,16 @@ class _Call:
         # Receives reduce blocks in place, so a_w survives only where nothing was added: each
         # receive first saves, per block, the values it overwrites (O(k) per call).
         self.saves = [[] for _ in range(sync.team_size)]
-        # Per block, its selection's columns (int64, ascending) and k-th largest |x|: step 6
-        # tells from them what the selection sent on.
+        # Per block, its selection's columns (int64, ascending), k-th largest |x| and (at a
+        # 16-bit wire, else None) what quantization took off the values sent: step 6 tells
+        # from them what the selection sent on, and what of it stays.
         self.selected = [None] * sync.team_size
+        # Lists travel quantized only where something travels.
+        self.coder = sync.codec if sync.codec.compact and sync.size > 1 else None
         self.result = None
         self.nonzeros = {}  # per collected block, its list's non-zeros inside the vector (0-d)
         self.pair_list = None  # R-SAG: this holder's current list of the block (step 4)
+        self.pair_holders = 1  # R-SAG: the holders of the same current list
         self.shares = []  # R-SAG: per pair step that dropped entries, this holder's shares
         self.nnz = 0
 
@@ -289,6 +294,7 @@ class _Call:
             self.receive_blocks,
             self.work.device,
             timer,
+            dtype=sync.codec.recv_dtype,
         )
         own = self.select_own_block()  # step 3
         if sync.teams > 1:  # step 4
@@ -326,24 +332,30 @@ class _Call:
 
         The blocks keep their values (nothing is zeroed): a sent block's dense copy holds what
         its selection dropped, which step 6 needs. The selector remembers the thresholds under
-        ``(first, count)``; ``selected`` records each block's columns and k-th largest |x|. A
-        list is (int32 columns, ascending; values).
+        ``(first, count)``; ``selected`` records each block's columns, k-th largest |x| and
+        what quantization takes off the values. A list is (int64 columns, ascending; values
+        as they travel).
         """
         addend = self.first_touch(first, count, fuse=True)
         columns, values = self.sync.selector.select(
             self.blocks[first : first + count], keep, addend, (first, count)
         )
-        self.selected[first : first + count] = zip(columns, values.abs().amin(dim=1))
-        return [
-            (row_columns.to(torch.int32), row_values)
-            for row_columns, row_values in zip(columns, values)
-        ]
+        levels = values.abs().amin(dim=1)
+        if self.coder is None:
+            self.selected[first : first + count] = [(c, lv, None) for c, lv in zip(columns, levels)]
+            rows = list(values)
+        else:
+            rows = [self.coder.quantize(row) for row in values]
+            self.selected[first : first + count] = [
+                (c, lv, row - sent) for c, lv, row, sent in zip(columns, levels, values, rows)
+            ]
+        return list(zip(columns, rows))
 
     def send_blocks(self, step) -> torch.Tensor:
         """Step 2, sending: the top-k_b of each block ``step`` sends, packed without counts."""
         budget = self.sync.block_budget
         with self.timer("select"):
-            return pack(
+            return self.sync.codec.encode(
                 [
                     piece
                     for first, count in _runs(step.send_items)
@@ -355,11 +367,11 @@ class _Call:
     def receive_blocks(self, step, message: torch.Tensor) -> None:
         """Step 2, receiving: add each received list into its block's dense copy."""
         budget = self.sync.block_budget
+        items = len(step.recv_items)
         with self.timer("accumulate"):
-            indices, values = unpack(message, 1, [budget * len(step.recv_items)])[0]
-            for item, columns, summands in zip(
-                step.recv_items, indices.view(-1, budget).long(), values.view(-1, budget)
-            ):
+            lists = self.sync.codec.decode(message, items, [budget] * items)
+            for item, (indices, summands) in zip(step.recv_items, lists):
+                columns = indices.long()
                 self.first_touch(item, 1, fuse=False)
                 self.saves[item].append((columns, self.blocks[item].index_select(0, columns)))
                 self.blocks[item].scatter_add_(0, columns, summands)  # columns are unique
@@ -384,7 +396,22 @@ class _Call:
             with self.timer("select"):
                 keep = sync.selector.topk(union_values, sync.block_budget)
                 union, union_values = union[keep], union_values[keep]
-        return union, union_values
+        return self.quantize_final((union, union_values), holders=1 if sync.team == 0 else 0)
+
+    def quantize_final(self, final: tuple, holders: int) -> tuple:
+        """Return the block's final list (step 4) as the final gather carries it.
+
+        At a 16-bit wire every holder of the list quantizes it alike; ``holders`` > 0 keeps
+        1/``holders`` of what quantization removed as this holder's share (0: none of it).
+        """
+        if self.coder is None:
+            return final
+        columns, values = final
+        with self.timer("select"):
+            sent = self.coder.quantize(values)
+            if holders:
+                self.shares.append((columns.long(), (values - sent) / holders))
+        return columns, sent
 
     def recursive_sag(self, own: tuple) -> tuple:
         """Step 4 with R-SAG: the pairwise reduction of the d teams' top-k_b lists of this block.
@@ -400,30 +427,38 @@ class _Call:
             self.merge_pair_list,
             own[0].device,
             self.timer,
+            dtype=self.sync.codec.recv_dtype,
         )
-        return self.pair_list
+        return self.quantize_final(self.pair_list, self.pair_holders)
 
     def send_pair_list(self, step) -> torch.Tensor:
-        """Step 4 with R-SAG, sending: the current list, packed without counts."""
-        return pack([self.pair_list], with_counts=False)
+        """Step 4 with R-SAG, sending: the current list, packed without counts.
+
+        At a 16-bit wire a merged list is quantized first; each of its holders keeps its share
+        of what that removed.
+        """
+        if self.pair_holders > 1:
+            self.pair_list = self.quantize_final(self.pair_list, self.pair_holders)
+        return self.sync.codec.encode([self.pair_list], with_counts=False)
 
     def merge_pair_list(self, step, message: torch.Tensor) -> None:
         """Step 4 with R-SAG, receiving: sum the partner's list into the current one, keep k_b."""
         budget = self.sync.block_budget
-        theirs = unpack(message, 1, [budget])[0]
+        theirs = self.sync.codec.decode(message, 1, [budget])[0]
         mine_first = step.send_items[0] < step.recv_items[0]  # the lower group's list first
         with self.timer("accumulate"):
             ordered = [self.pair_list, theirs] if mine_first else [theirs, self.pair_list]
             union, values = _coalesce(ordered)
+        holders = len(step.send_items) + len(step.recv_items)  # a power of two: exact
         if union.numel() > budget:
             with self.timer("select"):
                 keep = self.sync.selector.topk(values, budget)
                 dropped = torch.ones(union.numel(), dtype=torch.bool, device=values.device)
                 dropped[keep] = False
-                holders = len(step.send_items) + len(step.recv_items)  # a power of two: exact
                 self.shares.append((union[dropped].long(), values[dropped] / holders))
                 union, values = union[keep], values[keep]
         self.pair_list = (union, values)
+        self.pair_holders = holders
 
     def gather_and_collect(self, own: tuple) -> None:
         """Steps 5 and 6: gather the team's block lists, collecting each while the next travel.
@@ -439,6 +474,7 @@ class _Call:
             sync.block_budget if sync.teams == 1 else None,
             self.timer,
             meanwhile=self.collect,
+            wire=sync.wire,
         )
         self.collect(held)
 
@@ -459,7 +495,7 @@ class _Call:
         """
         sync = self.sync
         row, saves = self.blocks[block], self.saves[block]
-        columns = columns.long()  # once: the calls below would each convert int32 again
+        columns = columns.long()  # once: the calls below would each convert received int32
         start = block * sync.block_size
         part = self.result[min(start, sync.numel) : start + sync.block_size]
         inside, kept = columns, values
@@ -467,17 +503,23 @@ class _Call:
             end = int(torch.searchsorted(columns, part.numel()))
             inside, kept = columns[:end], values[:end]
         put_(part, inside, kept / sync.size)
+        selected, level, lost = self.selected[block]
         if block == sync.position and sync._own_list_final:  # all of it passed on
             _restore(row, saves)
-            put_(row, columns, 0.0)
+            put_(row, columns, 0.0 if lost is None else lost)
             return torch.count_nonzero(kept)
         seen = row.index_select(0, columns)  # what the selection saw: nothing touched it since
-        passed_on = _passed_on(seen, columns, *self.selected[block])
+        passed_on = _passed_on(seen, columns, selected, level)
+        # What stays of an entry sent on: nothing, or what quantization took off it.
+        stays = 0.0
+        if lost is not None:
+            stays = lost.index_select(0, torch.searchsorted(selected, columns[passed_on]))
         if saves:  # received into: a_w must come back, then what the selection dropped
             _restore(row, saves)
-            put_(row, columns, seen.masked_fill_(passed_on, 0.0))
+            seen[passed_on] = stays
+            put_(row, columns, seen)
         else:  # only selected from: the row still holds a_w
-            put_(row, columns[passed_on], 0.0)
+            put_(row, columns[passed_on], stays)
         return torch.count_nonzero(kept)
 
 

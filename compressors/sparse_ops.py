@@ -146,12 +146,3 @@ def scatter_average_in_order(result: torch.Tensor, lists: Sequence[tuple], worke
     """
     for indices, values in lists:
         result.index_add_(0, indices, values / workers)
-
-
-def one_list(message: torch.Tensor) -> tuple:
-    """Return (int32 indices, float32 values) of a message packed from one list, no counts.
-
-    The message's length alone gives the list's size.
-    """
-    count = message.numel() // 2
-    return message[:count], message[count:].view(torch.float32)

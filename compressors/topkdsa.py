@@ -12,7 +12,9 @@ One synchronization of worker w, k = max(1, int(n * density)):
    form 1 per element) the owners all-gather their (index, value) lists (Bruck, with counts:
    all-gatherv); otherwise they all-gather their dense regions.
 4. result = everything reduced / P: the same bits on every rank, and nothing is dropped after
-   the local selection: sum_w a_w = P * result + sum_w residual_w.
+   the local selection: sum_w a_w = P * result + sum_w residual_w. At a 16-bit wire
+   (docs/DESIGN.md, section "The wire") a sender's residual keeps what quantization removed
+   from the values it sent, an owner's what it removed from the sums it all-gathered.
 
 Cost: (P-1) + 3 ceil(log2 P) rounds; about 2(P-1)/P (k + reduced entries) words (sparse case).
 """
@@ -21,13 +23,14 @@ from __future__ import annotations
 
 import torch
 
-from allreducers import allgather_lists, bruck_allgather_schedule, run_schedule
+from allreducers import RegionReducer, allgather_lists, bruck_allgather_schedule, run_schedule
 
 from . import register
 from .base import Synchronizer
-from .oktopk import RegionReducer
 from .selection import Selector
 from .sparse_ops import budget, equal_cuts, put_
+
+_PIECE = 1 << 16  # values per exponent of a dense region at a 16-bit wire
 
 
 @register(
@@ -44,6 +47,7 @@ class TopkDSA(Synchronizer):
         dense_above: the fill-in (reduced entries over n) from which the final all-gather
             sends dense regions (1/3).
         dense_warmup: see :class:`Synchronizer`.
+        wire: see :class:`Synchronizer`.
 
     Raises:
         ValueError: ``dense_above`` outside (0, 1].
@@ -58,8 +62,9 @@ class TopkDSA(Synchronizer):
         density: float,
         dense_above: float = 1.0 / 3.0,
         dense_warmup: int = 0,
+        wire: str = "fp32",
     ) -> None:
-        super().__init__(comm, numel, density, dense_warmup)
+        super().__init__(comm, numel, density, dense_warmup, wire)
         if (
             isinstance(dense_above, bool)
             or not isinstance(dense_above, (int, float))
@@ -70,7 +75,7 @@ class TopkDSA(Synchronizer):
         self.k = budget(numel, self.density)
         self.boundaries = equal_cuts(numel, self.size)
         self.gather_steps = bruck_allgather_schedule(self.rank, list(range(self.size)))
-        self.reducer = RegionReducer(self.transport)
+        self.reducer = RegionReducer(self.transport, wire=wire)
         self.selector = Selector()
         self.went_dense = False
         self._nnz = 0
@@ -80,6 +85,8 @@ class TopkDSA(Synchronizer):
         with timer("select"):
             chosen, values = self.selector.take(accumulated, self.k, addend=grad, key="accumulated")
         candidates, sums = self.reducer.reduce(chosen, values, self.boundaries, timer)
+        if self.reducer.lost is not None:  # the residual keeps what the wire removed
+            put_(accumulated, chosen, self.reducer.lost)
         fill_in = torch.tensor([candidates.numel()], dtype=torch.int64, device=sums.device)
         with timer("comm"):
             total = int(self.transport.allreduce_sum_(fill_in)[0])
@@ -89,8 +96,19 @@ class TopkDSA(Synchronizer):
         if self.went_dense:
             self._gather_dense(result, timer)
         else:
+            if self.codec.compact and self.size > 1:
+                with timer("select"):
+                    sent = self.codec.quantize(sums)
+                    accumulated.index_add_(0, candidates.long(), sums - sent)
+                    sums = sent
             lists = allgather_lists(
-                self.transport, self.gather_steps, self.rank, (candidates, sums), None, timer
+                self.transport,
+                self.gather_steps,
+                self.rank,
+                (candidates, sums),
+                None,
+                timer,
+                wire=self.wire,
             )
             with timer("accumulate"):
                 indices = torch.cat([lists[rank][0] for rank in range(self.size)])
@@ -101,24 +119,61 @@ class TopkDSA(Synchronizer):
 
     def _gather_dense(self, result, timer) -> None:
         """All-gather (Bruck) the dense reduced regions straight into ``result``, / P."""
-        bounds = self.boundaries
+        bounds, coder = self.boundaries, self.codec
         regions = {self.rank: self.reducer.region_sums(bounds)}
+        if coder.compact and self.size > 1:
+            with timer("select"):
+                sums = regions[self.rank]
+                sent = [coder.quantize(piece) for piece in self._pieces(sums)]
+                sent = torch.cat(sent) if sent else sums
+                residual = self._residual[bounds[self.rank] : bounds[self.rank + 1]]
+                residual.add_(sums - sent)  # what the wire removes stays with the owner
+                regions[self.rank] = sent
 
         def produce(step):
-            return torch.cat([regions[item] for item in step.send_items]).view(torch.int32)
+            return coder.encode_values(
+                [piece for item in step.send_items for piece in self._pieces(regions[item])]
+            )
 
         def consume(step, message):
-            values, start = message.view(torch.float32), 0
-            for item in step.recv_items:
-                size = bounds[item + 1] - bounds[item]
-                regions[item] = values[start : start + size]
-                start += size
+            sizes = {item: self._piece_sizes(item) for item in step.recv_items}
+            pieces = coder.decode_values(message, [n for item in sizes for n in sizes[item]])
+            for item, item_sizes in sizes.items():
+                mine, pieces = pieces[: len(item_sizes)], pieces[len(item_sizes) :]
+                if len(mine) == 1:
+                    regions[item] = mine[0]
+                else:
+                    regions[item] = torch.cat(mine) if mine else result.new_empty(0)
 
-        run_schedule(self.transport, self.gather_steps, produce, consume, result.device, timer)
+        run_schedule(
+            self.transport,
+            self.gather_steps,
+            produce,
+            consume,
+            result.device,
+            timer,
+            dtype=coder.recv_dtype,
+        )
         with timer("accumulate"):
             for item, values in regions.items():
                 torch.div(values, self.size, out=result[bounds[item] : bounds[item + 1]])
             self._nnz = None
+
+    def _pieces(self, values: torch.Tensor) -> list:
+        """Return a dense region's values as they travel: in pieces of 65,536 at a 16-bit wire.
+
+        Each piece has an exponent of its own there; at fp32 the region is one piece.
+        """
+        if not self.codec.compact:
+            return [values]
+        return list(torch.split(values, _PIECE)) if values.numel() else []
+
+    def _piece_sizes(self, region: int) -> list:
+        """Return the sizes of :meth:`_pieces` of region ``region``."""
+        size = self.boundaries[region + 1] - self.boundaries[region]
+        if not self.codec.compact:
+            return [size]
+        return [min(_PIECE, size - start) for start in range(0, size, _PIECE)]
 
     def _count_nonzero(self, result):
         return super()._count_nonzero(result) if self._nnz is None else self._nnz

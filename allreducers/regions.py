@@ -1,0 +1,155 @@
+"""Ok-Topk's second engine: windowed split-and-reduce over contiguous regions.
+
+:func:`run_windowed` runs a schedule as :func:`allreducers.run_schedule` does with several
+steps in flight; :class:`RegionReducer` sends every region's entries to its owner along
+:func:`allreducers.rotation_schedule` and adds them there (used by ``oktopk`` and ``topkdsa``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import torch
+
+from .rotation import rotation_schedule
+from .wire import codec
+
+
+def run_windowed(transport, steps, produce, consume, device, timer, window: int, dtype=None):
+    """Run ``steps`` as :func:`allreducers.run_schedule` does, with up to ``window`` in flight.
+
+    As there, ``consume`` runs in step order, each step is one round, and a step's tag is its
+    number. The first ``window`` steps' sends and receives are started at once. Then, per step
+    in order: wait for its message and for its send, start the step ``window`` further on, and
+    only then ``consume`` the message, so that the reduction overlaps the next messages'
+    travel (``produce`` must therefore not depend on what ``consume`` did). ``window=1`` is
+    one blocking exchange per step. ``dtype``: what messages are received as (int32 if
+    ``None``).
+    """
+    dtype = torch.int32 if dtype is None else dtype
+    posted = deque()
+
+    def post(number):
+        step = steps[number]
+        message = produce(step) if step.send_to is not None else None
+        with timer("comm"):
+            send = [transport.isend(message, step.send_to, number)] if message is not None else []
+            receive = (
+                transport.irecv(step.recv_from, number, dtype, device)
+                if step.recv_from is not None
+                else None
+            )
+        posted.append((step, send, receive))
+
+    for number in range(min(window, len(steps))):
+        post(number)
+    for number in range(len(steps)):
+        step, send, receive = posted.popleft()
+        with timer("comm"):
+            message = transport.wait_recv(receive) if receive is not None else None
+            transport.waitall(send)
+        transport.traffic.rounds += 1
+        if number + window < len(steps):
+            post(number + window)
+        if message is not None:
+            consume(step, message)
+
+
+class RegionReducer:
+    """Split-and-reduce over contiguous regions (shared by ``oktopk`` and ``topkdsa``).
+
+    Args:
+        transport: this rank's transport.
+        in_flight: how many of the P-1 exchanges may travel at once (:func:`run_windowed`).
+        wire: the wire format (:mod:`allreducers.wire`).
+    """
+
+    def __init__(self, transport, in_flight: int = 1, wire: str = "fp32") -> None:
+        self.transport = transport
+        self.rank, self.size = transport.rank, transport.size
+        self.in_flight = in_flight
+        self.codec = codec(wire)
+        self.steps = rotation_schedule(self.rank, list(range(self.size)))
+        self._sums = torch.empty(0)
+        self._present = torch.empty(0, dtype=torch.bool)
+        #: What the wire took off each entry of the last :meth:`reduce`'s ``values`` (value
+        #: minus what its owner received; zeros for the own region's), ``None`` at fp32.
+        self.lost = None
+
+    def reduce(self, indices: torch.Tensor, values: torch.Tensor, boundaries: list, timer) -> tuple:
+        """Send each other region's entries to its owner; return this rank's region's candidates.
+
+        The owner adds its own entries first, then the received ones in step order.
+
+        Args:
+            indices: this rank's global indices, ascending.
+            values: their values.
+            boundaries: the regions' boundaries ``[0, c_1, ..., n]``; region r is this rank's.
+            timer: times the phases.
+
+        Returns:
+            The ascending global indices (int32) that any rank sent into this rank's region,
+            and their sums.
+        """
+        start, end = boundaries[self.rank], boundaries[self.rank + 1]
+        device = values.device
+        coder = self.codec
+        with timer("accumulate"):
+            positions = torch.searchsorted(
+                indices, torch.tensor(boundaries, dtype=indices.dtype, device=indices.device)
+            ).tolist()
+            sums, present = self._buffers(end - start, device)
+            own = slice(positions[self.rank], positions[self.rank + 1])
+            self._add(sums, present, indices[own] - start, values[own])
+        self.lost = torch.zeros_like(values) if coder.compact else None
+
+        def produce(step):
+            region = step.send_items[0]
+            part = slice(positions[region], positions[region + 1])
+            sent = values[part]
+            if coder.compact:
+                quantized = coder.quantize(sent)
+                torch.sub(sent, quantized, out=self.lost[part])
+                sent = quantized
+            return coder.encode([(indices[part], sent)], with_counts=False)
+
+        def consume(step, message):
+            with timer("accumulate"):
+                received, received_values = coder.decode_one(message)
+                self._add(sums, present, received.long() - start, received_values)
+
+        run_windowed(
+            self.transport,
+            self.steps,
+            produce,
+            consume,
+            device,
+            timer,
+            self.in_flight,
+            coder.recv_dtype,
+        )
+        with timer("accumulate"):
+            if device.type == "cpu":
+                local = torch.from_numpy(np.flatnonzero(present.numpy()))
+            else:
+                local = torch.nonzero(present).squeeze(1)
+            return (local + start).to(torch.int32), sums.index_select(0, local)
+
+    def region_sums(self, boundaries: list) -> torch.Tensor:
+        """Return the dense sums of this rank's region after :meth:`reduce` (zeros elsewhere)."""
+        return self._sums[: boundaries[self.rank + 1] - boundaries[self.rank]]
+
+    def _buffers(self, size: int, device) -> tuple:
+        if self._sums.numel() < size or self._sums.device != device:
+            self._sums = torch.zeros(size, device=device)
+            self._present = torch.zeros(size, dtype=torch.bool, device=device)
+        sums, present = self._sums[:size], self._present[:size]
+        sums.zero_()
+        present.zero_()
+        return sums, present
+
+    @staticmethod
+    def _add(sums, present, local, values) -> None:
+        sums.index_add_(0, local, values)
+        present.index_fill_(0, local, True)

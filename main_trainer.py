@@ -27,7 +27,7 @@ from pathlib import Path
 if __name__ == "__main__":  # Ctrl-C during the seconds of imports below: status 130, no traceback
     signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))
 
-from allreducers.transports.environment import apply_launch_defaults
+from allreducers.transports.environment import apply_launch_defaults, cluster_topology
 
 if __name__ == "__main__":
     # Threads per rank and MPICH's yielding while waiting, where the user set nothing: before
@@ -340,6 +340,10 @@ def parse_settings(argv, comm):
             )
             args.compressor = "dense"
     problems += _range_problems(args, settings, size)
+    try:
+        cluster_topology()
+    except ValueError as error:
+        problems.append(str(error))
     args.method_options = {}
     if known:
         args.method_options, found, said = _method_options(args, parser.method_flags, size)
@@ -776,6 +780,7 @@ def build_trainer(argv, comm):
         "nworkers": size,
         "batch_size": settings["batch_size"],
         "network": os.environ.get("SPARDL_NETWORK_RATE", "loopback"),  # scripts/shaped_network.sh
+        "topology": cluster_topology(),  # scripts/cluster_network.sh's hosts, ranks per host, rates
         # Every option of the method, as given or its default (``teams``, ``sag``, ... in rows)
         **compressors.option_defaults(args.compressor),
         **args.method_options,

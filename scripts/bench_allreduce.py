@@ -56,6 +56,7 @@ import sys
 
 try:
     import compressors
+    from allreducers.transports.environment import cluster_topology
     from syncbench import cli, plan
     from syncbench.bench import mpi_rows, network_label, replay_rows
     from syncbench.floor import EF_FLOOR, FLOOR
@@ -190,6 +191,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.replay and args.lost_mass:
         parser.error("--lost-mass needs the ranks' exchange: it does not go with --replay")
     cli.usage_checked(parser, cli.check_seed, args.seed)
+    cli.usage_checked(parser, cluster_topology)
     for flag in ("json", "csv"):
         if getattr(args, flag):
             cli.usage_checked(parser, cli.output_file, getattr(args, flag), f"--{flag}")

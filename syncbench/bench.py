@@ -17,6 +17,7 @@ import sys
 import torch
 
 import compressors
+from allreducers.transports.environment import cluster_topology
 
 from . import plan
 from .floor import FLOOR_RUNS, FLOORS, FloorRun, spardl_events
@@ -120,6 +121,7 @@ def mpi_rows(args) -> list:
                 dict(
                     summarize(label, name, options, per_rank, args, workers, source.numel),
                     network=network_label(),
+                    topology=cluster_topology(),
                     threads=threads,
                 )
             )
@@ -138,6 +140,7 @@ def replay_rows(args) -> list:
                 label, name, options, [run_records[args.warmup :]], args, args.replay, source.numel
             ),
             network=network_label(replayed=True),
+            topology=None,
             threads=[torch.get_num_threads()],
         )
         for (label, name, options), run_records in zip(runs + FLOOR_RUNS, records)

@@ -94,8 +94,10 @@ def test_density_one_gives_the_exact_average(dense_density_rows):
 def test_interleaved_and_sequential_order_give_the_same_numbers(tmp_path, monkeypatch):
     """The order of the timed calls changes timings only: every method sees the same gradients
     and keeps its own state, so traffic, nnz and cosine agree row by row. The rows record the
-    shaped network's rate the environment names."""
+    shaped network's rate and the emulated cluster's topology the environment names."""
     monkeypatch.setenv("SPARDL_NETWORK_RATE", "10gbit")
+    cluster = {"hosts": 2, "ranks_per_host": 1, "rates": ["10gbit", "10gbit"], "delay": None}
+    monkeypatch.setenv("SPARDL_CLUSTER", json.dumps(cluster))
     rows = {}
     for order in ("interleaved", "sequential"):
         path = tmp_path / f"{order}.json"
@@ -125,6 +127,7 @@ def test_interleaved_and_sequential_order_give_the_same_numbers(tmp_path, monkey
         [row[k] for k in keys] for row in rows["sequential"]
     ]
     assert {row["network"] for order in rows.values() for row in order} == {"10gbit"}
+    assert all(row["topology"] == cluster for order in rows.values() for row in order)
 
 
 @pytest.mark.mpi

@@ -1,5 +1,6 @@
 """Thread and MPICH yield defaults, chosen from the launcher's environment before MPI starts."""
 
+import json
 import os
 import subprocess
 
@@ -8,6 +9,7 @@ import pytest
 from allreducers.transports.environment import (
     YIELD,
     apply_launch_defaults,
+    cluster_topology,
     launch_defaults,
     local_ranks,
 )
@@ -83,3 +85,12 @@ def test_the_trainer_sets_them_before_mpi_starts(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert [(tmp_path / str(rank)).read_text() for rank in range(ranks)] == ["1 1 1"] * ranks
+
+
+def test_the_cluster_topology_is_read_from_spardl_cluster_and_checked():
+    described = {"hosts": 4, "ranks_per_host": 2, "rates": ["1gbit"] * 4, "delay": None}
+    assert cluster_topology({}) is None
+    assert cluster_topology({"SPARDL_CLUSTER": json.dumps(described)}) == described
+    for bad in ("not json", "[2, 2]", '{"ranks_per_host": 2}'):
+        with pytest.raises(ValueError, match="SPARDL_CLUSTER=.* is not a JSON object with a"):
+            cluster_topology({"SPARDL_CLUSTER": bad})

@@ -13,6 +13,7 @@ asked before it starts: ``MPI_LOCALNRANKS`` (MPICH's Hydra), ``OMPI_COMM_WORLD_L
 else 1 (started without a launcher).
 """
 
+import json
 import os
 import sys
 
@@ -80,3 +81,29 @@ def apply_launch_defaults(environ=os.environ) -> dict:
     if own and "OMP_NUM_THREADS" in chosen and "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(int(chosen["OMP_NUM_THREADS"]))
     return chosen
+
+
+#: Set by scripts/cluster_network.sh: the emulated cluster's topology, as a JSON object.
+CLUSTER_VARIABLE = "SPARDL_CLUSTER"
+
+
+def cluster_topology(environ=os.environ) -> dict | None:
+    """Return the emulated cluster a run is on, as ``scripts/cluster_network.sh`` describes it.
+
+    Returns:
+        ``{"hosts": N, "ranks_per_host": G, "rates": [...], "delay": ...}`` from
+        ``SPARDL_CLUSTER``; ``None`` outside such a cluster (one machine, or one shaped link).
+
+    Raises:
+        ValueError: the variable is set but is not a JSON object naming the hosts.
+    """
+    value = environ.get(CLUSTER_VARIABLE)
+    if not value:
+        return None
+    try:
+        described = json.loads(value)
+    except json.JSONDecodeError:
+        described = None
+    if not isinstance(described, dict) or "hosts" not in described:
+        raise ValueError(f"{CLUSTER_VARIABLE}={value!r} is not a JSON object with a 'hosts' key")
+    return described

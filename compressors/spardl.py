@@ -27,6 +27,7 @@ from .sparse_ops import flat_nonzero, is_member, put_
 
 SAG_VARIANTS = ("bruck", "recursive")
 SRS_EXECUTIONS = {"rounds": srs_schedule, "blocks": srs_block_schedule}
+RESIDUAL_RULES = ("global", "local")
 
 
 class HeightAdapter:
@@ -118,6 +119,19 @@ def check_teams(teams, sag: str, workers: int) -> int:
     return teams
 
 
+def check_residuals(residuals) -> str:
+    """Return ``residuals`` if it names a residual rule (``"global"`` or ``"local"``).
+
+    Raises:
+        ValueError: it does not; the message names the valid ones.
+    """
+    if not isinstance(residuals, str) or residuals not in RESIDUAL_RULES:
+        raise ValueError(
+            f"residuals={residuals!r} is not a residual rule; valid: {', '.join(RESIDUAL_RULES)}"
+        )
+    return residuals
+
+
 def check_srs(srs) -> str:
     """Check the name of a Spar-Reduce-Scatter execution.
 
@@ -159,6 +173,11 @@ class SparDL(Synchronizer):
         dense_warmup: calls that run a dense all-reduce first (see :class:`Synchronizer`).
         wire: see :class:`Synchronizer` (docs/DESIGN.md, section "The wire": what the
             residual keeps at a 16-bit wire).
+        residuals: ``"global"``, SparDL's global residual collection (step 6: every discarded
+            value stays in some worker's residual); or ``"local"``, the ablation the paper
+            lacks: a worker keeps only what it discarded of its own accumulated values before
+            sending, and what is discarded in later rounds is lost, as in methods without
+            global residual collection. ``"local"`` does not conserve mass.
 
     Raises:
         ValueError: an invalid option (see :func:`check_teams` and :func:`check_srs`).
@@ -176,6 +195,8 @@ class SparDL(Synchronizer):
         teams, sag = options.get("teams", 1), options.get("sag", "bruck")
         if "teams" in options or "sag" in options:
             options["teams"] = check_teams(teams, sag, workers)
+        if "residuals" in options:
+            check_residuals(options["residuals"])
         return options
 
     def __init__(
@@ -188,9 +209,12 @@ class SparDL(Synchronizer):
         srs: str = "rounds",
         dense_warmup: int = 0,
         wire: str = "fp32",
+        residuals: str = "global",
     ) -> None:
         super().__init__(comm, numel, density, dense_warmup, wire)
         self.teams = check_teams(teams, sag, self.size)
+        self.residuals = check_residuals(residuals)
+        self.conserves_mass = residuals == "global"
         self.sag = sag
         self.srs = check_srs(srs)
         self.team_size = self.size // teams
@@ -244,7 +268,13 @@ class SparDL(Synchronizer):
         return self._nnz
 
     def _config(self) -> dict:
-        return dict(super()._config(), teams=self.teams, sag=self.sag, srs=self.srs)
+        return dict(
+            super()._config(),
+            teams=self.teams,
+            sag=self.sag,
+            srs=self.srs,
+            residuals=self.residuals,
+        )
 
     def _extra_state(self) -> dict:
         return {"height": self.height.state_dict()}
@@ -302,7 +332,7 @@ class _Call:
         with timer("accumulate"):
             self.result = sync._new_result(self.work.device)
         self.gather_and_collect(own)  # steps 5 and 6
-        if self.shares:
+        if self.shares and sync.residuals == "global":
             with timer("accumulate"):
                 _keep_shares(self.blocks[sync.position], own[0].long(), self.shares)
         self.nnz = int(sum(self.nonzeros.values()))  # one device sync
@@ -504,6 +534,10 @@ class _Call:
             inside, kept = columns[:end], values[:end]
         put_(part, inside, kept / sync.size)
         selected, level, lost = self.selected[block]
+        if sync.residuals == "local":  # a_w, less what this worker's selection sent
+            _restore(row, saves)
+            put_(row, selected, 0.0 if lost is None else lost)
+            return torch.count_nonzero(kept)
         if block == sync.position and sync._own_list_final:  # all of it passed on
             _restore(row, saves)
             put_(row, columns, 0.0 if lost is None else lost)

@@ -4,8 +4,11 @@
     state = SparDLState(process_group=None, density=0.01, method="spardl", model=ddp_model)
     ddp_model.register_comm_hook(state, spardl_hook)
 
-How residuals follow their parameters when DDP rebuilds its buckets, and what the hook
-guarantees, is in docs/DESIGN.md, section "The DDP communication hook".
+The hook returns a pending future: the buckets are averaged on a communication thread
+(``compressors.pipeline``) while backward goes on. docs/DDP_HOOK.md says how to plug it into
+DDP, accelerate and Lightning, how the threads share the network, what it measures, and what
+error feedback means with momentum; how residuals follow their parameters when DDP rebuilds its
+buckets is there and in docs/DESIGN.md, section "The DDP communication hook".
 """
 
 import numbers
@@ -14,20 +17,30 @@ import torch
 import torch.distributed as dist
 
 import compressors
+from allreducers.transports import as_transport
 from allreducers.transports.torchdist import TorchDistributedTransport
+
+from .pipeline import BucketPipeline
 
 
 class SparDLState:
     """State of :func:`spardl_hook`: the method, its options and one synchronizer per bucket layout.
 
-    Each bucket layout gets its own synchronizer, created on first use, and a result buffer of
-    its own, allocated once. A residual belongs to parameters, not to a bucket: a synchronizer
+    The buckets are averaged by a :class:`~compressors.pipeline.BucketPipeline` on a
+    communication thread while backward goes on. Each bucket layout gets its own synchronizer,
+    created on first use, and a result buffer of its own, allocated once. A residual belongs to
+    parameters, not to a bucket (:class:`~compressors.residuals.ResidualStore`): a synchronizer
     for a new layout starts from the residuals its parameters had in the layouts they come
     from, and with their dense warm-up count. The state is this rank's: :meth:`state_dict` and
     :meth:`load_state_dict` carry the residuals through checkpoints, each rank its own.
 
     Args:
-        process_group: the ``torch.distributed`` group (``None``: the default group).
+        process_group: the ``torch.distributed`` group (``None``: the default group), or an
+            ``mpi4py`` communicator (or any transport) to synchronize over MPI instead; DDP
+            itself still needs ``torch.distributed`` (Gloo) for its start-up broadcast. A
+            ``torch.distributed`` group not started yet is looked up at the first backward pass
+            (Lightning builds the state before it starts the group); the options' values are
+            checked then.
         density: the fraction of each bucket kept, in (0, 1].
         method: any name of ``compressors.available()``.
         skip_nonfinite: for mixed precision with ``torch.amp.GradScaler``, whose overflowing
@@ -46,6 +59,7 @@ class SparDLState:
 
     Raises:
         ValueError: an unknown method, an invalid density, or an unknown or invalid option.
+        RuntimeError: an MPI communicator whose library lacks ``MPI_THREAD_SERIALIZED``.
     """
 
     def __init__(
@@ -67,12 +81,12 @@ class SparDLState:
             )
         self.skip_nonfinite = bool(skip_nonfinite)
         self.parameters_by = "order" if model is None else "name"
-        self.transport = TorchDistributedTransport(process_group)
-        # Building one checks the options' values.
-        compressors.create(self.method, self.transport, numel=1, density=density, **options)
         self.options = self._settled(self.method, options)
-        self.synchronizers: dict = {}  # layout key -> synchronizer
-        self._layouts: dict = {}  # layout key -> (parameter numbers, sizes, result buffer)
+        self._group = process_group
+        self._pipeline = None
+        torch_group = process_group is None or isinstance(process_group, dist.ProcessGroup)
+        if not torch_group or (dist.is_available() and dist.is_initialized()):
+            self._start()  # else at first use: Lightning starts the group after building this
         # id(parameter) -> its number, in the order the state first sees them; with ``model``, its
         # name ("module." of a DDP wrapper dropped), known from the start.
         self._numbers: dict = (
@@ -80,8 +94,41 @@ class SparDLState:
             if model is None
             else {id(p): name.removeprefix("module.") for name, p in model.named_parameters()}
         )
-        self._owners: dict = {}  # parameter number -> (layout key, offset, numel)
-        self._pending: dict = {}  # layout key -> saved state not yet used
+
+    def _start(self) -> BucketPipeline:
+        """Create the transport and the pipeline, checking the options' values and MPI's threads.
+
+        Raises:
+            ValueError: an option's value is invalid for this group.
+            RuntimeError: ``torch.distributed`` is not initialized, or MPI lacks
+                ``MPI_THREAD_SERIALIZED``.
+        """
+        group = self._group
+        if group is None or isinstance(group, dist.ProcessGroup):
+            if not (dist.is_available() and dist.is_initialized()):
+                raise RuntimeError(
+                    "SparDLState: torch.distributed is not initialized: call "
+                    "init_process_group before the first backward pass"
+                )
+            transport = TorchDistributedTransport(group)
+        else:
+            transport = as_transport(group)
+        # Building one checks the options' values.
+        compressors.create(self.method, transport, numel=1, density=self.density, **self.options)
+        self._pipeline = BucketPipeline(
+            transport, self.method, self.density, self.options, self.skip_nonfinite
+        )
+        return self._pipeline
+
+    @property
+    def pipeline(self) -> BucketPipeline:
+        """The :class:`~compressors.pipeline.BucketPipeline` that averages the buckets."""
+        return self._pipeline if self._pipeline is not None else self._start()
+
+    @property
+    def transport(self):
+        """This rank's transport (created on first use if the group was not started yet)."""
+        return self.pipeline.transport
 
     @staticmethod
     def _settled(method: str, options: dict) -> dict:
@@ -102,10 +149,24 @@ class SparDLState:
             for key, value in settled.items()
         }
 
+    @property
+    def synchronizers(self) -> dict:
+        """The live synchronizers by bucket layout (``"3,4,5"``: its parameters' keys)."""
+        self.pipeline.wait(raise_error=False)
+        return {key: live.sync for key, live in self.pipeline.residuals.layouts.items()}
+
+    def keys(self, bucket: dist.GradBucket) -> list:
+        """Return how this state knows each parameter of ``bucket``, in order.
+
+        Raises:
+            ValueError: with ``model=``, the bucket holds a parameter the model does not have.
+        """
+        return [self._number(p) for p in bucket.parameters()]
+
     def synchronizer(self, bucket: dist.GradBucket):
         """Return the synchronizer of ``bucket``'s layout and its reused result buffer.
 
-        Both are created on the layout's first use.
+        Both are created on the layout's first use. Waits until no bucket is in flight.
 
         Raises:
             ValueError: with ``model=``, the bucket holds a parameter the model does not have;
@@ -113,17 +174,17 @@ class SparDLState:
             RuntimeError: the bucket's size differs from its parameters'.
         """
         parameters = bucket.parameters()
-        numbers = [self._number(p) for p in parameters]
-        key = ",".join(map(str, numbers))
-        if key not in self.synchronizers:
-            sizes = [p.numel() for p in parameters]
-            if sum(sizes) != bucket.buffer().numel():
-                raise RuntimeError(
-                    f"bucket {bucket.index()}: {bucket.buffer().numel()} entries for "
-                    f"parameters of {sum(sizes)}"
-                )
-            self._build(key, numbers, sizes, bucket.buffer().device)
-        return self.synchronizers[key], self._layouts[key][2]
+        sizes = [p.numel() for p in parameters]
+        if sum(sizes) != bucket.buffer().numel():
+            raise RuntimeError(
+                f"bucket {bucket.index()}: {bucket.buffer().numel()} entries for "
+                f"parameters of {sum(sizes)}"
+            )
+        self.pipeline.wait(raise_error=False)
+        live = self.pipeline.layout(
+            self.keys(bucket), sizes, bucket.buffer().device, bucket.index()
+        )
+        return live.sync, live.out
 
     def _number(self, parameter) -> int | str:
         """Return how this state knows ``parameter``.
@@ -139,79 +200,29 @@ class SparDLState:
             )
         return self._numbers[id(parameter)]
 
-    def _build(self, key: str, numbers: list, sizes: list, device) -> None:
-        sync = compressors.create(
-            self.method, self.transport, numel=sum(sizes), density=self.density, **self.options
-        )
-        sync.count_nnz = False  # nothing reads the count: no pass over the bucket for it
-        saved = self._pending.pop(key, None)
-        if saved is not None:
-            sync.load_state_dict(saved["state"])
-        # The dense warm-up count carries over from every layout these parameters come from.
-        sync.calls = max(
-            [sync.calls]
-            + [
-                self.synchronizers[owner].calls
-                for owner in {self._owners[n][0] for n in numbers if n in self._owners}
-            ]
-            + [
-                int(other["state"]["calls"])
-                for other in self._pending.values()
-                if not set(numbers).isdisjoint(other["numbers"])
-            ]
-        )
-        residual = sync.residual
-        offset = 0
-        for number, size in zip(numbers, sizes):
-            slot = self._slot(number)
-            if slot is not None and slot.numel() != size:
-                raise ValueError(
-                    f"the loaded hook state holds {slot.numel()} residual entries for "
-                    f"parameter #{number}, which has {size}: it was saved for another "
-                    "set of trainable parameters; start from a fresh state"
-                )
-            if slot is not None:  # moved, so that it counts once
-                residual[offset : offset + size].copy_(slot)
-                slot.zero_()
-            self._owners[number] = (key, offset, size)
-            offset += size
-        self.synchronizers[key] = sync
-        self._layouts[key] = (numbers, sizes, torch.empty(sum(sizes), device=device))
-        owning = {owner for owner, _, _ in self._owners.values()}
-        for stale in [k for k in self.synchronizers if k not in owning]:  # replaced layouts
-            del self.synchronizers[stale], self._layouts[stale]
-
-    def _slot(self, number: int):
-        """Return where parameter ``number``'s residual lives now, as a view; None if nowhere.
-
-        Its current bucket, else a saved bucket not built yet.
-        """
-        if number in self._owners:
-            key, offset, size = self._owners[number]
-            return self.synchronizers[key].residual[offset : offset + size]
-        for saved in self._pending.values():
-            if number in saved["numbers"]:
-                at = saved["numbers"].index(number)
-                offset = sum(saved["sizes"][:at])
-                return saved["state"]["residual"][offset : offset + saved["sizes"][at]]
-        return None
-
     def residual(self, parameter: torch.Tensor) -> torch.Tensor:
         """Return this rank's residual of ``parameter``, shaped like it.
 
         Zeros while the state holds none for it: before its first backward pass under this
         state, which is when the state learns its buckets, unless a loaded state of a state
-        with ``model=`` holds it.
+        with ``model=`` holds it. Waits until no bucket is in flight.
         """
-        slot = self._slot(self._numbers[id(parameter)]) if id(parameter) in self._numbers else None
+        self.pipeline.wait(raise_error=False)
+        key = self._numbers.get(id(parameter))
+        slot = None if key is None else self.pipeline.residuals.residual(key)
         return torch.zeros_like(parameter) if slot is None else slot.view_as(parameter)
+
+    def take_stats(self) -> dict:
+        """Return the traffic of the buckets synchronized since the last call, and reset.
+
+        Per bucket and summed (:meth:`compressors.pipeline.BucketPipeline.take_stats`): call it
+        once per step, after backward, for the step's bytes.
+        """
+        return self.pipeline.take_stats()
 
     def state_dict(self) -> dict:
         """Return this rank's synchronizers' states (residuals, thresholds...) by bucket layout."""
-        buckets = dict(self._pending)
-        for key, sync in self.synchronizers.items():
-            numbers, sizes, _ = self._layouts[key]
-            buckets[key] = {"numbers": numbers, "sizes": sizes, "state": sync.state_dict()}
+        self.pipeline.wait(raise_error=False)
         return {
             "method": self.method,
             "density": self.density,
@@ -219,7 +230,7 @@ class SparDLState:
             "rank": self.transport.rank,
             "size": self.transport.size,
             "parameters_by": self.parameters_by,
-            "buckets": buckets,
+            "buckets": self.pipeline.residuals.state_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -253,31 +264,25 @@ class SparDLState:
         ]
         if differ:
             raise ValueError("the saved hook state does not fit this one: " + "; ".join(differ))
-        self._pending = {
-            key: {
-                "numbers": list(saved["numbers"]),
-                "sizes": list(saved["sizes"]),
-                "state": dict(saved["state"], residual=saved["state"]["residual"].clone()),
-            }
-            for key, saved in state["buckets"].items()
-        }
-        self.synchronizers.clear()
-        self._layouts.clear()
-        self._owners.clear()
+        self.pipeline.wait(raise_error=False)
+        self.pipeline.residuals.load_state_dict(state["buckets"])
 
 
 def spardl_hook(state: SparDLState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: average ``bucket`` over the group with ``state``'s method.
 
-    The bucket is averaged synchronously, into the layout's result buffer (DDP copies it into
-    the gradients before the next backward pass), and handed back as a completed future.
-    Buckets of another dtype (float16, bfloat16, float64) are synchronized in float32, the dtype
-    of the residuals and messages, and the average is cast back: float64 gradients thus carry
-    float32 precision (about 1e-7 relative).
+    Returns at once a pending future that the state's communication thread completes, so that
+    backward goes on meanwhile (DDP waits for every bucket's future before the optimizer step).
+    The average lands in the layout's result buffer (DDP copies it into the gradients before the
+    next backward pass). Buckets of another dtype (float16, bfloat16, float64) are synchronized
+    in float32, the dtype of the residuals and messages, and the average is cast back: float64
+    gradients thus carry float32 precision (about 1e-7 relative).
 
     Raises:
-        ValueError: a bucket of sparse gradients, or (without ``skip_nonfinite``) one holding
-            NaN or inf.
+        ValueError: a bucket of sparse gradients, or (with ``model=``) a parameter the model
+            does not have. Errors of the synchronization itself (without ``skip_nonfinite``, a
+            bucket holding NaN or inf: ``ValueError``) come back in the future, and DDP raises
+            them from backward.
     """
     flat = bucket.buffer()
     if flat.is_sparse:
@@ -285,15 +290,6 @@ def spardl_hook(state: SparDLState, bucket: dist.GradBucket) -> torch.futures.Fu
             "spardl_hook: a bucket of sparse gradients (nn.Embedding(sparse=True)?) "
             "cannot be synchronized; use dense gradients or DDP's default all-reduce"
         )
-    sync, out = state.synchronizer(bucket)
-    future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    if state.skip_nonfinite:
-        # One pass, no n-sized mask: the sum is NaN or inf when an entry is, and otherwise only
-        # for values near float32's limit, which the float32 synchronization would overflow too.
-        flag = (~torch.isfinite(flat.sum(dtype=torch.float32))).float().reshape(1)
-        if state.transport.allreduce_sum_(flag).item() > 0:
-            future.set_result(torch.full_like(flat, float("nan")))
-            return future
-    averaged = sync.allreduce(flat if flat.dtype == torch.float32 else flat.float(), out=out)
-    future.set_result(averaged.to(flat.dtype))
-    return future
+    parameters = bucket.parameters()
+    sizes = [p.numel() for p in parameters]
+    return state.pipeline.submit(state.keys(bucket), sizes, flat, space=bucket.index())

@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+import compressors
 from compressors.ddp import SparDLState, spardl_hook
 
 dist.init_process_group("gloo")
@@ -44,14 +45,18 @@ def same_everywhere(vector):
 
 
 def recording_hook(results):
-    """:func:`spardl_hook` that also notes which tensor each bucket's future returned."""
+    """:func:`spardl_hook` that also notes which tensor each bucket's future returned (the
+    hook's future is still pending when it returns: backward goes on meanwhile)."""
 
     def hook(state, bucket):
         future = spardl_hook(state, bucket)
-        results.setdefault((bucket.index(), bucket.buffer().numel()), set()).add(
-            future.value().data_ptr()
-        )
-        return future
+        key = (bucket.index(), bucket.buffer().numel())
+
+        def note(done):
+            results.setdefault(key, set()).add(done.value().data_ptr())
+            return done.value()
+
+        return future.then(note)
 
     return hook
 
@@ -199,7 +204,9 @@ def raises(action, fragment):
 spelled = SparDLState(
     density=0.05, method="spardl", teams=numpy.int64(1), sag="bruck", srs="rounds", dense_warmup=0
 )
-assert spelled.options == {"teams": 1, "sag": "bruck", "srs": "rounds", "dense_warmup": 0}
+assert spelled.options == dict(
+    compressors.option_defaults("spardl"), teams=1, sag="bruck", srs="rounds", dense_warmup=0
+)
 assert type(spelled.options["teams"]) is int
 scaled = SparDLState(density=0.05, method="oktopk", raise_scale=numpy.float64(1.05))
 assert type(scaled.options["raise_scale"]) is float

@@ -39,3 +39,10 @@ def test_state_rejects_bad_options_before_touching_the_network():
         SparDLState(method="nope")
     with pytest.raises(ValueError, match="density"):
         SparDLState(density=2.0)
+
+
+def test_state_built_before_the_group_starts_looks_it_up_at_first_use():
+    """Lightning builds ``ddp_comm_state`` before it starts the process group."""
+    state = SparDLState(density=0.1, method="spardl", teams=1)
+    with pytest.raises(RuntimeError, match="torch.distributed is not initialized"):
+        state.take_stats()

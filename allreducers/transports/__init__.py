@@ -6,6 +6,7 @@ transport) into a :class:`Transport`. Nothing here knows any synchronization met
 
 from .base import Traffic, Transport
 from .local import GroupAborted, LocalGroup, LocalTransport, local_group
+from .tagged import TAG_STRIDE, TaggedTransport
 
 
 def as_transport(comm) -> Transport:
@@ -47,4 +48,6 @@ __all__ = [
     "GroupAborted",
     "local_group",
     "as_transport",
+    "TaggedTransport",
+    "TAG_STRIDE",
 ]

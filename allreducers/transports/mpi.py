@@ -8,14 +8,18 @@ variable ``SPARDL_CUDA_AWARE_MPI=1`` (or ``0``) to override the detection.
 from __future__ import annotations
 
 import os
-import sys
-import time
-import traceback
 
 import torch
 from mpi4py import MPI
 
 from .base import Transport
+from .lifecycle import (  # noqa: F401 - the policy's old home: callers import it from here
+    abort_on_uncaught_exception,
+    end_interrupted,
+    install_abort_hook,
+    report_and_abort,
+    require_thread_level,
+)
 
 _MPI_TYPES = {
     torch.int32: MPI.INT32_T,
@@ -68,17 +72,15 @@ class _Receive:
 class MPITransport(Transport):
     """One rank of an ``mpi4py`` communicator.
 
-    Creating one makes an uncaught exception abort the job (:func:`abort_on_uncaught_exception`)
-    unless the program installed an exception hook of its own: a rank that dies in the middle of
+    Creating one makes an uncaught exception abort the job (:func:`abort_on_uncaught_exception`,
+    installed by :func:`~allreducers.transports.lifecycle.install_abort_hook`) unless the program
+    installed an exception hook of its own: a rank that dies in the middle of
     a collective would otherwise leave the others waiting forever.
     """
 
     def __init__(self, comm: MPI.Comm) -> None:
         super().__init__()
-        if (
-            comm.Get_size() > 1 and sys.excepthook is sys.__excepthook__
-        ):  # a program's own hook stays
-            abort_on_uncaught_exception(comm)
+        install_abort_hook(comm)  # a program's own exception hook stays
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
@@ -186,60 +188,3 @@ class MPITransport(Transport):
     def abort(self, message: str) -> None:
         """Print ``message`` and end every rank of the communicator with exit status 1."""
         report_and_abort(self.comm, message.rstrip() + "\n")
-
-
-_FORWARD_SECONDS = 1.0
-
-
-def report_and_abort(comm: MPI.Comm, message: str) -> None:
-    """Write ``message`` to stderr and abort the whole job (status 1).
-
-    The launcher forwards a rank's output through a pipe that ``Abort`` may tear down before it
-    is read (seen: a job that ended with status 1 and an empty stderr), so the rank waits
-    ``_FORWARD_SECONDS`` between writing and aborting.
-    """
-    sys.stderr.write(message)
-    sys.stderr.flush()
-    time.sleep(_FORWARD_SECONDS)
-    comm.Abort(1)
-
-
-#: How long rank 0 gives the launcher to forward its line before :func:`end_interrupted`
-#: ends the job, and the other ranks wait longer, so that it is rank 0 that ends it.
-_LINE_SECONDS = 0.3
-
-
-def end_interrupted(comm: MPI.Comm = MPI.COMM_WORLD, line: str = "interrupted") -> None:
-    """End the whole job after Ctrl-C with exit status 130, rank 0 having written ``line``.
-
-    Ranks waiting inside an MPI call cannot see the signal, and a rank that exits alone makes
-    the launcher kill them and report a crash (exit status 9 and a banner). ``Abort(130)``
-    instead ends every rank and makes ``mpiexec`` exit with 130; the MPI library's own abort
-    message goes to /dev/null, since an interrupt is no error.
-    """
-    if comm.Get_rank() == 0:
-        sys.stderr.write(line + "\n")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    time.sleep(_LINE_SECONDS if comm.Get_rank() == 0 else 2 * _LINE_SECONDS)
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
-    comm.Abort(130)
-
-
-def abort_on_uncaught_exception(comm: MPI.Comm = MPI.COMM_WORLD) -> None:
-    """Make an uncaught exception on this rank print its traceback and abort the whole job.
-
-    As ``python -m mpi4py`` does, so that no other rank waits forever. ``KeyboardInterrupt``
-    (Ctrl-C, which ``mpiexec`` forwards to every rank) ends the job with status 130 instead,
-    after one line from rank 0 (:func:`end_interrupted`).
-    """
-
-    def hook(kind, value, tb):
-        if issubclass(kind, KeyboardInterrupt):  # Ctrl-C is no crash: one word, status 130
-            end_interrupted(comm)
-        text = "".join(traceback.format_exception(kind, value, tb))
-        report_and_abort(
-            comm, f"[rank {comm.Get_rank()}] uncaught exception, aborting the job:\n{text}"
-        )
-
-    sys.excepthook = hook

@@ -1,0 +1,119 @@
+"""A view of a transport with a tag range and traffic counters of its own.
+
+Collectives that may be in flight at the same time on one group (the buckets of one backward
+pass) must not take each other's messages. Each gets a :class:`TaggedTransport` over the common
+transport: its schedule's tags ``0 .. stride - 1`` travel as ``offset + tag``, and its traffic is
+counted in the view, so a bucket's bytes are its own and a step's are the sum over its buckets.
+
+    >>> from allreducers.transports import local_group
+    >>> def exchange(transport):
+    ...     bucket = TaggedTransport(transport, space=1)
+    ...     bucket.waitall([bucket.isend(torch.ones(2), 1 - transport.rank, 0)])
+    ...     return bucket.recv(1 - transport.rank, 0, torch.float32, torch.device("cpu")).tolist()
+    >>> local_group(2).run(exchange)
+    [[1.0, 1.0], [1.0, 1.0]]
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import Transport
+
+#: Tags per space: a schedule's steps are numbered from 0 (at most about 2 P + log2 P of them).
+TAG_STRIDE = 4096
+
+
+def tag_upper_bound(transport: Transport) -> int | None:
+    """Return the largest tag ``transport``'s library accepts (``None``: no known bound).
+
+    MPI's is the communicator's ``MPI_TAG_UB`` (at least 32767); Gloo's and NCCL's are int32.
+    """
+    base = transport.base if isinstance(transport, TaggedTransport) else transport
+    comm = getattr(base, "comm", None)
+    if comm is not None:
+        from mpi4py import MPI
+
+        bound = comm.Get_attr(MPI.TAG_UB)
+        return int(bound) if bound is not None else 32767
+    if type(base).__name__ == "TorchDistributedTransport":
+        return 2**31 - 1
+    return None
+
+
+class TaggedTransport(Transport):
+    """``base`` with point-to-point tags moved to space ``space`` and traffic counted apart.
+
+    Only point-to-point messages are told apart: collectives (``allreduce_sum``) of two views
+    of one group must still be called in the same order on every rank, from one thread at a
+    time (as :class:`compressors.pipeline.BucketPipeline` does).
+
+    Args:
+        base: the underlying transport (never another view: a view of a view adds offsets).
+        space: which range of :data:`TAG_STRIDE` tags this view uses, from 0.
+        stride: tags per space.
+
+    Raises:
+        ValueError: ``space`` is negative, or its tags pass the library's bound.
+    """
+
+    def __init__(self, base: Transport, space: int, stride: int = TAG_STRIDE) -> None:
+        super().__init__()
+        if isinstance(base, TaggedTransport):
+            base = base.base
+        if space < 0:
+            raise ValueError(f"tag space must be >= 0, got {space}")
+        bound = tag_upper_bound(base)
+        if bound is not None and (space + 1) * stride - 1 > bound:
+            raise ValueError(
+                f"tag space {space} needs tags up to {(space + 1) * stride - 1}, above this "
+                f"library's bound {bound}; use fewer buckets (a larger bucket size)"
+            )
+        self.base = base
+        self.space = space
+        self.stride = stride
+        self.offset = space * stride
+        self.rank = base.rank
+        self.size = base.size
+
+    def _tag(self, tag: int) -> int:
+        if not 0 <= tag < self.stride:
+            raise ValueError(f"tag {tag} outside this view's range 0..{self.stride - 1}")
+        return self.offset + tag
+
+    def isend(self, tensor: torch.Tensor, dest: int, tag: int):
+        """Start sending ``tensor`` to ``dest`` with this view's ``tag``; return a handle.
+
+        Raises:
+            ValueError: ``tag`` is outside ``0 .. stride - 1`` (nothing is counted or sent).
+        """
+        self._tag(tag)
+        return super().isend(tensor, dest, tag)
+
+    def _isend(self, tensor, dest, tag):
+        return self.base._isend(tensor, dest, self._tag(tag))
+
+    def _recv(self, source, tag, dtype, device):
+        return self.base._recv(source, self._tag(tag), dtype, device)
+
+    def _irecv(self, source, tag, dtype, device):
+        return self.base._irecv(source, self._tag(tag), dtype, device)
+
+    def _wait_recv(self, handle):
+        return self.base._wait_recv(handle)
+
+    def _waitall(self, handles):
+        return self.base._waitall(handles)
+
+    def _allreduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.base._allreduce_sum(tensor)
+
+    def _allreduce_sum_into(self, tensor, out):
+        return self.base._allreduce_sum_into(tensor, out)
+
+    def _barrier(self):
+        return self.base._barrier()
+
+    def abort(self, message: str) -> None:
+        """End the whole group as ``base`` does."""
+        self.base.abort(message)

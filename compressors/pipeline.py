@@ -1,0 +1,348 @@
+"""Synchronize gradient buckets in the background while backward goes on.
+
+    pipeline = BucketPipeline(transport, "spardl", density=0.01)
+    future = pipeline.submit(keys, sizes, flat_bucket, space=bucket_index)  # returns at once
+    ...                                       # backward continues, later buckets are submitted
+    pipeline.wait()                           # every bucket averaged (future.value() each)
+
+Each process has one communication thread per group (:func:`comm_thread`). It runs the
+submitted buckets one at a time, in the order they were submitted, which must be the same on
+every rank (DDP fires its buckets in index order on every rank; a trainer submits in the order
+of its bucket list). So at most one thread at a time calls the transport, and while buckets are
+in flight the caller's thread must not call it: MPI needs ``MPI_THREAD_SERIALIZED``
+(checked when the pipeline starts), and a ``torch.distributed`` group is only used by that one
+thread meanwhile. Each bucket's synchronizer talks through a :class:`TaggedTransport` of its
+own (tag space ``space``), so its messages and its traffic counters are its own.
+
+Per bucket the result has the bits of the blocking ``sync.allreduce`` of that bucket: the
+thread runs exactly that call. Residuals stay per parameter in a
+:class:`~compressors.residuals.ResidualStore`.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+
+import torch
+
+import compressors
+from allreducers.transports import TaggedTransport, Transport
+from allreducers.transports.local import LocalTransport
+from allreducers.transports.tagged import TAG_STRIDE, tag_upper_bound
+
+from .residuals import Layout, ResidualStore
+
+#: Seconds an idle communication thread waits for work before it ends (a new one starts when
+#: work comes again).
+IDLE_SECONDS = 30.0
+
+
+class CommThread:
+    """A thread that runs submitted jobs one at a time, first in first out.
+
+    Args:
+        name: the thread's name.
+        on_exit: called (under no lock) when the thread ends after being idle.
+    """
+
+    def __init__(self, name: str, on_exit=None) -> None:
+        self._jobs: collections.deque = collections.deque()
+        self._ready = threading.Condition()
+        self._on_exit = on_exit
+        self._stopped = False
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def put(self, job) -> bool:
+        """Queue ``job`` (a callable of no arguments); False if this thread has ended."""
+        with self._ready:
+            if self._stopped:
+                return False
+            self._jobs.append(job)
+            self._ready.notify()
+            return True
+
+    def _run(self) -> None:
+        while True:
+            with self._ready:
+                if not self._jobs:
+                    self._ready.wait(IDLE_SECONDS)
+                if not self._jobs:
+                    self._stopped = True
+                    break
+                job = self._jobs.popleft()
+            job()  # a job catches its own errors (see BucketPipeline._job)
+        if self._on_exit is not None:
+            self._on_exit(self)
+
+
+_threads: dict = {}
+_threads_lock = threading.Lock()
+
+
+def _group_key(transport: Transport):
+    """Return what identifies ``transport``'s rank of its group within this process."""
+    base = transport.base if isinstance(transport, TaggedTransport) else transport
+    if isinstance(base, LocalTransport):  # ranks of an in-process group are threads of one process
+        return ("local", id(base.group), base.rank)
+    return ("process",)
+
+
+def comm_thread(transport: Transport) -> CommThread:
+    """Return the communication thread of ``transport``'s rank, starting it if needed.
+
+    One per process for MPI and ``torch.distributed`` (whichever communicator: one thread keeps
+    their calls in one order), one per rank for an in-process group.
+    """
+    key = _group_key(transport)
+
+    def forget(thread):
+        with _threads_lock:
+            if _threads.get(key) is thread:
+                del _threads[key]
+
+    with _threads_lock:
+        thread = _threads.get(key)
+        if thread is None or not thread.thread.is_alive() or thread._stopped:
+            thread = _threads[key] = CommThread(f"spardl-comm-{key[-1]}", forget)
+        return thread
+
+
+def require_thread_support(transport: Transport) -> None:
+    """Check that ``transport`` may be called from the communication thread.
+
+    Raises:
+        RuntimeError: an MPI transport whose library was started below
+            ``MPI_THREAD_SERIALIZED`` (one clear message).
+    """
+    base = transport.base if isinstance(transport, TaggedTransport) else transport
+    if getattr(base, "comm", None) is not None:
+        from allreducers.transports.lifecycle import require_thread_level
+
+        require_thread_level(what="the overlapped bucket pipeline")
+
+
+class BucketPipeline:
+    """Averages buckets of parameters' gradients on the communication thread, in order.
+
+    Args:
+        transport: this rank's transport (anything ``compressors.create`` accepts as ``comm``).
+        method: any name of ``compressors.available()``.
+        density: the fraction of each bucket kept, in (0, 1].
+        options: keyword options of the method (``compressors.options``).
+        skip_nonfinite: a bucket with NaN or inf on any rank comes back as NaN on every rank
+            (one extra one-element all-reduce per bucket) and leaves the residuals alone,
+            instead of raising ``ValueError``.
+        count_nnz: passed on to each synchronizer (False: no pass to count non-zeros).
+
+    Attributes:
+        residuals: the :class:`~compressors.residuals.ResidualStore` of the buckets' layouts.
+        transport: the transport every bucket's view wraps.
+
+    Raises:
+        ValueError: an unknown method, density or option.
+        RuntimeError: MPI without the thread support the pipeline needs.
+    """
+
+    def __init__(
+        self,
+        transport,
+        method: str,
+        density: float,
+        options: dict | None = None,
+        skip_nonfinite: bool = False,
+        count_nnz: bool = False,
+    ) -> None:
+        from allreducers.transports import as_transport
+
+        self.transport = as_transport(transport)
+        self.method = compressors.resolve(method).name
+        self.density = density
+        self.options = dict(options or {})
+        self.skip_nonfinite = bool(skip_nonfinite)
+        self.count_nnz = count_nnz
+        self.residuals = ResidualStore()
+        bound = tag_upper_bound(self.transport)
+        self._spaces = max(1, (bound + 1) // TAG_STRIDE) if bound is not None else 1 << 20
+        self._lock = threading.Condition()
+        self._in_flight = 0
+        self._error: BaseException | None = None
+        self._stats: list = []
+        require_thread_support(self.transport)
+
+    # -- the caller's thread ----------------------------------------------------------------
+
+    def submit(self, keys, sizes, flat: torch.Tensor, space: int = 0) -> torch.futures.Future:
+        """Start averaging one bucket; return a future of the average, completed later.
+
+        The caller leaves ``flat`` untouched until the future is done. The average lands in the
+        layout's result buffer (reused by the layout's next call; the future's value is it, or
+        a copy cast to ``flat``'s dtype when that is not float32).
+
+        Args:
+            keys: the bucket's parameters' keys, in order (see :class:`ResidualStore`).
+            sizes: their numbers of entries, summing to ``flat.numel()``.
+            flat: the bucket's gradient, 1-D, of a floating dtype.
+            space: the bucket's tag space (its index; the same on every rank).
+
+        Returns:
+            A ``torch.futures.Future`` that holds the average, or the error that ended the call
+            (``ValueError`` for NaN or inf without ``skip_nonfinite``).
+        """
+        future: torch.futures.Future = torch.futures.Future()
+        ready = None
+        if flat.is_cuda:  # the thread's stream must see what backward's stream wrote
+            ready = torch.cuda.Event()
+            ready.record(torch.cuda.current_stream(flat.device))
+        with self._lock:
+            self._in_flight += 1
+        job = self._job(list(keys), list(sizes), flat, space % self._spaces, future, ready)
+        if not comm_thread(self.transport).put(job):
+            comm_thread(self.transport).put(job)  # the old thread ended just now
+        return future
+
+    def synchronize(self, keys, sizes, flat: torch.Tensor, space: int = 0) -> torch.Tensor:
+        """Return the average of one bucket, blocking: :meth:`submit`, then its result.
+
+        Raises:
+            ValueError: as the future of :meth:`submit` would hold.
+        """
+        future = self.submit(keys, sizes, flat, space)
+        self.wait()
+        return future.value()
+
+    def wait(self, timeout: float | None = None, raise_error: bool = True) -> None:
+        """Return once every submitted bucket is done.
+
+        Waits in short slices, so that Ctrl-C reaches the caller's thread meanwhile.
+
+        Args:
+            timeout: seconds to wait at most (``None``: no limit).
+            raise_error: re-raise a bucket's error (else forget it: its future held it).
+
+        Raises:
+            TimeoutError: ``timeout`` passed first.
+            Exception: the first error of a bucket since the last :meth:`wait`, re-raised.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while self._in_flight:
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"{self._in_flight} bucket(s) still in flight")
+                self._lock.wait(0.05)
+            error, self._error = self._error, None
+        if error is not None and raise_error:
+            raise error
+
+    @property
+    def idle(self) -> bool:
+        """True when no bucket is in flight."""
+        with self._lock:
+            return self._in_flight == 0
+
+    def take_stats(self) -> dict:
+        """Return the traffic and seconds of the buckets done since the last call, and reset.
+
+        Returns:
+            ``{"buckets": [...]}``, per bucket its ``space``, ``numel``, ``bytes_sent``,
+            ``messages``, ``rounds``, ``nnz`` (``None`` unless counted), ``seconds`` (the
+            bucket's time on the communication thread) and ``phases`` (its synchronizer's
+            seconds per phase, as ``Synchronizer.stats["seconds"]``); plus ``bytes_sent``,
+            ``messages``, ``rounds``, ``seconds`` and ``phases`` summed over the buckets (a
+            step's when taken once per step).
+        """
+        with self._lock:
+            done, self._stats = self._stats, []
+        phases: dict = {}
+        for bucket in done:
+            for phase, seconds in bucket["phases"].items():
+                phases[phase] = phases.get(phase, 0.0) + seconds
+        return {
+            "buckets": done,
+            "bytes_sent": sum(b["bytes_sent"] for b in done),
+            "messages": sum(b["messages"] for b in done),
+            "rounds": sum(b["rounds"] for b in done),
+            "seconds": sum(b["seconds"] for b in done),
+            "phases": phases,
+        }
+
+    # -- the communication thread -----------------------------------------------------------
+
+    def _build(self, space: int):
+        def build(numel: int):
+            view = TaggedTransport(self.transport, space)
+            sync = compressors.create(
+                self.method, view, numel=numel, density=self.density, **self.options
+            )
+            sync.count_nnz = self.count_nnz
+            return sync
+
+        return build
+
+    def _job(self, keys, sizes, flat, space, future, ready):
+        def run() -> None:
+            try:
+                if ready is not None:
+                    torch.cuda.current_stream(flat.device).wait_event(ready)
+                result = self._average(keys, sizes, flat, space)
+                if flat.is_cuda:
+                    torch.cuda.current_stream(flat.device).synchronize()
+            except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
+                future.set_exception(error)
+                self._done(error)
+                return
+            future.set_result(result)  # before done: wait() returning means every value is set
+            self._done(None)
+
+        return run
+
+    def _done(self, error) -> None:
+        with self._lock:
+            if error is not None and self._error is None:
+                self._error = error
+            self._in_flight -= 1
+            self._lock.notify_all()
+
+    def layout(self, keys, sizes, device=None, space: int = 0) -> Layout:
+        """Return the live layout of ``keys`` (built on first use; see :class:`ResidualStore`).
+
+        Call it from the communication thread, or while the pipeline is idle.
+        """
+        return self.residuals.layout(keys, sizes, self._build(space), device)
+
+    def _average(self, keys, sizes, flat: torch.Tensor, space: int) -> torch.Tensor:
+        if sum(sizes) != flat.numel():
+            raise RuntimeError(
+                f"bucket {space}: {flat.numel()} entries for parameters of {sum(sizes)}"
+            )
+        live = self.layout(keys, sizes, flat.device, space)
+        start = time.perf_counter()
+        if self.skip_nonfinite:
+            # One pass, no n-sized mask: the sum is NaN or inf when an entry is, and otherwise
+            # only for values near float32's limit, which the float32 call would overflow too.
+            flag = (~torch.isfinite(flat.sum(dtype=torch.float32))).float().reshape(1)
+            live.sync.transport.traffic.reset()
+            if live.sync.transport.allreduce_sum_(flag).item() > 0:
+                self._note(space, flat.numel(), live.sync.transport.traffic, start, None)
+                return torch.full_like(flat, float("nan"))
+        grad = flat if flat.dtype == torch.float32 else flat.float()
+        averaged = live.sync.allreduce(grad, out=live.out)
+        self._note(space, flat.numel(), live.sync.transport.traffic, start, live.sync.stats)
+        return averaged if flat.dtype == torch.float32 else averaged.to(flat.dtype)
+
+    def _note(self, space, numel, traffic, start, stats) -> None:
+        with self._lock:
+            self._stats.append(
+                {
+                    "space": space,
+                    "numel": numel,
+                    "bytes_sent": traffic.bytes_sent,
+                    "messages": traffic.messages,
+                    "rounds": traffic.rounds,
+                    "nnz": None if stats is None else stats["nnz"],
+                    "seconds": time.perf_counter() - start,
+                    "phases": {} if stats is None else dict(stats["seconds"]),
+                }
+            )

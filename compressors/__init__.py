@@ -195,7 +195,7 @@ def create(name: str, comm, numel: int, density: float = 0.01, **method_options)
     return cls(comm, numel=numel, density=density, **method_options)
 
 
-from . import dense, gaussiank, gtopk, oktopk, spardl, topk, topkdsa  # noqa: E402,F401 - the methods register themselves on import, after register exists
+from . import dense, gaussiank, gtopk, oktopk, spardl, topk, topkdsa, zen  # noqa: E402,F401 - the methods register themselves on import, after register exists
 
 __all__ = [
     "Synchronizer",

@@ -36,6 +36,8 @@ def expected_rounds(method, call):
         return 2 * log
     if method == "topkdsa":
         return workers - 1 + 3 * log
+    if method == "zen":
+        return workers - 1 + log
     if method == "oktopk":
         return workers - 1 + log + (2 * log if call % 2 == 0 else 0)
     return None

@@ -77,6 +77,8 @@ def expected_rounds(method, workers, call):
         return 2 * log
     if method == "topkdsa":
         return workers - 1 + 3 * log
+    if method == "zen":  # the hash-partitioned push, then the Bruck pull
+        return workers - 1 + log
     if method == "oktopk":
         repartition = call % OKTOPK_SHORT["region_interval"] == 0
         return workers - 1 + log + (2 * log if repartition else 0)

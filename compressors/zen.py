@@ -1,0 +1,323 @@
+"""``zen``: local top-k, hash-partitioned push to owners, bitmap- or COO-indexed pull.
+
+ZEN (Wang et al., OSDI'25, arXiv 2309.13254) on our selection and error feedback. One
+synchronization of worker w among P:
+
+1. a = grad + residual; S_w = the k = max(1, int(n * density)) largest |a|, taken out of a
+   (``Selector.take``, as ``topk``); the new residual is a with S_w zeroed.
+2. Partition by hash: index i belongs to owner r = ``hash_owner(i, P)``
+   (:mod:`allreducers.hashing`: a fixed 32-bit mix scaled into P equal blocks, the same on
+   every rank and call, whatever n). S_w is split by owner, each part in ascending order.
+3. Push (P - 1 rounds, ``rotation_schedule``): in round s worker w sends its part owned by
+   w + s (mod P) to it and receives its own part from w - s. One list per message, no count
+   (the length tells); about 2k(P-1)/P words per worker.
+4. Aggregate: owner r adds the P parts it holds in rank order 0, 1, ..., P-1 (float32), giving
+   the sums s over U_r, the union of the indices it received (ascending). Nothing is selected
+   again: every pushed value arrives in the sum.
+5. Pull (ceil(log2 P) rounds, Bruck all-gather of the P partitions): owner r encodes
+   (U_r, s) once as a blob of int32 words ``[form, count, bytes] | body``, the body padded to
+   whole words. A list (COO, form 0) is the codec's one-list message of (U_r, s): 2 words an
+   entry at fp32. A bitmap (form 1) is ceil(|L_r| / 32) words over L_r, the indices of
+   [0, n) that r owns in ascending order (bit j set where L_r[j] is in U_r), then the codec's
+   values of s. With ``pull_index="auto"`` an owner sends the bitmap exactly when its bytes
+   are fewer than the list's (at fp32: ceil(|L_r| / 32) < |U_r|, an aggregated density above
+   about 1/32); the bit marks presence, so a sum that cancels to 0.0 is sent like any other.
+   Blobs are forwarded as they are. About (P-1)/P * (U + n/32) words per worker with bitmaps,
+   2U(P-1)/P with lists, U = sum_r |U_r| between k and min(n, P k).
+6. result = s / P at U_r for every r (every rank, owner included, divides the owner's sums):
+   the same bits on every rank, U entries present. Nothing is lost: sum_w a_w = P * result +
+   sum_w residual_w.
+
+At a 16-bit wire (docs/DESIGN.md, section "The wire") each pushed part is quantized as the
+receiver decodes it and its sender keeps v - q(v) in its residual; an owner quantizes its sums
+and keeps s - q(s); the part an owner keeps for itself does not travel and is not quantized.
+A list then takes the codec's 16-bit index offsets where they fit, and "auto" compares those
+bytes with the bitmap's.
+Where this differs from the paper: docs/DEVIATIONS.md, section "ZEN".
+"""
+
+from __future__ import annotations
+
+import torch
+
+from allreducers import bruck_allgather_schedule, rotation_schedule, run_schedule
+from allreducers.hashing import hash_owner, partition_lists
+
+from . import register
+from .base import Synchronizer
+from .selection import Selector
+from .sparse_ops import budget, put_
+
+#: Blob forms: the index section is a list (COO) or a bitmap over L_r.
+COO, BITMAP = 0, 1
+_HEADER = 3  # words: form, count, bytes of the body
+_BIT_WEIGHTS = [1 << bit for bit in range(8)]
+
+
+def bitmap_words(length: int) -> int:
+    """Return the int32 words of a bitmap of ``length`` bits."""
+    return (length + 31) // 32
+
+
+def choose_form(list_bytes: int, bitmap_bytes: int, pull_index: str) -> int:
+    """Return the form a partition travels in, given the bytes of its two encodings.
+
+    ``"auto"`` takes the bitmap where it is strictly smaller than the list, else the list: at
+    the fp32 wire, where the list costs 2 words an entry and the bitmap 1 word per 32 owned
+    indices plus 1 per entry, exactly where ceil(|L_r| / 32) < |U_r|.
+    """
+    if pull_index == "bitmap":
+        return BITMAP
+    if pull_index == "coo":
+        return COO
+    return BITMAP if bitmap_bytes < list_bytes else COO
+
+
+def pack_bits(positions: torch.Tensor, length: int) -> torch.Tensor:
+    """Return the bitmap of ``length`` bits with bits ``positions`` set, as int32 words.
+
+    Bit j is bit j % 8 of byte j // 8 of the words' bytes.
+    """
+    device = positions.device
+    mask = torch.zeros(32 * bitmap_words(length), dtype=torch.uint8, device=device)
+    mask[positions.long()] = 1
+    weights = torch.tensor(_BIT_WEIGHTS, dtype=torch.uint8, device=device)
+    return mask.view(-1, 8).mul_(weights).sum(1).to(torch.uint8).view(torch.int32)
+
+
+def _as_bytes(message: torch.Tensor) -> torch.Tensor:
+    """Return a codec message (int32 or uint8) as its bytes."""
+    return message.contiguous().view(torch.uint8)
+
+
+def _from_bytes(body: torch.Tensor, coder) -> torch.Tensor:
+    """Return the bytes ``body`` as the message dtype of ``coder``."""
+    return body if coder.recv_dtype == torch.uint8 else body.view(coder.recv_dtype)
+
+
+def unpack_bits(words: torch.Tensor, length: int) -> torch.Tensor:
+    """Return the positions (int64, ascending) of the set bits of a :func:`pack_bits` bitmap."""
+    shifts = torch.arange(8, dtype=torch.uint8, device=words.device)
+    bits = (words.contiguous().view(torch.uint8).unsqueeze(1) >> shifts) & 1
+    return torch.nonzero(bits.view(-1)[:length]).squeeze(1)
+
+
+@register("zen", description="ZEN: top-k, hash-partitioned push to owners, bitmap-indexed pull")
+class Zen(Synchronizer):
+    """Local top-k pushed to hash-chosen owners, summed there, pulled back with bitmap indices.
+
+    Args:
+        comm: an ``mpi4py`` communicator, a ``torch.distributed`` process group or a transport.
+        numel: n, the length of the flat gradient.
+        density: the fraction of the entries each worker selects, in (0, 1].
+        dense_warmup: see :class:`Synchronizer`.
+        wire: see :class:`Synchronizer`.
+        pull_index: how a pulled partition's indices travel: ``"auto"`` (default: per partition
+            and call the smaller of bitmap and list), ``"bitmap"`` or ``"coo"`` (always).
+
+    Raises:
+        ValueError: an invalid option (``pull_index`` names its valid values).
+    """
+
+    adds_residual = True  # the selection pass adds the residual (Selector.scan)
+    choices = {"pull_index": ("auto", "bitmap", "coo")}
+
+    def __init__(
+        self,
+        comm,
+        numel: int,
+        density: float,
+        dense_warmup: int = 0,
+        wire: str = "fp32",
+        pull_index: str = "auto",
+    ) -> None:
+        if pull_index not in self.choices["pull_index"]:
+            raise ValueError(
+                f"pull_index={pull_index!r} is invalid; valid: "
+                + ", ".join(self.choices["pull_index"])
+            )
+        super().__init__(comm, numel, density, dense_warmup, wire)
+        self.pull_index = pull_index
+        self.k = budget(numel, self.density)
+        members = list(range(self.size))
+        self.push_steps = rotation_schedule(self.rank, members)
+        self.pull_steps = bruck_allgather_schedule(self.rank, members)
+        self.selector = Selector()
+        self._lists: dict = {}  # device -> L_0 .. L_(P-1) there
+        self._nnz = self._bitmaps = 0
+        self._counts: dict = {}
+
+    def owned(self, device: torch.device) -> tuple:
+        """Return L_0, ..., L_(P-1) (int32, ascending) on ``device``, cached."""
+        key = str(device)
+        if key not in self._lists:
+            lists = partition_lists(self.numel, self.size)
+            self._lists[key] = tuple(part.to(device) for part in lists)
+        return self._lists[key]
+
+    def _synchronize(self, grad, timer):
+        accumulated = self._residual
+        size, device = self.size, accumulated.device
+        compact = self.codec.compact and size > 1
+        self._bitmaps = 0
+        with timer("select"):
+            chosen, values = self.selector.take(accumulated, self.k, addend=grad, key="accumulated")
+            parts = self._split_by_owner(chosen, values)
+            if compact:
+                for owner in range(size):
+                    if owner != self.rank:
+                        indices, sent = parts[owner][0], self.codec.quantize(parts[owner][1])
+                        put_(accumulated, indices, parts[owner][1] - sent)  # the wire's loss
+                        parts[owner] = (indices, sent)
+        held = self._push(parts, device, timer)
+        with timer("accumulate"):
+            result = self._new_result(device)
+            for source in range(size):  # rank order: the same float32 sums wherever summed
+                indices, part_values = held[source]
+                result.index_add_(0, indices, part_values)
+            union = torch.unique(torch.cat([held[source][0] for source in range(size)]))
+            sums = result.index_select(0, union)
+            if compact:
+                sent = self.codec.quantize(sums)
+                accumulated.index_add_(0, union, sums - sent)  # the owner keeps s - q(s)
+                sums = sent
+            partitions = {self.rank: (union, sums)}
+            if size > 1:
+                blob = self._encode(self.rank, union, sums)
+        if size > 1:
+            partitions.update(self._pull(blob, device, timer))
+        with timer("accumulate"):
+            nnz = total = 0
+            for indices, sums in partitions.values():
+                average = sums / size
+                put_(result, indices.long(), average)
+                nnz += int(torch.count_nonzero(average))
+                total += indices.numel()
+        self._nnz = nnz
+        self._counts = {"union": total, "bitmaps": self._bitmaps}
+        return result, accumulated
+
+    def _split_by_owner(self, chosen: torch.Tensor, values: torch.Tensor) -> list:
+        """Return this rank's selection split by owner: P (int64 indices, values), ascending."""
+        if self.size == 1:
+            return [(chosen, values)]
+        owners = hash_owner(chosen, self.size)
+        order = torch.argsort(owners, stable=True)
+        counts = torch.bincount(owners, minlength=self.size).tolist()
+        return list(
+            zip(
+                torch.split(chosen[order], counts),
+                torch.split(values.index_select(0, order), counts),
+            )
+        )
+
+    def _push(self, parts: list, device: torch.device, timer) -> dict:
+        """Send each part to its owner (rotation); return {source: (int64 indices, values)}."""
+        held = {self.rank: parts[self.rank]}
+        coder = self.codec
+
+        def produce(step):
+            return coder.encode([parts[step.send_items[0]]], with_counts=False)
+
+        def consume(step, message):
+            indices, values = coder.decode_one(message)
+            held[step.recv_from] = (indices.long(), values)
+
+        run_schedule(
+            self.transport,
+            self.push_steps,
+            produce,
+            consume,
+            device,
+            timer,
+            dtype=coder.recv_dtype,
+        )
+        return held
+
+    def _encode(self, owner: int, union: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:
+        """Return owner ``owner``'s partition as one blob of int32 words (module docstring, 5).
+
+        ``[form, count, bytes] | body``, the body padded to whole words: a list, the codec's
+        one-list message of (U_r, s); a bitmap, its words and then the codec's values of s.
+        """
+        owned = self.owned(union.device)[owner]
+        count = union.numel()
+        listed = _as_bytes(self.codec.encode([(union, sums)], with_counts=False))
+        value_bytes = 4 + 2 * count if self.codec.compact else 4 * count
+        bitmap_bytes = 4 * bitmap_words(owned.numel()) + value_bytes
+        form = choose_form(listed.numel(), bitmap_bytes, self.pull_index)
+        if form == BITMAP:
+            positions = torch.searchsorted(owned, union.to(torch.int32))
+            bitmap = pack_bits(positions, owned.numel()).view(torch.uint8)
+            body = torch.cat([bitmap, _as_bytes(self.codec.encode_values([sums]))])
+        else:
+            body = listed
+        self._bitmaps += form == BITMAP
+        length = body.numel()
+        padding = -length % 4
+        if padding:
+            body = torch.cat([body, body.new_zeros(padding)])
+        head = torch.tensor([form, count, length], dtype=torch.int32, device=union.device)
+        return torch.cat([head, body.view(torch.int32)])
+
+    def _decode(self, owner: int, blob: torch.Tensor) -> tuple:
+        """Return (int32 indices, float32 sums) of owner ``owner``'s blob.
+
+        Raises:
+            RuntimeError: the blob does not fit its header.
+        """
+        owned = self.owned(blob.device)[owner]
+        form, count, length = blob[:_HEADER].tolist()
+        self._bitmaps += form == BITMAP
+        body = blob[_HEADER:].view(torch.uint8)[:length]
+        if form == BITMAP:
+            width = 4 * bitmap_words(owned.numel())
+            indices = owned.index_select(
+                0, unpack_bits(body[:width].view(torch.int32), owned.numel())
+            )
+            if indices.numel() != count:
+                raise RuntimeError(f"malformed partition of owner {owner}: {count} entries")
+            return indices, self.codec.decode_values(
+                _from_bytes(body[width:], self.codec), [count]
+            )[0]
+        indices, sums = self.codec.decode_one(_from_bytes(body, self.codec))
+        if indices.numel() != count:
+            raise RuntimeError(f"malformed partition of owner {owner}: {count} entries")
+        return indices, sums
+
+    def _pull(self, blob: torch.Tensor, device: torch.device, timer) -> dict:
+        """All-gather the partitions' blobs (Bruck); return {owner: (indices, sums)} of others."""
+        blobs = {self.rank: blob}
+
+        def produce(step):
+            return torch.cat([blobs[item] for item in step.send_items])
+
+        def consume(step, message):
+            start = 0
+            for item in step.recv_items:
+                length = int(message[start + _HEADER - 1])
+                end = start + _HEADER + (length + 3) // 4
+                blobs[item] = message[start:end]
+                start = end
+            if start != message.numel():
+                raise RuntimeError(f"malformed pull message: {message.numel()} words")
+
+        run_schedule(
+            self.transport, self.pull_steps, produce, consume, device, timer, dtype=torch.int32
+        )
+        with timer("accumulate"):
+            return {
+                owner: self._decode(owner, blobs[owner])
+                for owner in range(self.size)
+                if owner != self.rank
+            }
+
+    def _count_nonzero(self, result):
+        return self._nnz
+
+    def _after_call(self) -> None:
+        if self.calls > self.dense_warmup:
+            self.stats.update(self._counts)
+
+    def _config(self) -> dict:
+        return {**super()._config(), "partition": "hash32"}

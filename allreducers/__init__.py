@@ -7,6 +7,8 @@
 - :mod:`.engine`: :func:`run_schedule`, :func:`allgather_lists`.
 - :mod:`.wire`: the codec, which owns the bytes of every message.
 - :mod:`.regions`: windowed split-and-reduce over regions (Ok-Topk's second engine).
+- :mod:`.hashing`: ZEN's hash partition of the indices among the ranks.
+- :mod:`.transports`: MPI, torch.distributed and in-process transports.
 """
 
 from .engine import PhaseTimer, allgather_lists, pack, run_schedule, unpack

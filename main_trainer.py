@@ -43,12 +43,14 @@ import datasets
 import models
 from allreducers.transports.mpi import end_interrupted
 from allreducers.transports.placement import place_rank
+from allreducers.wire import WIRES
 from trainer.checkpoint import Checkpoints, UnsafeCheckpoint
 from trainer.config import DEFAULTS, ConfigError, config_path, load_config, merge
 from trainer.data import make_loaders, smallest_training_batch
 from trainer.distributed import UsageError, abort_on_error, agree, broadcast_tensors
 from trainer.loop import Trainer
 from trainer.metrics import MetricsLog
+from trainer.overlap import OverlappedSync
 from trainer.schedule import make_scheduler
 from trainer.stopping import INTERRUPTED, Stopped
 
@@ -266,6 +268,16 @@ def build_parser(rank=0):
         help="synchronize densely for the first STEPS iterations "
         f"(default: {defaults['dense_warmup']})",
     )
+    _method_flag(
+        parser,
+        sync,
+        "wire",
+        choices=WIRES,
+        help="every method: the wire format of its messages, fp32 (int32 indices, float32 "
+        "values), fp16 or bf16 (16-bit values, indices as 16-bit offsets where they fit: about "
+        "half the bytes; what quantization removes stays in the residual) "
+        f"(default: {defaults['wire']})",
+    )
     sync.add_argument(
         "--method-option",
         action="append",
@@ -273,7 +285,21 @@ def build_parser(rank=0):
         help="an option of the method (repeatable), its value converted to the type of the "
         "option's default: e.g. in_flight=2 for oktopk, teams=2 for spardl; the keys are "
         "the method's keyword options (compressors.options). It wins over the dedicated flag "
-        "of the same option (--teams, --sag, --srs, --dense-warmup), with a note",
+        "of the same option (--teams, --sag, --srs, --dense-warmup, --wire), with a note",
+    )
+    sync.add_argument(
+        "--bucket-mb",
+        type=float,
+        default=25.0,
+        metavar="MB",
+        help="overlap: the most MiB of gradient per bucket; each bucket is synchronized by its "
+        "own synchronizer while backward computes the next (default: 25, as DDP)",
+    )
+    sync.add_argument(
+        "--no-overlap",
+        action="store_true",
+        help="the authors' way: one blocking synchronization of the whole flat gradient after "
+        "backward (default: buckets overlapped with backward)",
     )
 
     run = parser.add_argument_group("output and devices")
@@ -508,6 +534,10 @@ def _range_problems(args, settings, size):
             f"--clip-grad-norm must be a number >= 0, {got('clip_grad_norm')}",
         ),
         (0 <= args.seed < 2**32, f"--seed must lie in [0, 2^32), got {args.seed}"),
+        (
+            0 < args.bucket_mb < math.inf,
+            f"--bucket-mb must be a number of MiB above 0, got {args.bucket_mb:g}",
+        ),
         (
             all(m >= 0 for m in settings["lr_milestones"]),
             f"--lr-milestones must be epochs >= 0, {got('lr_milestones')}",
@@ -745,9 +775,12 @@ def resume(trainer, epoch, state, args, comm, log):
     (collective) once the checks that need the built model and synchronizer pass: the same
     number of parameters, and a synchronizer state that fits (``state_mismatch``)."""
     saved, numel = state.get("synchronizer", {}).get("numel"), trainer.synchronizer.numel
+    overlapped = bool(state.get("synchronizer", {}).get("overlap"))
     problem = (
         f"parameters {saved} (this run: {numel})"
         if saved != numel
+        else "a synchronizer state of an overlapped run (resume it without --no-overlap)"
+        if overlapped and not trainer.overlapped
         else trainer.synchronizer.state_mismatch(state.get("synchronizer"))
     )
     agree(comm, _misfit(epoch, args, [problem] if problem else []))
@@ -801,6 +834,19 @@ def build_trainer(argv, comm):
         args, sum(p.numel() for p in model.parameters() if p.requires_grad), comm
     )
     run_info["effective_density"] = effective_density(synchronizer, comm)
+    overlap = not args.no_overlap
+    if overlap and settings["clip_grad_norm"]:
+        _note(
+            comm,
+            "--clip-grad-norm clips each worker's whole gradient before it is synchronized, "
+            "which cannot overlap backward: synchronizing after backward (as --no-overlap)",
+        )
+        overlap = False
+    run_info["overlap"], run_info["bucket_mb"] = overlap, args.bucket_mb if overlap else None
+    if overlap:  # the flat synchronizer above checked the options and gave the density
+        synchronizer = OverlappedSync(
+            comm, model, args.compressor, args.density, args.method_options, args.bucket_mb
+        )
     train_loader, test_loader = make_loaders(
         split,
         settings["batch_size"],

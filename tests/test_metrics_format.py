@@ -32,3 +32,24 @@ def test_a_short_epoch_prints_its_split_in_milliseconds():
         "420.0ms (compute 300.0ms, sync 12.0ms: select 4.0ms, comm 6.0ms)  2 KiB/rank"
         in format_row(row)
     )
+
+
+def test_an_overlapped_synchronization_says_how_much_of_it_was_exposed():
+    row = {
+        "epoch": 1,
+        "max_epochs": 2,
+        "train_loss": 1.0,
+        "test_loss": 1.0,
+        "test_acc": 0.5,
+        "lr": 0.1,
+        "epoch_seconds": 0.42,
+        "compute_seconds": 0.3,
+        "sync_seconds": 0.2,
+        "exposed_sync_seconds": 0.05,
+        "select_seconds": 0.004,
+        "comm_seconds": 0.15,
+        "bytes_sent_per_rank": 2048,
+    }
+    assert "(compute 300.0ms, sync 200.0ms (50.0ms exposed): select 4.0ms" in format_row(row)
+    row["exposed_sync_seconds"] = row["sync_seconds"]  # blocking: nothing more to say
+    assert "(compute 300.0ms, sync 200.0ms: select 4.0ms" in format_row(row)

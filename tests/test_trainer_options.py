@@ -116,11 +116,36 @@ def test_spardls_flags_take_their_choices_and_defaults_from_the_registry():
         "sag": "--sag",
         "srs": "--srs",
         "dense_warmup": "--dense-warmup",
+        "wire": "--wire",
     }
     # flags given are checked by the registry, and said in the flags' terms
     assert "--sag recursive needs --teams a power of two, got 3" in (
         _six("--compression", "--teams", "3", "--sag", "recursive")
     )
+
+
+def test_wire_reaches_every_methods_synchronizer():
+    assert parse("--wire", "fp16").method_options == {"wire": "fp16"}  # dense too
+    for method in compressors.available():
+        flags = ["--compression", "--compressor", method, "--wire", "bf16"]
+        args, _ = main_trainer.parse_settings(flags, MPI.COMM_SELF)
+        assert args.method_options == {"wire": "bf16"}, method
+        synchronizer = main_trainer.build_synchronizer(args, 1000, MPI.COMM_SELF)
+        assert synchronizer.wire == "bf16" and synchronizer.codec.wire == "bf16", method
+    default, _ = main_trainer.parse_settings(["--compression"], MPI.COMM_SELF)
+    assert main_trainer.build_synchronizer(default, 1000, MPI.COMM_SELF).wire == "fp32"
+
+
+def test_a_bad_wire_is_one_line_naming_the_formats():
+    message = refusal("--compression", "--wire", "fp8")
+    assert message.startswith("argument --wire: invalid choice: 'fp8'")
+    assert all(wire in message for wire in ("fp32", "fp16", "bf16"))
+
+
+def test_the_wire_method_option_wins_over_the_wire_flag(capsys):
+    args = parse("--compression", "--wire", "fp16", "--method-option", "wire=bf16")
+    assert args.method_options == {"wire": "bf16"}
+    assert "--method-option wire=bf16 wins over --wire fp16" in capsys.readouterr().err
 
 
 def _six(*flags):
@@ -241,3 +266,45 @@ def test_a_bad_method_option_ends_every_rank_with_status_2_and_one_line(option, 
     assert result.returncode == 2, result.stderr
     lines = (result.stdout + result.stderr).strip().splitlines()
     assert len(lines) == 1 and re.fullmatch(f"main_trainer.py: error: {pattern}.*", lines[0])
+
+
+def _bytes_per_rank(tmp_path, *flags):
+    log = tmp_path / "-".join(flags)
+    result = mpiexec(
+        2,
+        "main_trainer.py",
+        "--compression",
+        "--compressor",
+        "topk",
+        "--dataset",
+        "synthetic-cifar10",
+        "--max-epochs",
+        "1",
+        "--max-iters",
+        "2",
+        "--log-dir",
+        str(log),
+        *flags,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    (row,) = [json.loads(line) for line in (log / "metrics.jsonl").open()]
+    return row
+
+
+@pytest.mark.mpi
+def test_a_16_bit_wire_halves_the_bytes_a_run_records(tmp_path):
+    fp32, fp16 = (_bytes_per_rank(tmp_path, "--wire", wire) for wire in ("fp32", "fp16"))
+    assert (fp32["wire"], fp16["wire"]) == ("fp32", "fp16")
+    ratio = fp16["bytes_sent_per_rank"] / fp32["bytes_sent_per_rank"]
+    assert 0.45 < ratio < 0.6, ratio
+
+
+@pytest.mark.mpi
+def test_a_bad_wire_ends_every_rank_with_status_2_and_one_line():
+    result = mpiexec(2, "main_trainer.py", "--wire", "fp8", timeout=120)
+    assert result.returncode == 2, result.stderr
+    lines = (result.stdout + result.stderr).strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "main_trainer.py: error: argument --wire: invalid choice: 'fp8'"
+    ), lines

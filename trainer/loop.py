@@ -39,6 +39,13 @@ class Trainer:
     After each epoch, rank 0's buffers (batch-norm statistics) are copied to all ranks, the test
     set is evaluated once across ranks, a row is logged and, with ``checkpoints``, saved.
 
+    That is the blocking (flat) mode, the authors' (``--no-overlap``). With an overlapped
+    ``synchronizer`` (:class:`trainer.overlap.OverlappedSync`, the default) steps 2-4 happen
+    bucket by bucket during backward; after it the loop waits for the last bucket
+    (``exposed_sync_seconds``; ``sync_seconds`` is the buckets' whole time on the communication
+    thread), and the ranks then agree whether to stop, an average that is not finite counting
+    as a gradient that is not (the same on every rank).
+
     ``run_info`` (compressor, density, ...) is copied into every logged row.
     """
 
@@ -74,8 +81,11 @@ class Trainer:
         self.run_info = run_info
         self.checkpoints = checkpoints
         self.clip_grad_norm = clip_grad_norm
-        self.gradients = GradientBuffer(model.parameters(), device)
-        self.averaged = torch.empty(self.gradients.numel, device=device)  # reused result buffer
+        # Overlapped (trainer.overlap.OverlappedSync): buckets were averaged during backward.
+        self.overlapped = hasattr(synchronizer, "finish")
+        if not self.overlapped:
+            self.gradients = GradientBuffer(model.parameters(), device)
+            self.averaged = torch.empty(self.gradients.numel, device=device)  # reused result
         self.epoch = 0
         self.global_step = 0
         self.interrupt = Interrupt()
@@ -149,17 +159,28 @@ class Trainer:
             loss = prediction_loss(self.model(images), labels)
             self.optimizer.zero_grad()
             loss.backward()
-            if self.clip_grad_norm:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
-            computed = self._now()
-            value = loss.item()
-            flat = self.gradients.gather()
-            checking = self._now()
-            self._agree(f"epoch {epoch + 1}, iteration {meter.iterations + 1}", value, flat)
-            checked = self._now()
-            averaged = self.synchronizer.allreduce(flat, out=self.averaged)
-            self.gradients.scatter(averaged)
-            synchronized = self._now()
+            position = f"epoch {epoch + 1}, iteration {meter.iterations + 1}"
+            if self.overlapped:
+                computed = self._now()
+                value = loss.item()
+                finite = self.synchronizer.finish()  # .grad now holds the averages
+                synchronized = self._now()
+                self._agree(position, value, finite=finite)
+                exposed = synchronized - computed
+                sync_seconds = max(self.synchronizer.stats["sync_seconds"], exposed)
+            else:
+                if self.clip_grad_norm:
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
+                computed = self._now()
+                value = loss.item()
+                flat = self.gradients.gather()
+                checking = self._now()
+                self._agree(position, value, flat)
+                checked = self._now()
+                averaged = self.synchronizer.allreduce(flat, out=self.averaged)
+                self.gradients.scatter(averaged)
+                synchronized = self._now()
+                exposed = sync_seconds = synchronized - computed - (checked - checking)
             last_lr = self.optimizer.param_groups[0]["lr"]
             self.optimizer.step()
             self.scheduler.step()
@@ -168,8 +189,9 @@ class Trainer:
                 value,
                 predictions(labels),
                 computed - started,
-                synchronized - computed - (checked - checking),
+                sync_seconds,
                 self.synchronizer.stats,
+                exposed,
             )
             if self.progress_lines and synchronized - last_line >= PROGRESS_SECONDS:
                 last_line = synchronized
@@ -181,12 +203,14 @@ class Trainer:
                 )
         return meter, last_lr
 
-    def _agree(self, position, loss=0.0, gradient=None):
+    def _agree(self, position, loss=0.0, gradient=None, finite=True):
         """Raise ``Stopped`` on every rank if any rank was interrupted, or its ``loss`` or
-        ``gradient`` is not finite (collective; ``position`` names the step)."""
+        ``gradient`` is not finite, or ``finite`` is False: an overlapped average that is not
+        (the same on every rank). Collective; ``position`` names the step."""
         interrupted, bad_loss, bad_gradient = agree_flags(
             self.comm, self.interrupt.requested, loss, gradient
         )
+        bad_gradient = bad_gradient or not finite
         # Every rank got here, so every rank has finished writing its checkpoints.
         self.position, self.complete_epoch = position, self.saved_epoch
         if bad_loss or bad_gradient:

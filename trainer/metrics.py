@@ -19,6 +19,7 @@ class EpochMeter:
         "samples",
         "compute_seconds",
         "sync_seconds",
+        "exposed_sync_seconds",
         "comm_seconds",
         "select_seconds",
         "bytes_sent",
@@ -29,9 +30,14 @@ class EpochMeter:
         self.iterations = 0
         self.started = time.perf_counter()
 
-    def add_step(self, loss, samples, compute_seconds, sync_seconds, sync_stats):
-        """Record one iteration; ``sync_stats`` is the synchronizer's ``stats`` of that step."""
+    def add_step(self, loss, samples, compute_seconds, sync_seconds, sync_stats, exposed=None):
+        """Record one iteration; ``sync_stats`` is the synchronizer's ``stats`` of that step.
+
+        ``sync_seconds`` is the synchronization's whole time, ``exposed`` the part of it after
+        compute ended (the whole time when ``None``: a blocking synchronization).
+        """
         self.iterations += 1
+        self.sums["exposed_sync_seconds"] += sync_seconds if exposed is None else exposed
         self.sums["loss_sum"] += loss * samples
         self.sums["samples"] += samples
         self.sums["compute_seconds"] += compute_seconds
@@ -50,6 +56,7 @@ class EpochMeter:
             "epoch_seconds": time.perf_counter() - self.started,
             "compute_seconds": totals["compute_seconds"] / workers,
             "sync_seconds": totals["sync_seconds"] / workers,
+            "exposed_sync_seconds": totals["exposed_sync_seconds"] / workers,
             "comm_seconds": totals["comm_seconds"] / workers,
             "select_seconds": totals["select_seconds"] / workers,
             "bytes_sent_per_rank": totals["bytes_sent"] / workers,
@@ -158,11 +165,19 @@ def format_row(row):
         f"test loss {row['test_loss']:.4f}  test acc {100 * row['test_acc']:.2f}%  "
         f"lr {row['lr']:.4g}  {format_seconds(row['epoch_seconds'])} "
         f"(compute {format_seconds(row['compute_seconds'])}, "
-        f"sync {format_seconds(row['sync_seconds'])}: "
+        f"sync {format_seconds(row['sync_seconds'])}{_exposed(row)}: "
         f"select {format_seconds(row['select_seconds'])}, "
         f"comm {format_seconds(row['comm_seconds'])})  "
         f"{format_bytes(row['bytes_sent_per_rank'])}/rank"
     )
+
+
+def _exposed(row) -> str:
+    """`` (exposed T)`` where the synchronization overlapped compute and T of it did not."""
+    exposed = row.get("exposed_sync_seconds")
+    if exposed is None or abs(exposed - row["sync_seconds"]) < 5e-4:
+        return ""
+    return f" ({format_seconds(exposed)} exposed)"
 
 
 def format_seconds(seconds) -> str:

@@ -1,0 +1,81 @@
+"""The trainer's overlapped synchronization: buckets averaged while backward goes on.
+
+:class:`OverlappedSync` stands where the flat synchronizer stands in the loop: the model's
+gradients go to :class:`compressors.buckets.GradientBuckets` in buckets of ``bucket_mb`` MiB,
+each bucket is averaged by its own synchronizer on the pipeline's communication thread as soon
+as backward has produced it, and :meth:`OverlappedSync.finish` waits for the last one. Each
+bucket's selection is that bucket's own (a bucket's top-k is not the model's top-k:
+docs/DESIGN.md, section "Overlap"); residuals belong to parameters, so checkpoints carry them
+whatever the bucket layout.
+"""
+
+from compressors.buckets import GradientBuckets
+from compressors.pipeline import BucketPipeline
+
+
+class OverlappedSync:
+    """Averages ``model``'s gradients bucket by bucket with method ``name``, overlapped.
+
+    Args:
+        comm: the ``mpi4py`` communicator of the ranks.
+        model: the module whose trainable parameters are synchronized.
+        name: the registered method.
+        density: the density of every bucket's synchronizer.
+        options: the method's options.
+        bucket_mb: the most MiB of float32 gradient per bucket.
+
+    Attributes:
+        numel: the number of synchronized entries (every trainable parameter's).
+        stats: the last step's ``bytes_sent`` and ``seconds`` per phase, summed over the
+            buckets (the shape of a synchronizer's ``stats``), plus ``sync_seconds``: the
+            buckets' time on the communication thread.
+    """
+
+    def __init__(self, comm, model, name, density, options, bucket_mb) -> None:
+        # NaN or inf on any rank makes that bucket NaN on every rank (one extra one-element
+        # all-reduce per bucket), so all ranks see the divergence at the same step.
+        self.pipeline = BucketPipeline(comm, name, density, options, skip_nonfinite=True)
+        self.buckets = GradientBuckets(model, self.pipeline, bucket_mb)
+        self.name, self.density = self.pipeline.method, density
+        self.numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        self.stats = _stats({"bytes_sent": 0, "seconds": 0.0, "phases": {}})
+
+    def finish(self) -> bool:
+        """Wait for the step's buckets and put the averages into ``.grad``.
+
+        Returns:
+            Whether every average is finite (the same on every rank).
+        """
+        finite = self.buckets.finish()
+        self.stats = _stats(self.pipeline.take_stats())
+        return finite
+
+    def state_dict(self) -> dict:
+        """Return the residuals of every bucket layout, by parameter (collective-free)."""
+        return {
+            "overlap": True,
+            "method": self.name,
+            "numel": self.numel,
+            "buckets": self.pipeline.residuals.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`; the layouts take their residuals at their first step."""
+        self.pipeline.residuals.load_state_dict(state["buckets"])
+
+    def state_mismatch(self, state) -> str | None:
+        """Return why ``state`` cannot be loaded here, or ``None``."""
+        if not isinstance(state, dict) or not state.get("overlap"):
+            return "a synchronizer state of a --no-overlap run (resume it with --no-overlap)"
+        if state.get("method") != self.name:
+            return f"the method {state.get('method')!r} (here {self.name!r})"
+        return None
+
+
+def _stats(taken: dict) -> dict:
+    phases = dict(taken["phases"])
+    return {
+        "bytes_sent": taken["bytes_sent"],
+        "seconds": {phase: phases.get(phase, 0.0) for phase in ("select", "comm", "accumulate")},
+        "sync_seconds": taken["seconds"],
+    }

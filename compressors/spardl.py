@@ -417,7 +417,13 @@ class _Call:
         """Step 4 with B-SAG: the d teams' lists of this block summed, then its top-k_b."""
         sync = self.sync
         lists = allgather_lists(
-            sync.transport, sync.sag_steps, sync.team, own, sync.height.value, self.timer
+            sync.transport,
+            sync.sag_steps,
+            sync.team,
+            own,
+            sync.height.value,
+            self.timer,
+            wire=sync.wire,  # the lists are quantized already (select): they travel exactly
         )
         with self.timer("accumulate"):
             union, union_values = _coalesce([lists[team] for team in range(sync.teams)])

@@ -25,6 +25,15 @@ with what differs from the defaults; a setting that does not apply is skipped wi
 every row records its options under ``options``. For spardl, ``teams``, ``srs`` and ``sag``
 given so win over ``--teams``, ``--srs`` and ``--sag``.
 
+``--wire fp32,fp16,bf16`` (comma-separated, default ``fp32``) gives every row once per wire
+format of the methods' messages (``allreducers.wire``): fp32 is int32 indices and float32 values
+(8 bytes a sparse entry, 4 a dense value), fp16 and bf16 16-bit values and, where that is
+smaller, 16-bit index offsets (4 bytes a sparse entry, 6 where indices stay int32, 2 a dense
+value, plus 12 + 8L + 8R header bytes a message of L lists and R offset runs). Rows
+are labelled ``topk(wire=fp16)`` (fp32 rows as before) and record ``wire`` in the JSON;
+``bytes_per_rank`` counts the bytes actually sent. The floor rows replay SparDL's fp32 messages
+at every ``--wire``: their ratios compare every wire's rows with the same fp32 reference.
+
 ``--numel`` is checked before anything is allocated: against the most entries each method's
 int32 indices address, and against this host's available memory.
 
@@ -120,13 +129,20 @@ def parse_args(argv=None) -> argparse.Namespace:
         f"{', '.join(plan.SAG_CHOICES)} (recursive: d > 1 a power of two)" + default,
     )
     parser.add_argument(
+        "--wire",
+        default=plan.WIRE_DEFAULT,
+        help="wire formats of every method's messages, comma-separated: "
+        f"{', '.join(plan.WIRES)} (a row per method and wire)" + default,
+    )
+    parser.add_argument(
         "--method-option",
         action="append",
         default=[],
         metavar="KEY=VALUE",
         help="an option of the methods that take it (repeatable), converted to the type of "
         "its default, e.g. in_flight=2 (oktopk); a key no method of --methods takes is an "
-        "error; spardl's teams, srs and sag given so win over --teams, --srs and --sag",
+        "error; spardl's teams, srs and sag given so win over --teams, --srs and --sag, and "
+        "wire over --wire",
     )
     parser.add_argument(
         "--lost-mass",
@@ -173,11 +189,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.teams = cli.usage_checked(parser, cli.positive_ints, args.teams, "--teams")
     args.srs = cli.usage_checked(parser, cli.choices, args.srs, "--srs", plan.SRS_CHOICES)
     args.sag = cli.usage_checked(parser, cli.choices, args.sag, "--sag", plan.SAG_CHOICES)
+    args.wire = cli.usage_checked(parser, cli.choices, args.wire, "--wire", plan.WIRES)
     args.options = cli.usage_checked(parser, cli.method_options, args.method_option, args.methods)
     swept = args.options.get(plan.SPARDL, {})
     for key in plan.SWEPT:  # --method-option teams=2 wins over --teams
         if key in swept:
             setattr(args, key, [swept.pop(key)])
+    for chosen in args.options.values():  # --method-option wire=fp16 wins over --wire
+        if "wire" in chosen:
+            args.wire = (chosen.pop("wire"),)
     cli.usage_checked(parser, compressors.base.check_density, args.density)
     for flag, value, least in (
         ("--iters", args.iters, 1),
@@ -226,7 +246,7 @@ def buffers(args) -> int:
     """
     if args.replay:
         return args.replay * (args.warmup + 2) + 3
-    held = 1 if args.sequential else len(args.methods)
+    held = 1 if args.sequential else len(args.methods) * len(args.wire)
     return cli.local_ranks() * (4 + held)
 
 

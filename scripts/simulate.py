@@ -29,10 +29,17 @@ messages played back, at the simulated n (or ``--local-numel``) and a quarter of
 fixed + per-entry seconds and evaluated at ``--model-numel`` (``syncbench.local_work``; it
 depends on this machine). The output states which was used; rows carry ``local_ms``.
 
+``--wire fp32,fp16,bf16`` (comma-separated, default ``fp32``) runs every row once per wire
+format of the methods' messages, labelled ``topk(wire=fp16)``, rows keyed ``wire``: the bytes
+are those the real methods send (``allreducers.wire``): per sparse entry 8 at fp32 (int32 index,
+float32 value), 4 at fp16 or bf16 where indices travel as 16-bit offsets (6 where they stay
+int32); per dense value 4 or 2; plus 12 + 8L + 8R header bytes a 16-bit message of L lists and
+R offset runs.
+
 ``--compare FILE ...`` reads benchmark JSON files (``scripts/bench_allreduce.py --json``) and
-predicts every method row at its own P, n, density and SparDL settings on the network it ran on
-(a shaped rate recorded in its ``network`` becomes ``shared:RATE``; ``--network`` replaces it),
-printing measured ms, predicted ms and the error in percent.
+predicts every method row at its own P, n, density, SparDL settings and wire on the network it
+ran on (a shaped rate recorded in its ``network`` becomes ``shared:RATE``; ``--network``
+replaces it), printing measured ms, predicted ms and the error in percent.
 """
 
 from __future__ import annotations
@@ -134,6 +141,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         f"{', '.join(plan.SAG_CHOICES)}" + default,
     )
     parser.add_argument(
+        "--wire",
+        default=plan.WIRE_DEFAULT,
+        help=f"wire formats of the methods' messages, comma-separated: {', '.join(plan.WIRES)} "
+        "(a row per method and wire; bytes per sparse entry: fp32 8, fp16 and bf16 4, or 6 "
+        "where indices stay int32, plus a small header per message)" + default,
+    )
+    parser.add_argument(
         "--sweep",
         default="",
         help="P values at which to sweep spardl over every team count d dividing P (default: none)",
@@ -223,6 +237,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.teams = cli.usage_checked(parser, cli.positive_ints, args.teams, "--teams")
     args.srs = cli.usage_checked(parser, cli.choices, args.srs, "--srs", plan.SRS_CHOICES)
     args.sag = cli.usage_checked(parser, cli.choices, args.sag, "--sag", plan.SAG_CHOICES)
+    args.wire = cli.usage_checked(parser, cli.choices, args.wire, "--wire", plan.WIRES)
     args.sweep = (
         cli.usage_checked(parser, cli.positive_ints, args.sweep, "--sweep") if args.sweep else []
     )
@@ -339,7 +354,9 @@ def main(argv=None) -> tuple:
             print(f"note: {note}", file=sys.stderr)
         runs += [
             (workers, run)
-            for run in plan.method_runs(args.methods, args.teams, workers, args.srs, args.sag)
+            for run in plan.method_runs(
+                args.methods, args.teams, workers, args.srs, args.sag, wires=args.wire
+            )
         ]
     if not runs and not args.sweep:
         print(
@@ -354,16 +371,22 @@ def main(argv=None) -> tuple:
         rows += simulate_row(label, name, options, workers, args, args.networks, cost, local)
     for workers in args.sweep:
         for teams in (d for d in range(1, workers + 1) if workers % d == 0):
-            sweep += simulate_row(
-                plan.spardl_label(teams),
-                plan.SPARDL,
-                {"teams": teams},
-                workers,
-                args,
-                args.networks,
-                cost,
-                local,
-            )
+            for wire in args.wire:
+                options = (
+                    {"teams": teams}
+                    if wire == plan.WIRE_DEFAULT
+                    else {"teams": teams, "wire": wire}
+                )
+                sweep += simulate_row(
+                    plan.label(plan.SPARDL, options),
+                    plan.SPARDL,
+                    options,
+                    workers,
+                    args,
+                    args.networks,
+                    cost,
+                    local,
+                )
     models = {network.name: network.describe() for network in args.networks}
     terms, left_out = (
         ("selection", "selection") if local is None else ("replayed local work", "local work")

@@ -4,8 +4,10 @@ Under MPI, each rank synchronizing its own gradients (:func:`mpi_rows`), or one 
 replayed alone in this process (:func:`replay_rows`, see :mod:`syncbench.replay`). ``args`` is the
 parsed command line of ``scripts/bench_allreduce.py``.
 
-Every row records the network it ran on (:func:`network_label`) and each rank's torch thread
-count (``threads``, a list in rank order), so tables of different settings never mix unseen.
+Every row records its wire format (``wire``: ``fp32``, ``fp16`` or ``bf16``; the floor rows
+replay SparDL's fp32 messages), the network it ran on (:func:`network_label`) and each rank's
+torch thread count (``threads``, a list in rank order), so tables of different settings never
+mix unseen.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ def runs_to_time(args, workers: int, speaks: bool) -> list:
         for note in plan.skipped(args.methods, args.teams, workers, args.sag):
             print(f"note: {note}", file=sys.stderr)
     options = getattr(args, "options", {})
-    runs = plan.method_runs(args.methods, args.teams, workers, args.srs, args.sag, options)
+    wires = getattr(args, "wire", None) or (plan.WIRE_DEFAULT,)
+    runs = plan.method_runs(args.methods, args.teams, workers, args.srs, args.sag, options, wires)
     for label, name, chosen in runs:
         if not options.get(name):
             continue
@@ -120,6 +123,7 @@ def mpi_rows(args) -> list:
             rows.append(
                 dict(
                     summarize(label, name, options, per_rank, args, workers, source.numel),
+                    wire=plan.row_wire(options),
                     network=network_label(),
                     topology=cluster_topology(),
                     threads=threads,
@@ -139,6 +143,7 @@ def replay_rows(args) -> list:
             summarize(
                 label, name, options, [run_records[args.warmup :]], args, args.replay, source.numel
             ),
+            wire=plan.row_wire(options),
             network=network_label(replayed=True),
             topology=None,
             threads=[torch.get_num_threads()],

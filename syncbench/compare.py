@@ -13,6 +13,7 @@ import json
 
 import compressors
 
+from . import plan
 from .floor import FLOORS
 from .network import TESTBED_ALPHA, parse_network
 from .simulator import simulate_row
@@ -61,12 +62,21 @@ def row_options(row: dict) -> dict:
     """The method options a benchmark row ran with.
 
     Its ``options``, or in rows written before they were recorded, the row's keys that are options
-    of its method (SparDL's ``teams``, ``srs``, ``sag``).
+    of its method (SparDL's ``teams``, ``srs``, ``sag``). A row's ``wire`` other than fp32 is one
+    of them (rows without one sent fp32).
     """
     if isinstance(row.get("options"), dict):
-        return dict(row["options"])
-    valid = compressors.options(row["method"]) if row["method"] in compressors.available() else []
-    return {key: row[key] for key in valid if row.get(key) is not None}
+        options = dict(row["options"])
+    else:
+        valid = (
+            compressors.options(row["method"]) if row["method"] in compressors.available() else []
+        )
+        options = {key: row[key] for key in valid if row.get(key) is not None}
+    if row.get("wire", plan.WIRE_DEFAULT) != plan.WIRE_DEFAULT:
+        options.setdefault("wire", row["wire"])
+    elif options.get("wire") == plan.WIRE_DEFAULT:
+        del options["wire"]
+    return options
 
 
 def compare(
@@ -110,6 +120,7 @@ def compare(
                     "workers": row["workers"],
                     "numel": row["numel"],
                     "density": row["density"],
+                    "wire": plan.row_wire(options),
                     "measured_network": row.get("network"),
                     "network": predicted["network"],
                     "measured_ms": row["median_ms"],

@@ -1,13 +1,15 @@
 """Which rows a benchmark or simulation times.
 
 Every method once, SparDL once per team count d, Spar-Reduce-Scatter execution and
-Spar-All-Gather variant that applies at P workers. SparDL's defaults and choices come from the
-registry (``compressors.option_defaults`` and ``compressors.option_choices``), and so does the
-decision whether a setting applies at P (``compressors.check_options``).
+Spar-All-Gather variant that applies at P workers, each of them once per wire format. SparDL's
+defaults and choices come from the registry (``compressors.option_defaults`` and
+``compressors.option_choices``), and so does the decision whether a setting applies at P
+(``compressors.check_options``).
 """
 
 from __future__ import annotations
 
+import allreducers
 import compressors
 
 SPARDL = "spardl"
@@ -17,6 +19,9 @@ SRS_CHOICES = compressors.option_choices(SPARDL)["srs"]
 SAG_CHOICES = compressors.option_choices(SPARDL)["sag"]
 #: SparDL's options that the benchmark and the simulator sweep with flags of their own.
 SWEPT = ("teams", "srs", "sag")
+#: The wire formats (``--wire``, every method's option ``wire``) and the default, fp32.
+WIRES = allreducers.WIRES
+WIRE_DEFAULT = compressors.option_defaults(SPARDL)["wire"]
 
 
 def spardl_label(teams: int, srs: str = SRS_DEFAULT, sag: str = SAG_DEFAULT) -> str:
@@ -77,27 +82,43 @@ def method_runs(
     srs: tuple = (SRS_DEFAULT,),
     sag: tuple = (SAG_DEFAULT,),
     options: dict = None,
+    wires: tuple = (WIRE_DEFAULT,),
 ) -> list:
     """``(label, name, options)`` for every row.
 
     Each method once, spardl once per team count d, execution ``srs`` and variant ``sag`` that
-    apply at P = ``workers`` (:func:`skipped` says which do not). ``options``: further options
-    per method (``{"oktopk": {"in_flight": 2}}``, from ``--method-option``), in every row of
-    that method and in its label (:func:`label`).
+    apply at P = ``workers`` (:func:`skipped` says which do not), each of them once per wire
+    format of ``wires``, one after another. ``options``: further options per method
+    (``{"oktopk": {"in_flight": 2}}``, from ``--method-option``), in every row of that method
+    and in its label (:func:`label`). A row's options hold ``wire`` where it is not fp32
+    (labelled ``topk(wire=fp16)``), so fp32 rows are those of before the wire existed; a
+    method without the option ``wire`` (one registered from outside) gets one row, its fp32 one.
     """
-    runs = []
+    settings = []
     for name in methods:
         extra = (options or {}).get(name, {})
         if name != SPARDL:
-            runs.append((label(name, extra), name, dict(extra)))
+            settings.append((name, dict(extra)))
             continue
         for d in teams:
             for variant in sag:
                 if spardl_skip_reason(d, variant, workers) is None:
                     for execution in srs:
-                        chosen = {"teams": d, "srs": execution, "sag": variant, **extra}
-                        runs.append((label(name, chosen), name, chosen))
+                        settings.append(
+                            (name, {"teams": d, "srs": execution, "sag": variant, **extra})
+                        )
+    runs = []
+    for name, chosen in settings:
+        takes_wire = "wire" in compressors.options(name)
+        for wire in wires if takes_wire else (WIRE_DEFAULT,):
+            with_wire = dict(chosen, wire=wire) if wire != WIRE_DEFAULT else dict(chosen)
+            runs.append((label(name, with_wire), name, with_wire))
     return runs
+
+
+def row_wire(options: dict) -> str:
+    """The wire format of a row with ``options`` (:func:`method_runs`: fp32 where none)."""
+    return options.get("wire", WIRE_DEFAULT)
 
 
 def skipped(methods: list, teams: list, workers: int, sag: tuple = (SAG_DEFAULT,)) -> list:

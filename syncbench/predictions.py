@@ -38,10 +38,12 @@ def format_tables(rows: list, key: str, title: str, models: dict) -> str:
 def crossovers(rows: list, reference: str = "spardl") -> list:
     """Sentences saying where the row labelled ``reference`` wins.
 
-    Per network and other method, at which P it is faster or slower (other option sets of its own
-    method, such as team counts, are skipped).
+    Per network and other method at the reference's wire format, at which P it is faster or
+    slower (other option sets of its own method, such as team counts, and rows of other wire
+    formats are skipped).
     """
     method_of = {r["label"]: r["method"] for r in rows}
+    wire_of = {r["label"]: r.get("wire", "fp32") for r in rows}
     lines = []
     for network in dict.fromkeys(r["network"] for r in rows):
         times = {
@@ -49,7 +51,11 @@ def crossovers(rows: list, reference: str = "spardl") -> list:
         }
         for label in dict.fromkeys(name for name, _ in times):
             common = sorted(p for name, p in times if name == label and (reference, p) in times)
-            if method_of[label] == method_of.get(reference) or not common:
+            if (
+                method_of[label] == method_of.get(reference)
+                or wire_of[label] != wire_of.get(reference)
+                or not common
+            ):
                 continue
             faster = [p for p in common if times[(reference, p)] < times[(label, p)]]
             slower = [p for p in common if p not in faster]
@@ -97,11 +103,14 @@ def plot(rows: list, sweep: list, path: str) -> None:
         if sweep:
             axis = axes[-1][column]
             subset = [r for r in sweep if r["network"] == network]
-            for workers in sorted({r["workers"] for r in subset}):
+            for workers, wire in sorted({(r["workers"], r.get("wire", "fp32")) for r in subset}):
                 points = sorted(
-                    (r["teams"], r["predicted_ms"]) for r in subset if r["workers"] == workers
+                    (r["teams"], r["predicted_ms"])
+                    for r in subset
+                    if r["workers"] == workers and r.get("wire", "fp32") == wire
                 )
-                axis.plot(*zip(*points), marker="o", label=f"P={workers}")
+                name = f"P={workers}" + ("" if wire == "fp32" else f", {wire}")
+                axis.plot(*zip(*points), marker="o", label=name)
             axis.set(
                 xscale="log",
                 xlabel="teams d",

@@ -15,6 +15,11 @@ each kind of call at its share of the method's period (:func:`call_weights`):
 - scale factor s = model_numel / n: bytes and scanned entries grow linearly with n; message and
   round counts do not (exact for fixed-size messages; an approximation where sizes depend on
   the data, and it ignores the few count words that lead variable-size messages).
+- bytes: those the real method sends at its option ``wire`` (``allreducers.wire``): at fp32 8
+  bytes a sparse entry (int32 index, float32 value) and 4 a dense value; at fp16 or bf16 4
+  bytes a sparse entry where indices travel as 16-bit offsets (6 where they stay int32) and 2 a
+  dense value, plus a header of 12 + 8L + 8R bytes a message (L lists, R runs of offsets),
+  which the scale factor grows with the rest.
 - network: the rounds run in lock step; each round costs what the network model says of what
   every rank sends in it (:mod:`syncbench.network`); the network time is the sum over rounds.
   Messages a method leaves out of its own traffic count are left out here too. A dense
@@ -47,6 +52,7 @@ from allreducers.transports.recording import RecordingTransport
 from .gradients import SyntheticGradients
 from .local_work import ReplayedLocalWork
 from .network import SharedLink
+from .plan import row_wire
 from .selection_cost import SelectionCost, SelectionCounter
 from .summary import summarize_counts
 
@@ -317,6 +323,7 @@ def simulate_row(
                 "teams": options.get("teams", 1),
                 "srs": options.get("srs"),
                 "sag": options.get("sag"),
+                "wire": row_wire(options),
                 "workers": workers,
                 "numel": numel,
                 "model_numel": settings.model_numel,

@@ -74,6 +74,7 @@ def test_json_rows_have_the_contract_keys(dense_density_rows):
         assert row["rounds"] >= 1 and row["bytes_per_rank"] > 0
         assert row["label"] in stdout
         assert row["network"] == (os.environ.get("SPARDL_NETWORK_RATE") or "loopback")
+        assert row["wire"] == "fp32" and "wire" not in row["options"]
         assert len(row["threads"]) == 3 and min(row["threads"]) >= 1
     assert f"network: {rows[0]['network']}" in stdout
 
@@ -594,6 +595,117 @@ def test_a_method_option_value_that_fails_at_p_is_one_line(capsys):
     ]
 
 
+def test_every_row_runs_once_per_wire_labelled_with_it():
+    runs = plan.method_runs(["topk", "spardl"], [1, 2], 4, wires=("fp32", "fp16"))
+    assert runs == [
+        ("topk", "topk", {}),
+        ("topk(wire=fp16)", "topk", {"wire": "fp16"}),
+        ("spardl", "spardl", {"teams": 1, "srs": "rounds", "sag": "bruck"}),
+        (
+            "spardl(wire=fp16)",
+            "spardl",
+            {"teams": 1, "srs": "rounds", "sag": "bruck", "wire": "fp16"},
+        ),
+        ("spardl(d=2)", "spardl", {"teams": 2, "srs": "rounds", "sag": "bruck"}),
+        (
+            "spardl(d=2,wire=fp16)",
+            "spardl",
+            {"teams": 2, "srs": "rounds", "sag": "bruck", "wire": "fp16"},
+        ),
+    ]
+    assert [plan.row_wire(options) for _, _, options in runs] == ["fp32", "fp16"] * 3
+
+
+def test_a_method_without_the_wire_option_gets_its_fp32_row_only(monkeypatch):
+    options = compressors.options
+    monkeypatch.setattr(
+        compressors,
+        "options",
+        lambda name: [k for k in options(name) if name != "topk" or k != "wire"],
+    )
+    assert plan.method_runs(["topk", "dense"], [1], 4, wires=("fp16", "bf16")) == [
+        ("topk", "topk", {}),
+        ("dense(wire=fp16)", "dense", {"wire": "fp16"}),
+        ("dense(wire=bf16)", "dense", {"wire": "bf16"}),
+    ]
+
+
+def test_a_16_bit_wire_row_sends_about_half_the_bytes(capsys):
+    rows = bench.main(
+        [
+            "--replay",
+            "4",
+            "--numel",
+            "200000",
+            "--iters",
+            "1",
+            "--warmup",
+            "1",
+            "--methods",
+            "dense,topk,gtopk,oktopk,spardl",
+            "--wire",
+            "fp16,fp32,bf16,fp16",  # repeats dropped, order kept
+        ]
+    )
+    by_label = {row["label"]: row for row in rows}
+    assert [row["wire"] for row in rows] == ["fp16", "fp32", "bf16"] * 5 + ["fp32", "fp32"]
+    assert rows[-2]["label"] == "floor" and "spardl(wire=bf16)" in capsys.readouterr().out
+    for method in ("dense", "topk", "gtopk", "oktopk", "spardl"):
+        fp32 = by_label[method]["bytes_per_rank"]
+        for wire in ("fp16", "bf16"):
+            row = by_label[f"{method}(wire={wire})"]
+            assert row["options"]["wire"] == wire and row["method"] == method
+            assert 0.45 * fp32 < row["bytes_per_rank"] < 0.55 * fp32, (method, wire)
+
+
+def test_the_wire_method_option_wins_over_the_flag_and_a_bad_wire_is_one_line(capsys):
+    args = bench.parse_args(["--wire", "fp16,bf16", "--method-option", "wire=bf16"])
+    assert args.wire == ("bf16",) and all("wire" not in chosen for chosen in args.options.values())
+    assert bench.parse_args([]).wire == ("fp32",)
+    with pytest.raises(SystemExit) as exit_:
+        bench.parse_args(["--wire", "fp32,fp8"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "bench_allreduce.py: error: --wire takes a comma-separated list of fp32, fp16, bf16; "
+        "got 'fp32,fp8'"
+    ]
+
+
+@pytest.mark.mpi
+def test_json_rows_record_their_wire(tmp_path):
+    path = tmp_path / "rows.json"
+    result = mpiexec(
+        2,
+        SCRIPT,
+        "--numel",
+        "70000",
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+        "--methods",
+        "topk,spardl",
+        "--wire",
+        "fp32,fp16",
+        "--json",
+        str(path),
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = {row["label"]: row for row in json.loads(path.read_text())}
+    assert {label: row["wire"] for label, row in rows.items()} == {
+        "topk": "fp32",
+        "topk(wire=fp16)": "fp16",
+        "spardl": "fp32",
+        "spardl(wire=fp16)": "fp16",
+        "floor": "fp32",
+        "floor+ef": "fp32",
+    }
+    for method in ("topk", "spardl"):
+        ratio = rows[f"{method}(wire=fp16)"]["bytes_per_rank"] / rows[method]["bytes_per_rank"]
+        assert 0.45 < ratio < 0.6, (method, ratio)
+
+
 @pytest.mark.mpi
 def test_json_rows_record_the_method_options(tmp_path):
     path = tmp_path / "rows.json"
@@ -625,10 +737,10 @@ def test_a_gradient_too_long_for_int32_indices_is_refused_before_allocating():
     """It used to allocate until the kernel killed a rank: status 9 and MPICH's crash banner."""
     result = mpiexec(2, SCRIPT, "--numel", "3000000000", timeout=120)
     assert result.returncode == 2, result.stderr[-3000:]
+    limited = [name for name in compressors.available() if name != "dense"]  # the int32 ones
     assert (result.stdout + result.stderr).splitlines() == [
         "bench_allreduce.py: error: --numel 3000000000 is above 2,147,483,647, the most entries "
-        "gaussiank, gtopk, oktopk, spardl, topk, topkdsa address (int32 indices); use a smaller "
-        "--numel or --methods dense"
+        f"{', '.join(limited)} address (int32 indices); use a smaller --numel or --methods dense"
     ]
 
 

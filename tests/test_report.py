@@ -256,6 +256,19 @@ def test_runs_are_labelled_and_given_columns_by_their_settings_not_their_folders
     assert table_rows(text, "spardl")[0][1:5] == ["0.01", "-", "-", "ring"]
 
 
+def test_the_wire_labels_runs_and_gets_a_column_once_a_run_is_not_fp32(tmp_path):
+    """A run that records no wire sent fp32 (it ran before the wire existed)."""
+    fp32 = write_rows(tmp_path / "a", [dict(row, wire="fp32") for row in spardl_rows()])
+    text = cli.main([fp32, RUNS[0], RUNS[1]])
+    assert "wire" not in text and len(table_rows(text, "spardl [a]")) == 2  # repeats
+    fp16 = write_rows(tmp_path / "b", [dict(row, wire="fp16") for row in spardl_rows()])
+    text = cli.main([fp32, fp16, RUNS[1]])
+    assert "| run | density | teams | sag | wire | ms/iter |" in text
+    assert table_rows(text, "spardl (wire fp16)")[0][1:5] == ["0.01", "-", "-", "fp16"]
+    assert table_rows(text, "spardl (wire fp32)")[0][4] == "fp32"
+    assert table_rows(text, "topk")[0][4] == "fp32"
+
+
 def test_networks_are_never_mixed_and_a_sweep_compares_them(tmp_path):
     """Per iteration: spardl 200 ms and topk 300 ms on 1gbit; on 100mbit twice as long for topk."""
 

@@ -417,6 +417,72 @@ def test_a_team_sweep_alone_runs_and_plots(tmp_path, capsys):
     assert (tmp_path / "sweep.svg").read_text().startswith("<?xml")
 
 
+def test_every_row_runs_once_per_wire_with_the_bytes_of_that_wire(tmp_path, capsys):
+    rows, sweep = simulate.main(
+        [
+            "--numel",
+            "65536",
+            "--workers",
+            "4",
+            "--methods",
+            "topk,gtopk,oktopk,spardl,dense",
+            "--wire",
+            "fp32,fp16,bf16",
+            "--sweep",
+            "4",
+            "--network",
+            "shared:1gbit",
+            "--json",
+            str(tmp_path / "sim.json"),
+        ]
+    )
+    assert [r["label"] for r in rows[:3]] == ["topk", "topk(wire=fp16)", "topk(wire=bf16)"]
+    assert [r["wire"] for r in rows] == ["fp32", "fp16", "bf16"] * 5
+    by_label = {r["label"]: r for r in rows}
+    for method in ("topk", "gtopk", "oktopk", "spardl", "dense"):
+        fp32 = by_label[method]
+        for wire in ("fp16", "bf16"):
+            row = by_label[f"{method}(wire={wire})"]
+            ratio = row["model_bytes_per_rank"] / fp32["model_bytes_per_rank"]
+            assert 0.45 < ratio < 0.56, (method, wire, ratio)
+            assert row["network_ms"] < 0.6 * fp32["network_ms"], (method, wire)
+    assert [(r["teams"], r["wire"]) for r in sweep][:2] == [(1, "fp32"), (1, "fp16")]
+    out = capsys.readouterr().out
+    assert "spardl(wire=fp16) vs topk(wire=fp16)" in out and "spardl vs topk(wire" not in out
+    assert {r["wire"] for r in json.loads((tmp_path / "sim.json").read_text())} == {
+        "fp32",
+        "fp16",
+        "bf16",
+    }
+    with pytest.raises(SystemExit) as exit_:
+        simulate.parse_args(["--wire", "fp8"])
+    assert exit_.value.code == 2
+    assert "--wire takes a comma-separated list of fp32, fp16, bf16" in capsys.readouterr().err
+
+
+def test_compare_predicts_a_bench_row_at_its_wire(tmp_path):
+    def row(label, wire, options):
+        return {
+            "method": "topk",
+            "label": label,
+            "workers": 2,
+            "numel": 30_000_000,
+            "density": 0.01,
+            "median_ms": 4.0,
+            "network": "1gbit",
+            "wire": wire,
+            "options": options,
+        }
+
+    path = tmp_path / "bench.json"
+    path.write_text(
+        json.dumps([row("topk", "fp32", {}), row("topk(wire=fp16)", "fp16", {"wire": "fp16"})])
+    )
+    rows, _ = simulate.main(["--compare", str(path), "--numel", "4096"])
+    assert [r["wire"] for r in rows] == ["fp32", "fp16"]
+    assert rows[1]["predicted_network_ms"] < 0.6 * rows[0]["predicted_network_ms"]
+
+
 @pytest.mark.parametrize(
     "numel,workers,density",
     [(1 << 18, 256, 0.01), (8192, 64, 0.01), (4099, 3, 0.03), (1000, 7, 1.0), (50_000, 48, 0.001)],

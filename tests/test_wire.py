@@ -267,6 +267,15 @@ def test_a_16_bit_wire_sends_about_half_the_bytes(method, wire):
     assert sent[wire] * 1.8 <= sent["fp32"], sent
 
 
+@pytest.mark.parametrize("options", [dict(teams=2), dict(teams=8), dict(teams=4, sag="recursive")])
+def test_spardl_s_spar_all_gather_travels_at_the_wire_too(options):
+    sent = {}
+    for each in ("fp32", "fp16"):
+        calls = run("spardl", 8, 200_000, 0.01, 2, 5, wire=each, **options)
+        sent[each] = sum(s["bytes_sent"] for call in calls for s in call["stats"])
+    assert sent["fp16"] * 1.8 <= sent["fp32"], sent
+
+
 @pytest.mark.parametrize("wire", COMPACT)
 def test_dense_at_a_16_bit_wire_sends_half_and_keeps_the_rest(wire):
     (call,) = run("dense", 4, 100_003, 1.0, 1, 9, wire=wire)

@@ -17,7 +17,7 @@ DESCRIPTION = """Paper-style tables and plots from the metrics.jsonl of several 
 
 Each RUN_DIR holds the trainer's metrics.jsonl (one JSON object per epoch). Runs are grouped by
 the model, data set, worker count and network their rows record, and labelled by method and by
-the settings (density, teams, sag, srs) in which runs of one method differ, never by folder
+the settings (density, teams, sag, srs, wire) in which runs of one method differ, never by folder
 name. Within a group:
 
 - time per iteration (the paper's time-breakdown table): training seconds per iteration and

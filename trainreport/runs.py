@@ -11,6 +11,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from trainreport.settings import IMPLIED
+
 REQUIRED = (
     "epoch",
     "epoch_seconds",
@@ -51,8 +53,12 @@ class Run:
         return self.rows[-1].get("task") == MASKED_LM
 
     def setting(self, key: str):
-        """The run's value of setting ``key`` (``density``, ``teams`` ...), else ``None``."""
-        return self.rows[-1].get(key)
+        """The run's value of setting ``key`` (``density``, ``teams`` ...).
+
+        ``None`` where the run does not record it, except for a setting that a run from before
+        it existed had (``wire``: ``fp32``, :data:`trainreport.settings.IMPLIED`).
+        """
+        return self.rows[-1].get(key, IMPLIED.get(key))
 
     def epoch_iters(self) -> list:
         """Iterations of every epoch: ``epoch_iters``, else the steps of cumulative ``iters``."""

@@ -3,7 +3,8 @@
 Runs are compared only within a group: the same model, data set, worker count and network
 (``network``: the rate of a shaped network, or ``loopback``), where the rows record them. Within
 a group a run is labelled by its method and, where runs of that method differ in them, its
-method settings (density, teams, SAG variant, SRS variant).
+method settings (density, teams, SAG variant, SRS variant, wire format: a run that does not
+record its wire sent fp32).
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ GROUP_KEYS = (
     ("network", "network"),
 )
 #: Method settings: table columns, and parts of a label where runs of one method differ.
-SETTINGS = ("density", "teams", "sag", "srs")
+SETTINGS = ("density", "teams", "sag", "srs", "wire")
 #: Settings that always get a column; the others only where some run of the group records them.
 ALWAYS_SHOWN = ("density", "teams", "sag")
+#: The value of a setting in runs whose rows do not record it (runs from before it existed);
+#: a setting with one gets a column only where some run of the group differs from it.
+IMPLIED = {"wire": "fp32"}
 
 
 def group_key(run, keys=GROUP_KEYS) -> tuple:
@@ -45,7 +49,8 @@ def shown_settings(runs: list) -> list:
     return [
         key
         for key in SETTINGS
-        if key in ALWAYS_SHOWN or any(run.setting(key) is not None for run in runs)
+        if key in ALWAYS_SHOWN
+        or any(run.setting(key) not in (None, IMPLIED.get(key)) for run in runs)
     ]
 
 

@@ -47,6 +47,7 @@ def test_time_table_split_and_speedups():
         "50.0",
         "10.0",
         "100.0",
+        "100.0",
         "0.0",
         "0.100",
         "1.00x",
@@ -314,16 +315,40 @@ def test_measured_compute_splits_off_the_rest_of_an_iteration(tmp_path):
     10-iteration epoch, 60 ms is compute and 40 ms the rest (loading, optimizer, start-up)."""
     rows = [dict(row, compute_seconds=0.6) for row in spardl_rows()]
     text = cli.main([write_rows(tmp_path / "spardl", rows)])
-    assert "| ms/iter | compute | select | comm | other sync | sync | rest | MB/iter |" in text
-    assert table_rows(text, "spardl")[0][4:12] == [
+    header = "| ms/iter | compute | select | comm | other sync | sync | exposed | rest | MB/iter |"
+    assert header in text
+    assert table_rows(text, "spardl")[0][4:13] == [
         "200.0",
         "60.0",
         "40.0",
         "50.0",
         "10.0",
         "100.0",
+        "100.0",  # rows without exposed_sync_seconds: all of it
         "40.0",
         "0.100",
+    ]
+
+
+def test_overlapped_runs_count_only_the_exposed_synchronization_in_the_rest(tmp_path):
+    """The same run overlapped: 100 ms of synchronization, 30 ms of it after compute ended; the
+    rest is what is neither compute (60 ms) nor exposed synchronization: 110 ms."""
+    rows = [
+        dict(row, compute_seconds=0.6, exposed_sync_seconds=0.3, overlap=True)
+        for row in spardl_rows()
+    ]
+    text = cli.main([write_rows(tmp_path / "spardl", rows)])
+    cells = table_rows(text, "spardl")[0]
+    start = cells.index("200.0")
+    assert cells[start : start + 8] == [
+        "200.0",
+        "60.0",
+        "40.0",
+        "50.0",
+        "10.0",
+        "100.0",
+        "30.0",
+        "110.0",
     ]
 
 

@@ -73,8 +73,10 @@ class Run:
         """Mean seconds (and bytes) per iteration over the run.
 
         Total, compute (forward and backward passes), select, comm, other (the rest of
-        synchronization: packing, accumulation), sync, rest (what is neither compute nor
-        synchronization: loading batches, the optimizer step, start-up), bytes.
+        synchronization: packing, accumulation), sync, exposed (the synchronization left after
+        compute: all of it without overlap, or in rows of older trainers), rest (what is neither
+        compute nor exposed synchronization: loading batches, the optimizer step, start-up),
+        bytes.
 
         Compute is ``compute_seconds`` where every row records it; rows of older trainers do
         not, and their compute is all that is not synchronization (rest 0).
@@ -89,6 +91,11 @@ class Run:
             if all("compute_seconds" in r for r in self.rows)
             else total - sync
         )
+        exposed = (
+            sum(r["exposed_sync_seconds"] for r in self.rows) / iters
+            if all("exposed_sync_seconds" in r for r in self.rows)
+            else sync
+        )
         return {
             "total": total,
             "compute": compute,
@@ -96,7 +103,8 @@ class Run:
             "comm": comm,
             "other": sync - select - comm,
             "sync": sync,
-            "rest": total - compute - sync,
+            "exposed": exposed,
+            "rest": total - compute - exposed,
             "bytes": sum(r["bytes_sent_per_rank"] for r in self.rows) / iters,
         }
 

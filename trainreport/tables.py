@@ -90,6 +90,7 @@ def time_table(runs: list, reference: str) -> str:
         "comm",
         "other sync",
         "sync",
+        "exposed",
         "rest",
         "MB/iter",
         f"{reference} speedup",
@@ -107,7 +108,16 @@ def time_table(runs: list, reference: str) -> str:
             *(format_setting(run.setting(key)) for key in settings),
             *(
                 f"{t[key] * 1e3:.1f}"
-                for key in ("total", "compute", "select", "comm", "other", "sync", "rest")
+                for key in (
+                    "total",
+                    "compute",
+                    "select",
+                    "comm",
+                    "other",
+                    "sync",
+                    "exposed",
+                    "rest",
+                )
             ),
             f"{t['bytes'] / 1e6:.3f}",
             *(_ratio(value) for value in ratios.get(run.label, (None, None))),

@@ -47,8 +47,10 @@ else
     say "no NVIDIA GPU: installing torch's CPU build where PyTorch's CPU index is reachable"
     torch_pins=$(grep -E '^(torch|torchvision)==' requirements.txt | sed 's/[[:space:]]*#.*//')
     # shellcheck disable=SC2086  # the pins are separate words
-    "${pip[@]}" --retries 1 --timeout 30 $torch_pins --index-url https://download.pytorch.org/whl/cpu \
-      || say "the CPU index was not reachable: the default torch wheel comes with requirements.txt"
+    "${pip[@]}" --retries 0 --timeout 30 $torch_pins --index-url https://download.pytorch.org/whl/cpu \
+      >"$VENV/.quickstart-cpu-index.log" 2>&1 \
+      || say "the CPU index was not reachable (see $VENV/.quickstart-cpu-index.log):" \
+        "the default torch wheel comes with requirements.txt"
   fi
   say "installing requirements.txt and the library into $VENV (the first time takes a few minutes)"
   "${pip[@]}" -r requirements.txt 2>&1 | grep -v '^WARNING: Location .* is ignored' || true

@@ -17,6 +17,16 @@ own (tag space ``space``), so its messages and its traffic counters are its own.
 Per bucket the result has the bits of the blocking ``sync.allreduce`` of that bucket: the
 thread runs exactly that call. Residuals stay per parameter in a
 :class:`~compressors.residuals.ResidualStore`.
+
+On CUDA a bucket's work (selection, residuals, staging through the host or the device-side
+collectives) runs on a side stream (:func:`side_stream`), not on the stream that backward
+fills: :meth:`BucketPipeline.submit` records an event on the caller's current stream, the side
+stream waits for it (so it reads the finished gradients) and nothing more, and the
+communication thread waits for the side stream's work before it completes the future. So a
+future's value is final when the future is done; the future is also CUDA-aware (its
+``wait()`` orders the waiting stream after the side stream), and :meth:`BucketPipeline.wait`
+orders the caller's current stream after the side streams. CPU tensors take the same code as
+before, without streams.
 """
 
 from __future__ import annotations
@@ -110,6 +120,29 @@ def comm_thread(transport: Transport) -> CommThread:
         return thread
 
 
+_streams: dict = {}
+
+
+def side_stream(transport: Transport, device: torch.device) -> torch.cuda.Stream:
+    """Return the CUDA stream on which buckets of ``transport``'s rank are worked on ``device``.
+
+    One per process and device (its one communication thread runs every pipeline's buckets in
+    turn), and one per in-process group and device: that group's ranks hand device tensors to
+    each other by reference, so they must work on one stream to see each other's writes. Its
+    priority is high: its kernels are small, and the communication waits for each of them.
+    """
+    device = torch.device(device)
+    if device.index is None:
+        device = torch.device(device.type, torch.cuda.current_device())
+    key = _group_key(transport)
+    key = (*(key[:2] if key[0] == "local" else key), device)
+    with _threads_lock:
+        stream = _streams.get(key)
+        if stream is None:
+            stream = _streams[key] = torch.cuda.Stream(device, priority=-1)
+        return stream
+
+
 def require_thread_support(transport: Transport) -> None:
     """Check that ``transport`` may be called from the communication thread.
 
@@ -170,6 +203,7 @@ class BucketPipeline:
         self._in_flight = 0
         self._error: BaseException | None = None
         self._stats: list = []
+        self._sides: set = set()  # the side streams the submitted CUDA buckets ran on
         require_thread_support(self.transport)
 
     # -- the caller's thread ----------------------------------------------------------------
@@ -191,14 +225,20 @@ class BucketPipeline:
             A ``torch.futures.Future`` that holds the average, or the error that ended the call
             (``ValueError`` for NaN or inf without ``skip_nonfinite``).
         """
-        future: torch.futures.Future = torch.futures.Future()
-        ready = None
-        if flat.is_cuda:  # the thread's stream must see what backward's stream wrote
+        cuda = None
+        if flat.is_cuda:  # the side stream must see what the caller's stream wrote into flat
+            producer = torch.cuda.current_stream(flat.device)
             ready = torch.cuda.Event()
-            ready.record(torch.cuda.current_stream(flat.device))
+            ready.record(producer)
+            cuda = (side_stream(self.transport, flat.device), ready, producer)
+            future = torch.futures.Future(devices=[flat.device])
+        else:
+            future = torch.futures.Future()
         with self._lock:
             self._in_flight += 1
-        job = self._job(list(keys), list(sizes), flat, space % self._spaces, future, ready)
+            if cuda is not None:
+                self._sides.add(cuda[0])
+        job = self._job(list(keys), list(sizes), flat, space % self._spaces, future, cuda)
         if not comm_thread(self.transport).put(job):
             comm_thread(self.transport).put(job)  # the old thread ended just now
         return future
@@ -216,7 +256,9 @@ class BucketPipeline:
     def wait(self, timeout: float | None = None, raise_error: bool = True) -> None:
         """Return once every submitted bucket is done.
 
-        Waits in short slices, so that Ctrl-C reaches the caller's thread meanwhile.
+        Waits in short slices, so that Ctrl-C reaches the caller's thread meanwhile. On CUDA the
+        caller's current stream then waits for the pipeline's side streams (whose work is
+        already done: this orders the caller's later use of the results in the stream too).
 
         Args:
             timeout: seconds to wait at most (``None``: no limit).
@@ -233,6 +275,9 @@ class BucketPipeline:
                     raise TimeoutError(f"{self._in_flight} bucket(s) still in flight")
                 self._lock.wait(0.05)
             error, self._error = self._error, None
+            sides = list(self._sides)
+        for side in sides:
+            torch.cuda.current_stream(side.device).wait_stream(side)
         if error is not None and raise_error:
             raise error
 
@@ -281,20 +326,26 @@ class BucketPipeline:
 
         return build
 
-    def _job(self, keys, sizes, flat, space, future, ready):
+    def _job(self, keys, sizes, flat, space, future, cuda):
         def run() -> None:
             try:
-                if ready is not None:
-                    torch.cuda.current_stream(flat.device).wait_event(ready)
-                result = self._average(keys, sizes, flat, space)
-                if flat.is_cuda:
-                    torch.cuda.current_stream(flat.device).synchronize()
+                if cuda is None:
+                    future.set_result(self._average(keys, sizes, flat, space))
+                else:
+                    side, ready, producer = cuda
+                    with torch.cuda.device(flat.device), torch.cuda.stream(side):
+                        side.wait_event(ready)  # the bucket's gradients are written
+                        result = self._average(keys, sizes, flat, space)
+                        result.record_stream(producer)  # the caller frees it on its stream
+                        # Blocks this thread alone, and keeps flat referenced until its last
+                        # use; the CUDA-aware future records its event on the side stream.
+                        side.synchronize()
+                        future.set_result(result)
             except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
                 future.set_exception(error)
                 self._done(error)
                 return
-            future.set_result(result)  # before done: wait() returning means every value is set
-            self._done(None)
+            self._done(None)  # after the result: wait() returning means every value is set
 
         return run
 

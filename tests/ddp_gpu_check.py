@@ -1,8 +1,8 @@
 """Run under ``torchrun --nproc-per-node 1`` on a CUDA machine: the hook with NCCL on the GPU.
 
 For every method, training with the overlapped hook (buckets averaged on the communication
-thread, which waits for backward's stream) gives the bits of the hook run blocking, and at
-density 1 the parameters of plain DDP.
+thread, on the pipeline's side stream, which waits for backward's stream) gives the bits of the
+hook run blocking, and at density 1 the parameters of plain DDP.
 """
 
 import os
@@ -14,6 +14,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import compressors
 from compressors.ddp import SparDLState, spardl_hook
+from compressors.pipeline import BucketPipeline
 
 dist.init_process_group("nccl")
 rank = dist.get_rank()
@@ -30,6 +31,18 @@ def model():
         torch.nn.ReLU(),
         torch.nn.Linear(1024, 10),
     ).to(device)
+
+
+streams = []  # the current stream of every overlapped bucket's work
+_average = BucketPipeline._average
+
+
+def _spy(self, *args):
+    streams.append(torch.cuda.current_stream(device))
+    return _average(self, *args)
+
+
+BucketPipeline._average = _spy
 
 
 def blocking_hook(state, bucket):
@@ -56,7 +69,9 @@ def train(method, hook, density=0.05, steps=5):
 
 plain = train("dense", None)
 for method in compressors.available():
+    streams.clear()
     overlapped = train(method, spardl_hook)
+    assert streams and torch.cuda.default_stream(device) not in streams, f"{method}: streams"
     assert torch.equal(overlapped, train(method, blocking_hook)), f"{method}: not the same bits"
     dense = train(method, spardl_hook, density=1.0)
     assert torch.allclose(dense, plain, atol=1e-4), f"{method} at density 1 differs from DDP"

@@ -129,7 +129,8 @@ def parse_option(name: str, key: str, text: str):
     """Convert ``text`` to the type of option ``key``'s default in method ``name``.
 
     A bool takes true/false, yes/no, on/off or 1/0; an int a whole number; a float any number;
-    a str the text itself. Where the default is None: an int, else a float, else the text.
+    a str the text itself. Where the default is None: an int, else a float, else the text. A
+    word of the method's ``option_words`` for ``key`` (spardl's ``teams="auto"``) stays text.
 
     Raises:
         ValueError: ``key`` is no option of ``name`` (the message names the valid keys), or
@@ -140,6 +141,9 @@ def parse_option(name: str, key: str, text: str):
         raise ValueError(
             f"{name} has no option {key!r}; valid keys: {', '.join(defaults) or 'none'}"
         )
+    words = getattr(resolve(name), "option_words", {}).get(key, ())
+    if text in words:  # a word the option takes besides its type's values (spardl's teams=auto)
+        return text
     default = defaults[key]
     if isinstance(default, bool):
         if text.lower() in _TRUE + _FALSE:

@@ -24,6 +24,7 @@ from . import register
 from .base import Synchronizer
 from .selection import Selector
 from .sparse_ops import flat_nonzero, is_member, put_
+from .teams import AUTO, Candidate, candidates, check_layout, probe, team_groups
 
 SAG_VARIANTS = ("bruck", "recursive")
 SRS_EXECUTIONS = {"rounds": srs_schedule, "blocks": srs_block_schedule}
@@ -89,27 +90,30 @@ def check_teams(teams, sag: str, workers: int) -> int:
     """Check SparDL's team count and Spar-All-Gather variant for a run on ``workers`` ranks.
 
     Args:
-        teams: d; an integer that divides ``workers``, a power of two for R-SAG.
+        teams: d; an integer that divides ``workers``, a power of two for R-SAG; or ``"auto"``
+            (the choice is SparDL's, by a probe: docs/DESIGN.md, "Team layouts and teams=auto").
         sag: one of :data:`SAG_VARIANTS`.
         workers: P.
 
     Returns:
-        ``teams`` as an int.
+        ``teams`` as an int, or ``"auto"``.
 
     Raises:
         ValueError: ``teams`` or ``sag`` is invalid; the message names the valid values.
     """
-    divisors = [d for d in range(1, workers + 1) if workers % d == 0]
-    if isinstance(teams, bool) or not isinstance(teams, numbers.Integral) or teams not in divisors:
-        raise ValueError(
-            f"teams={teams!r} must divide the worker count {workers}; "
-            f"valid: {', '.join(map(str, divisors))}"
-        )
-    teams = int(teams)
     if sag not in SAG_VARIANTS:
         raise ValueError(
             f"sag={sag!r} is not a Spar-All-Gather variant; valid: {', '.join(SAG_VARIANTS)}"
         )
+    if isinstance(teams, str) and teams == AUTO:
+        return AUTO
+    divisors = [d for d in range(1, workers + 1) if workers % d == 0]
+    if isinstance(teams, bool) or not isinstance(teams, numbers.Integral) or teams not in divisors:
+        raise ValueError(
+            f"teams={teams!r} must divide the worker count {workers}; "
+            f"valid: {', '.join(map(str, divisors))} or {AUTO!r}"
+        )
+    teams = int(teams)
     if sag == "recursive" and teams & (teams - 1):
         powers = [d for d in divisors if not d & (d - 1)]
         raise ValueError(
@@ -164,7 +168,12 @@ class SparDL(Synchronizer):
         comm: an ``mpi4py`` communicator, a ``torch.distributed`` process group or a transport.
         numel: n, the length of the flat gradient.
         density: the fraction of each block kept, in (0, 1].
-        teams: d, a divisor of P; 1 runs no Spar-All-Gather.
+        teams: d, a divisor of P; 1 runs no Spar-All-Gather. Or ``"auto"``: at the first sparse
+            call (or at :meth:`choose`) every rank times each configuration of d, ``sag`` and
+            ``layout`` (``compressors.teams.candidates``) on throwaway synchronizers, a few
+            calls of that gradient each, and all take the fastest; ``sag`` and ``layout`` given
+            are then not used. The choice and the probe's times are in ``stats["auto"]`` and
+            :attr:`auto`, the choice in the state (a resume keeps it, without a new probe).
         sag: the Spar-All-Gather variant: ``"bruck"`` (B-SAG, any d) or ``"recursive"``
             (R-SAG, d a power of two).
         srs: the Spar-Reduce-Scatter execution: ``"rounds"`` (one message per round) or
@@ -178,17 +187,33 @@ class SparDL(Synchronizer):
             lacks: a worker keeps only what it discarded of its own accumulated values before
             sending, and what is discarded in later rounds is lost, as in methods without
             global residual collection. ``"local"`` does not conserve mass.
+        layout: which ranks form a team (``compressors.teams``): ``"block"``, consecutive
+            ranks (team t = ranks t*m .. t*m+m-1; with ranks placed host by host and m ranks
+            per host, a host's ranks), or ``"strided"``, every d-th rank (team t = ranks r with
+            r % d == t; with d ranks per host, the ranks of one local index across the hosts).
+            The same with d = 1 or d = P.
+
+    Attributes:
+        auto: with ``teams="auto"``, once chosen: ``teams_requested``, the chosen ``teams``,
+            ``sag`` and ``layout``, and the reason, ``probe`` (per candidate its options, ``ms``
+            of its screening call and, for a finalist, ``final_ms``, the median of its final
+            rounds; each call its slowest rank's; ``None``: not timed) and ``probe_seconds``
+            (``compressors.teams.probe``); else ``None``.
 
     Raises:
         ValueError: an invalid option (see :func:`check_teams` and :func:`check_srs`).
     """
 
     adds_residual = True  # step 1 adds the gradient, inside the selection passes where it can
+    # ``layout`` (compressors.teams.LAYOUTS) is checked in check_options: the trainer offers a
+    # flag with its choices for each option here.
     choices = {"sag": SAG_VARIANTS, "srs": tuple(SRS_EXECUTIONS)}
+    #: Words an option takes besides values of its default's type (``compressors.parse_option``).
+    option_words = {"teams": (AUTO,)}
 
     @classmethod
     def check_options(cls, workers: int, **options) -> dict:
-        """Check ``teams``, ``sag`` and ``srs`` for P = ``workers`` (see the base class)."""
+        """Check ``teams``, ``sag``, ``srs`` and ``layout`` for P = ``workers`` (the base class)."""
         options = super().check_options(workers, **options)
         if "srs" in options:
             check_srs(options["srs"])
@@ -197,6 +222,8 @@ class SparDL(Synchronizer):
             options["teams"] = check_teams(teams, sag, workers)
         if "residuals" in options:
             check_residuals(options["residuals"])
+        if "layout" in options:
+            check_layout(options["layout"])
         return options
 
     def __init__(
@@ -210,20 +237,33 @@ class SparDL(Synchronizer):
         dense_warmup: int = 0,
         wire: str = "fp32",
         residuals: str = "global",
+        layout: str = "block",
     ) -> None:
         super().__init__(comm, numel, density, dense_warmup, wire)
-        self.teams = check_teams(teams, sag, self.size)
+        self.teams_requested = check_teams(teams, sag, self.size)
         self.residuals = check_residuals(residuals)
         self.conserves_mass = residuals == "global"
-        self.sag = sag
         self.srs = check_srs(srs)
+        check_layout(layout)
+        self._work = torch.empty(0)
+        self._nnz = 0
+        self.auto = None
+        self._pending = False
+        if self.teams_requested != AUTO:
+            self._configure(self.teams_requested, sag, layout)
+        else:
+            self._start_auto()
+
+    def _configure(self, teams: int, sag: str, layout: str) -> None:
+        """Set up the team structure of ``teams`` teams, variant ``sag``, ``layout``."""
+        self.teams, self.sag, self.layout = teams, sag, layout
         self.team_size = self.size // teams
-        self.team, self.position = divmod(self.rank, self.team_size)
-        self.block_size = math.ceil(numel / self.team_size)
+        self.team, self.position, team_members, holders = team_groups(
+            self.rank, teams, self.size, layout
+        )
+        self.block_size = math.ceil(self.numel / self.team_size)
         self.block_budget = max(1, int(self.block_size * self.density))
-        team_members = [self.team * self.team_size + i for i in range(self.team_size)]
-        holders = [t * self.team_size + self.position for t in range(teams)]
-        self.srs_steps = SRS_EXECUTIONS[srs](self.position, team_members)
+        self.srs_steps = SRS_EXECUTIONS[self.srs](self.position, team_members)
         self.gather_steps = bruck_allgather_schedule(self.position, team_members)
         sag_schedule = bruck_allgather_schedule if sag == "bruck" else recursive_halving_schedule
         self.sag_steps = sag_schedule(self.team, holders) if teams > 1 else []
@@ -231,8 +271,64 @@ class SparDL(Synchronizer):
         # With one team the own block's list (step 3) is final: step 6 zeroes all its columns.
         self._own_list_final = teams == 1
         self.selector = Selector()
-        self._work = torch.empty(0)
-        self._nnz = 0
+
+    def _start_auto(self) -> None:
+        """Set up ``teams="auto"`` before its choice: one team for now, the probe pending.
+
+        No probe is needed with a single candidate (as at P = 1): it is chosen at once.
+        """
+        options = candidates(self.size)
+        self._configure(*options[0])
+        self.auto, self._pending = None, len(options) > 1
+        if not self._pending:
+            self._chose(options[0], {"probe": [], "probe_seconds": 0.0})
+
+    def _chose(self, chosen, record: dict) -> None:
+        if self._pending or self.auto is None or (self.teams, self.sag, self.layout) != chosen:
+            self._configure(*chosen)  # else kept as it is, its selector's thresholds included
+        self.auto = {"teams_requested": AUTO, **chosen._asdict(), **record}
+        self._pending = False
+
+    def choose(self, grad: torch.Tensor) -> dict | None:
+        """With ``teams="auto"``, choose the configuration now, by the probe on ``grad``.
+
+        A collective (every rank calls it, each with its gradient). The first sparse call does
+        it otherwise; once chosen (or with a fixed ``teams``) it does nothing. The residual and
+        everything else this synchronizer keeps stay untouched: the calls that follow have the
+        bits of a synchronizer created with the chosen options.
+
+        Returns:
+            :attr:`auto`.
+        """
+        if not self._pending:
+            return self.auto
+        self._check_gradient(grad)
+
+        def build(candidate):
+            sync = SparDL(
+                self.transport,
+                self.numel,
+                self.density,
+                srs=self.srs,
+                wire=self.wire,
+                residuals=self.residuals,
+                **candidate.options(),
+            )
+            sync.count_nnz = False
+            return sync
+
+        self._chose(*probe(self.transport, build, grad.detach(), candidates(self.size)))
+        return self.auto
+
+    def allreduce(self, grad: torch.Tensor, out: torch.Tensor = None) -> torch.Tensor:
+        """See :meth:`Synchronizer.allreduce`.
+
+        With ``teams="auto"`` the first sparse call chooses the configuration first
+        (:meth:`choose`), outside the call's ``stats``.
+        """
+        if self._pending and self.calls >= self.dense_warmup:
+            self.choose(grad)
+        return super().allreduce(grad, out)
 
     @property
     def effective_density(self) -> float:
@@ -268,16 +364,74 @@ class SparDL(Synchronizer):
         return self._nnz
 
     def _config(self) -> dict:
-        return dict(
+        config = dict(
             super()._config(),
             teams=self.teams,
             sag=self.sag,
             srs=self.srs,
             residuals=self.residuals,
+            layout=self.layout,
+        )
+        if self.teams_requested == AUTO:
+            config["teams_requested"] = AUTO
+            if self._pending:  # nothing chosen yet
+                config.update(teams=None, sag=None, layout=None)
+        return config
+
+    def _after_call(self) -> None:
+        if self.auto is not None:
+            self.stats["auto"] = self.auto
+
+    def state_mismatch(self, state) -> str | None:
+        """See :meth:`Synchronizer.state_mismatch`.
+
+        With ``teams="auto"``, a state saved with ``teams="auto"`` fits whatever it chose
+        (:meth:`load_state_dict` takes its choice), and one saved with a fixed team count does
+        not.
+        """
+        config = state.get("config") if isinstance(state, dict) else None
+        if self.teams_requested != AUTO or not isinstance(config, dict):
+            return super().state_mismatch(state)
+        if config.get("teams_requested") != AUTO:
+            return (
+                "the saved synchronizer state does not fit: teams "
+                f"{config.get('teams')!r} (here {AUTO!r})"
+            )
+        if config.get("teams") is not None:
+            try:
+                check_teams(config["teams"], config.get("sag"), self.size)
+                check_layout(config.get("layout", "block"))
+            except ValueError as error:
+                return f"the saved synchronizer state does not fit: {error}"
+        chosen = ("teams", "sag", "layout")
+        return super().state_mismatch(
+            dict(state, config={k: v for k, v in config.items() if k not in chosen})
         )
 
+    def load_state_dict(self, state: dict) -> None:
+        """See :meth:`Synchronizer.load_state_dict`.
+
+        With ``teams="auto"`` the configuration the state chose is taken (no probe), or none
+        yet if it chose none.
+        """
+        problem = self.state_mismatch(state)
+        if problem:
+            raise ValueError(problem)
+        config = state["config"]
+        if self.teams_requested == AUTO and config.get("teams") is None:
+            self._start_auto()
+        elif self.teams_requested == AUTO:
+            record = state.get("auto") or {"probe": None, "probe_seconds": None}
+            record = {key: record.get(key) for key in ("probe", "probe_seconds")}
+            chosen = (config["teams"], config["sag"], config.get("layout", "block"))
+            self._chose(Candidate(*chosen), record)
+        super().load_state_dict(state)
+
     def _extra_state(self) -> dict:
-        return {"height": self.height.state_dict()}
+        extra = {"height": self.height.state_dict()}
+        if self.auto is not None:
+            extra["auto"] = self.auto
+        return extra
 
     def _load_extra_state(self, state: dict) -> None:
         self.height.load_state_dict(state["height"])

@@ -17,13 +17,18 @@ calls (warm-up calls excluded) and the min and max. Every row records the networ
 (``network``: ``SPARDL_NETWORK_RATE`` as scripts/shaped_network.sh sets it, else ``loopback``)
 and each rank's torch thread count (``threads``).
 
-SparDL gets a row per team count (``--teams``), Spar-Reduce-Scatter execution (``--srs``) and
-Spar-All-Gather variant (``--sag``) that applies at P, labelled ``spardl(d=4,blocks,recursive)``
-with what differs from the defaults; a setting that does not apply is skipped with a note.
+SparDL gets a row per team count (``--teams``), Spar-Reduce-Scatter execution (``--srs``),
+Spar-All-Gather variant (``--sag``) and team layout (``--layout``) that applies at P, labelled
+``spardl(d=4,blocks,recursive,strided)`` with what differs from the defaults; a setting that
+does not apply is skipped with a note. ``--teams auto`` adds a row ``spardl(d=auto)`` (per
+``--srs``) in which SparDL chooses d, the variant and the layout itself by a short probe of the
+network when the row is built, outside the timed calls; its JSON row records
+``teams_requested: "auto"``, the chosen ``teams``, ``sag`` and ``layout``, and the probe's times
+(``auto_probe``).
 ``--method-option KEY=VALUE`` (repeatable) gives any option of the methods that take it
 (``compressors.options``), e.g. ``in_flight=2`` for oktopk, labelled ``oktopk(in_flight=2)``;
-every row records its options under ``options``. For spardl, ``teams``, ``srs`` and ``sag``
-given so win over ``--teams``, ``--srs`` and ``--sag``.
+every row records its options under ``options``. For spardl, ``teams``, ``srs``, ``sag`` and
+``layout`` given so win over ``--teams``, ``--srs``, ``--sag`` and ``--layout``.
 
 ``--wire fp32,fp16,bf16`` (comma-separated, default ``fp32``) gives every row once per wire
 format of the methods' messages (``allreducers.wire``): fp32 is int32 indices and float32 values
@@ -114,7 +119,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--seed", type=int, default=0, help="seed of the gradients and model weights" + default
     )
     parser.add_argument(
-        "--teams", default="1", help="spardl team counts d, comma-separated" + default
+        "--teams",
+        default="1",
+        help="spardl team counts d, comma-separated; 'auto': spardl chooses d, its "
+        "Spar-All-Gather variant and its layout by a probe at start-up" + default,
     )
     parser.add_argument(
         "--srs",
@@ -129,6 +137,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         f"{', '.join(plan.SAG_CHOICES)} (recursive: d > 1 a power of two)" + default,
     )
     parser.add_argument(
+        "--layout",
+        default=plan.LAYOUT_DEFAULT,
+        help="spardl team layouts, comma-separated: block (consecutive ranks: with ranks "
+        "placed host by host, a team can be a host's ranks) or strided (every d-th rank: the "
+        "ranks of one local index across the hosts)" + default,
+    )
+    parser.add_argument(
         "--wire",
         default=plan.WIRE_DEFAULT,
         help="wire formats of every method's messages, comma-separated: "
@@ -141,8 +156,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="an option of the methods that take it (repeatable), converted to the type of "
         "its default, e.g. in_flight=2 (oktopk); a key no method of --methods takes is an "
-        "error; spardl's teams, srs and sag given so win over --teams, --srs and --sag, and "
-        "wire over --wire",
+        "error; spardl's teams, srs, sag and layout given so win over --teams, --srs, --sag "
+        "and --layout, and wire over --wire",
     )
     parser.add_argument(
         "--lost-mass",
@@ -186,9 +201,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.methods = cli.usage_checked(parser, cli.method_names, args.methods)
-    args.teams = cli.usage_checked(parser, cli.positive_ints, args.teams, "--teams")
+    args.teams = cli.usage_checked(parser, cli.team_counts, args.teams, "--teams")
     args.srs = cli.usage_checked(parser, cli.choices, args.srs, "--srs", plan.SRS_CHOICES)
     args.sag = cli.usage_checked(parser, cli.choices, args.sag, "--sag", plan.SAG_CHOICES)
+    args.layout = cli.usage_checked(
+        parser, cli.choices, args.layout, "--layout", plan.LAYOUT_CHOICES
+    )
     args.wire = cli.usage_checked(parser, cli.choices, args.wire, "--wire", plan.WIRES)
     args.options = cli.usage_checked(parser, cli.method_options, args.method_option, args.methods)
     swept = args.options.get(plan.SPARDL, {})
@@ -270,6 +288,12 @@ def main(argv=None) -> list:
     else:
         print(f"network: {network_label()}; torch threads per rank: {min(threads)}-{max(threads)}")
     print(format_table(rows), flush=True)
+    for row in rows:
+        if row.get("teams_requested") == plan.AUTO:
+            print(
+                f"{row['label']} chose d={row['teams']}, {row['sag']}, {row['layout']} "
+                f"(probe {row['auto_seconds'] or 0:.1f} s, per candidate in the JSON's auto_probe)"
+            )
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(rows, handle, indent=1)

@@ -8,6 +8,12 @@ Every row records its wire format (``wire``: ``fp32``, ``fp16`` or ``bf16``; the
 replay SparDL's fp32 messages), the network it ran on (:func:`network_label`) and each rank's
 torch thread count (``threads``, a list in rank order), so tables of different settings never
 mix unseen.
+
+SparDL's rows also record ``layout`` and ``teams_requested`` (the ``--teams`` value, ``auto`` in
+the row ``spardl(d=auto)``). An auto row's synchronizer chooses its configuration when the row is
+built, from this rank's gradient of call 0, before any timed call (a replay takes the choice its
+recording made); the row then records the chosen ``teams``, ``sag`` and ``layout`` and the
+probe's times per candidate, ``auto_probe`` (:attr:`compressors.spardl.SparDL.auto`).
 """
 
 from __future__ import annotations
@@ -48,12 +54,15 @@ def runs_to_time(args, workers: int, speaks: bool) -> list:
     if ``speaks``, when a row's options do not work at P (``compressors.try_options``) or no
     row is left to time.
     """
+    layouts = getattr(args, "layout", None) or (plan.LAYOUT_DEFAULT,)
     if speaks:
-        for note in plan.skipped(args.methods, args.teams, workers, args.sag):
+        for note in plan.skipped(args.methods, args.teams, workers, args.sag, layouts):
             print(f"note: {note}", file=sys.stderr)
     options = getattr(args, "options", {})
     wires = getattr(args, "wire", None) or (plan.WIRE_DEFAULT,)
-    runs = plan.method_runs(args.methods, args.teams, workers, args.srs, args.sag, options, wires)
+    runs = plan.method_runs(
+        args.methods, args.teams, workers, args.srs, args.sag, options, wires, layouts
+    )
     for label, name, chosen in runs:
         if not options.get(name):
             continue
@@ -75,6 +84,66 @@ def runs_to_time(args, workers: int, speaks: bool) -> list:
             )
         sys.exit(2)
     return runs
+
+
+class NotingChoice:
+    """A run whose SparDL synchronizer may choose its configuration (``teams="auto"``).
+
+    Times as ``run`` does, then notes the synchronizer's :attr:`~compressors.spardl.SparDL.auto`
+    record in ``chosen`` (a dict, under ``index``), where the row is summarized later.
+    """
+
+    def __init__(self, run, sync, chosen: dict, index: int) -> None:
+        self.run, self.sync, self.chosen, self.index = run, sync, chosen, index
+
+    def time(self, grad: torch.Tensor, exact: torch.Tensor, out: torch.Tensor) -> dict:
+        """One call of ``run``, then the note."""
+        record = self.run.time(grad, exact, out)
+        self.chosen[self.index] = self.sync.auto
+        return record
+
+
+def noting_choices(runs: list, factories: list, chosen: dict, gradient=None) -> list:
+    """``factories`` with each SparDL row's run wrapped in :class:`NotingChoice`.
+
+    ``gradient``: where given (under MPI), a ``teams="auto"`` row chooses when it is built, from
+    ``gradient(0)``'s gradient, so that its probe is outside the timed calls.
+    """
+    wrapped = list(factories)
+    for index, (_, name, _) in enumerate(runs):
+        if name != plan.SPARDL:
+            continue
+
+        def build(factory=factories[index], index=index):
+            run = factory()
+            sync = run.sync if hasattr(run, "sync") else run.run.sync  # a MethodRun or Replayed
+            if gradient is not None:
+                sync.choose(gradient(0)[0])
+            return NotingChoice(run, sync, chosen, index)
+
+        wrapped[index] = build
+    return wrapped
+
+
+def spardl_columns(options: dict, auto) -> dict:
+    """A SparDL row's ``teams_requested`` and ``layout``.
+
+    With ``teams="auto"`` also the chosen ``teams``, ``sag`` and ``layout`` and the probe's
+    times (``auto_probe``, ``auto_seconds``).
+    """
+    columns = {
+        "teams_requested": options.get("teams", 1),
+        "layout": options.get("layout", plan.LAYOUT_DEFAULT),
+    }
+    if auto is not None and options.get("teams") == plan.AUTO:
+        columns.update(
+            teams=auto["teams"],
+            sag=auto["sag"],
+            layout=auto["layout"],
+            auto_probe=auto["probe"],
+            auto_seconds=auto["probe_seconds"],
+        )
+    return columns
 
 
 def mpi_rows(args) -> list:
@@ -113,33 +182,49 @@ def mpi_rows(args) -> list:
         )
 
     factories += [lambda feedback=feedback: floor(feedback) for feedback in FLOORS.values()]
-    records = time_runs(
-        factories, mpi_gradients(comm, source), args.warmup + args.iters, args.sequential
-    )
+    gradient, chosen = mpi_gradients(comm, source), {}
+    factories = noting_choices(runs, factories, chosen, gradient)
+    records = time_runs(factories, gradient, args.warmup + args.iters, args.sequential)
     rows = []
-    for (label, name, options), run_records in zip(runs + FLOOR_RUNS, records):
+    for index, ((label, name, options), run_records) in enumerate(zip(runs + FLOOR_RUNS, records)):
         per_rank = comm.gather(run_records[args.warmup :], root=0)
         if comm.Get_rank() == 0:
-            rows.append(
-                dict(
-                    summarize(label, name, options, per_rank, args, workers, source.numel),
-                    wire=plan.row_wire(options),
-                    network=network_label(),
-                    topology=cluster_topology(),
-                    threads=threads,
-                )
+            row = dict(
+                summarize(label, name, options, per_rank, args, workers, source.numel),
+                wire=plan.row_wire(options),
+                network=network_label(),
+                topology=cluster_topology(),
+                threads=threads,
             )
+            if name == plan.SPARDL and index < len(runs):
+                row.update(spardl_columns(options, chosen.get(index)))
+            rows.append(row)
     return rows if comm.Get_rank() == 0 else []
 
 
 def replay_rows(args) -> list:
-    """Time every row's rank 0 alone in this process (``--replay P``, :mod:`syncbench.replay`)."""
+    """Time every row's rank 0 alone in this process (``--replay P``, :mod:`syncbench.replay`).
+
+    With a ``teams="auto"`` row and ``--warmup 0`` the recorded call is call 1, not call 0: the
+    recorded call of an auto row must come after its choice.
+    """
     source = args.source
     runs = runs_to_time(args, args.replay, speaks=True)
-    factories, gradient = replay_runs(runs, source, args.replay, args.warmup, args.density)
-    records = time_runs(factories, gradient, args.warmup + args.iters, args.sequential)
-    return [
-        dict(
+    # A teams="auto" row chooses in its first sparse call: record a later one, so that the
+    # replayed call starts from the chosen configuration and does not replay the probe.
+    auto = any(options.get("teams") == plan.AUTO for _, _, options in runs)
+    recorded = max(args.warmup, 1) if auto else args.warmup
+    factories, gradient = replay_runs(runs, source, args.replay, recorded, args.density)
+    chosen = {}
+    records = time_runs(
+        noting_choices(runs, factories, chosen),
+        gradient,
+        args.warmup + args.iters,
+        args.sequential,
+    )
+    rows = []
+    for index, ((label, name, options), run_records) in enumerate(zip(runs + FLOOR_RUNS, records)):
+        row = dict(
             summarize(
                 label, name, options, [run_records[args.warmup :]], args, args.replay, source.numel
             ),
@@ -148,5 +233,7 @@ def replay_rows(args) -> list:
             topology=None,
             threads=[torch.get_num_threads()],
         )
-        for (label, name, options), run_records in zip(runs + FLOOR_RUNS, records)
-    ]
+        if name == plan.SPARDL and index < len(runs):
+            row.update(spardl_columns(options, chosen.get(index)))
+        rows.append(row)
+    return rows

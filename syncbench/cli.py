@@ -68,6 +68,22 @@ def positive_ints(text: str, flag: str) -> list:
     return list(dict.fromkeys(values))
 
 
+def team_counts(text: str, flag: str = "--teams") -> list:
+    """The comma-separated team counts of ``flag``: integers >= 1 and ``auto``, repeats dropped.
+
+    ``ValueError`` otherwise (``auto``: SparDL chooses d itself, ``compressors.teams``).
+    """
+    words = [word.strip() for word in text.split(",") if word.strip()]
+    try:
+        values = [word if word == "auto" else int(word) for word in words]
+    except ValueError:
+        message = f"{flag} takes comma-separated integers and 'auto', got {text!r}"
+        raise ValueError(message) from None
+    if not values or any(value != "auto" and value < 1 for value in values):
+        raise ValueError(f"{flag} takes integers >= 1 and 'auto', got {text!r}")
+    return list(dict.fromkeys(values))
+
+
 def choices(text: str, flag: str, valid: tuple) -> tuple:
     """The comma-separated words of ``flag``, each one of ``valid``, repeats dropped.
 

@@ -63,7 +63,8 @@ def row_options(row: dict) -> dict:
 
     Its ``options``, or in rows written before they were recorded, the row's keys that are options
     of its method (SparDL's ``teams``, ``srs``, ``sag``). A row's ``wire`` other than fp32 is one
-    of them (rows without one sent fp32).
+    of them (rows without one sent fp32). A ``teams="auto"`` row gives the configuration its
+    probe chose.
     """
     if isinstance(row.get("options"), dict):
         options = dict(row["options"])
@@ -72,6 +73,9 @@ def row_options(row: dict) -> dict:
             compressors.options(row["method"]) if row["method"] in compressors.available() else []
         )
         options = {key: row[key] for key in valid if row.get(key) is not None}
+    if options.get("teams") == "auto" and isinstance(row.get("teams"), int):
+        # Predict the configuration the probe chose, not a new probe in this process.
+        options.update({key: row[key] for key in ("teams", "sag", "layout") if key in row})
     if row.get("wire", plan.WIRE_DEFAULT) != plan.WIRE_DEFAULT:
         options.setdefault("wire", row["wire"])
     elif options.get("wire") == plan.WIRE_DEFAULT:

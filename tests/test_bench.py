@@ -788,3 +788,51 @@ def test_model_gradients_need_no_pythonpath(tmp_path, where):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "dense" in result.stdout
+
+
+def test_teams_auto_and_layouts_are_rows_of_their_own():
+    runs = plan.method_runs(["spardl"], [1, 2, "auto"], 4, layouts=("block", "strided"))
+    assert [label for label, _, _ in runs] == [
+        "spardl",
+        "spardl(d=2)",
+        "spardl(d=2,strided)",
+        "spardl(d=auto)",
+    ]
+    assert runs[-1][2] == {"teams": "auto", "srs": "rounds"}
+    assert plan.skipped(["spardl"], [1, "auto"], 4, layouts=("strided",)) == [
+        "--layout strided skipped at d=1: with d = 1 or d = P its teams are the block "
+        "layout's (that row)"
+    ]
+    args = bench.parse_args(["--teams", "1,auto,2", "--layout", "strided,block"])
+    assert args.teams == [1, "auto", 2] and args.layout == ("strided", "block")
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--layout", "ring"])
+
+
+def test_a_teams_auto_row_records_its_choice(capsys):
+    rows = bench.main(
+        ["--replay", "4", "--numel", "2001", "--iters", "1", "--warmup", "0"]
+        + ["--methods", "spardl", "--teams", "1,auto"]
+    )
+    fixed, auto = rows[0], rows[1]
+    assert auto["label"] == "spardl(d=auto)" and auto["teams_requested"] == "auto"
+    assert fixed["teams_requested"] == 1 and fixed["layout"] == "block"
+    assert auto["teams"] in (1, 2, 4) and auto["sag"] in ("bruck", "recursive")
+    assert len(auto["auto_probe"]) == 7 and auto["layout"] in ("block", "strided")
+    assert "spardl(d=auto) chose d=" in capsys.readouterr().out
+
+
+@pytest.mark.mpi
+def test_a_teams_auto_row_chooses_under_mpiexec(tmp_path):
+    path = tmp_path / "rows.json"
+    result = mpiexec(
+        2,
+        SCRIPT,
+        *("--numel", "2001", "--iters", "1", "--warmup", "0", "--methods", "spardl"),
+        *("--teams", "auto", "--json", str(path)),
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    row = json.loads(path.read_text())[0]
+    assert row["teams_requested"] == "auto" and row["teams"] in (1, 2)
+    assert [entry["teams"] for entry in row["auto_probe"]] == [1, 2, 2]

@@ -36,10 +36,19 @@ float32 value), 4 at fp16 or bf16 where indices travel as 16-bit offsets (6 wher
 int32); per dense value 4 or 2; plus 12 + 8L + 8R header bytes a 16-bit message of L lists and
 R offset runs.
 
+A cluster of hosts (scripts/cluster_network.sh; docs/CLUSTER.md): ``--topology JSON`` (what
+``SPARDL_CLUSTER`` holds: ``{"hosts": 4, "ranks_per_host": 1, "rates": ["1gbit", ...]}``) or
+``--hosts N --ranks-per-host G --rates R1,...,RN`` (one rate: every host's; without ``--hosts``,
+as many hosts as each P fills) adds a network where rank r is on host r // G, each message is
+charged on its sender host's uplink and its receiver host's downlink (messages sharing a link in
+a round share its rate), at ``--message-cost`` each, and messages within a host cost
+``--shm-cost`` each plus their bytes at ``--shm-rate`` (``syncbench.network.Cluster``).
+
 ``--compare FILE ...`` reads benchmark JSON files (``scripts/bench_allreduce.py --json``) and
 predicts every method row at its own P, n, density, SparDL settings and wire on the network it
-ran on (a shaped rate recorded in its ``network`` becomes ``shared:RATE``; ``--network``
-replaces it), printing measured ms, predicted ms and the error in percent.
+ran on (a row with a ``topology``, run on the cluster testbed, on that cluster; a shaped rate
+recorded in its ``network`` becomes ``shared:RATE``; ``--network`` or a topology replaces it),
+printing measured ms, predicted ms and the error in percent.
 """
 
 from __future__ import annotations
@@ -57,7 +66,16 @@ try:
     from syncbench.compare import compare, format_comparison, load_bench_rows
     from syncbench.local_work import MODES as LOCAL_WORK_MODES
     from syncbench.local_work import ReplayedLocalWork, describe_select
-    from syncbench.network import PRESETS, TESTBED_ALPHA, Network, parse_network
+    from syncbench.network import (
+        PRESETS,
+        SHM_ALPHA,
+        SHM_RATE,
+        TESTBED_ALPHA,
+        Network,
+        cluster_network,
+        parse_network,
+        parse_rate,
+    )
     from syncbench.selection_cost import DEFAULT_SELECT_RATE, SelectionCost
     from syncbench.simulator import VGG16_NUMEL, simulate_row
 except ModuleNotFoundError as missing:
@@ -174,6 +192,35 @@ def parse_args(argv=None) -> argparse.Namespace:
         "max(1, P / cores) times as long (default: a core per rank)",
     )
     parser.add_argument(
+        "--topology",
+        metavar="JSON",
+        help="a cluster of hosts as SPARDL_CLUSTER writes it, e.g. "
+        '\'{"hosts": 4, "ranks_per_host": 1, "rates": ["1gbit", "1gbit", "1gbit", "1gbit"]}\' '
+        "(with --compare: instead of each row's own)",
+    )
+    parser.add_argument("--hosts", type=int, help="hosts of a cluster (with --rates)")
+    parser.add_argument(
+        "--ranks-per-host",
+        type=int,
+        help="ranks on each host of a cluster: rank r on host r // G (with --rates; default 1)",
+    )
+    parser.add_argument(
+        "--rates",
+        help="link rate of each host of a cluster, comma-separated, or one for all, in tc's "
+        "units (e.g. 100mbit,1gbit,1gbit,1gbit); without --hosts, as many hosts as P fills",
+    )
+    parser.add_argument(
+        "--shm-cost",
+        type=float,
+        default=SHM_ALPHA,
+        help="seconds per message between ranks of one host of a cluster" + default,
+    )
+    parser.add_argument(
+        "--shm-rate",
+        default=f"{SHM_RATE:g}bps",
+        help="bytes/s between ranks of one host of a cluster, in tc's units" + default,
+    )
+    parser.add_argument(
         "--alpha",
         type=float,
         help="latency per message in seconds of a custom network (with --beta)",
@@ -248,10 +295,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         )
     if args.host_cores is not None and args.host_cores < 1:
         parser.error(f"--host-cores must be >= 1, got {args.host_cores}")
-    default_networks = ",".join(PRESETS) if not args.compare else ""
+    args.cluster = cluster_args(parser, args)
+    default_networks = ",".join(PRESETS) if not (args.compare or args.cluster) else ""
     args.networks = cli.usage_checked(
         parser, networks, args.network or default_networks, args.message_cost, args.host_cores
     )
+    if args.cluster:
+        args.networks.append(args.cluster)
     if args.select_device == "cuda" and not torch.cuda.is_available():
         parser.error("--select-device cuda: no CUDA device here")
     for flag, value in (("--numel", args.numel), ("--model-numel", args.model_numel)):
@@ -298,6 +348,45 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def cluster_args(parser, args):
+    """The cluster of ``--topology`` or ``--hosts``/``--ranks-per-host``/``--rates``, or ``None``.
+
+    Also checks ``--shm-cost`` and ``--shm-rate`` (turned into bytes/s); usage errors exit 2.
+    """
+    if not 0 <= args.shm_cost < math.inf:
+        parser.error(f"--shm-cost must be a finite number of seconds >= 0, got {args.shm_cost:g}")
+    args.shm_rate = cli.usage_checked(parser, parse_rate, args.shm_rate)
+    layout = args.hosts is not None or args.ranks_per_host is not None or args.rates is not None
+    if args.topology is not None and layout:
+        parser.error("--topology and --hosts/--ranks-per-host/--rates: give one of them")
+    if layout and args.rates is None:
+        parser.error("--hosts and --ranks-per-host need --rates")
+    if args.topology is not None:
+        topology = args.topology
+    elif layout:
+        rates = args.rates.split(",")
+        topology = {
+            "hosts": args.hosts,
+            "ranks_per_host": 1 if args.ranks_per_host is None else args.ranks_per_host,
+            "rates": rates,
+        }
+        if args.hosts is None and len(rates) > 1:
+            parser.error(f"--rates gives {len(rates)} rates: give --hosts too (one rate a host)")
+    else:
+        return None
+    return cli.usage_checked(
+        parser, row_cluster, topology, args.message_cost, args.host_cores, args
+    )
+
+
+def row_cluster(topology, message_cost, cores, args):
+    """The :class:`syncbench.network.Cluster` of ``topology`` with the shared-memory flags."""
+    try:
+        return cluster_network(topology, message_cost, cores, args.shm_cost, args.shm_rate)
+    except ValueError as error:
+        raise ValueError(f"cluster: {error}") from None
+
+
 def selection_cost(args) -> SelectionCost:
     """The selection cost the predictions use (``--select-rate``), its line printed."""
     cost = SelectionCost(
@@ -322,16 +411,14 @@ def local_work(args):
 
 def main_compare(args) -> list:
     """``--compare``: predicted beside measured for every benchmark row; returns the rows."""
+    cost, local = selection_cost(args), local_work(args)
     try:
-        rows = compare(
-            args.bench_rows,
-            args,
-            selection_cost(args),
-            args.networks or None,
-            args.message_cost,
-            args.host_cores,
-            local_work(args),
-        )
+        rows = []
+        for row in args.bench_rows:
+            given = args.networks or None
+            if given is None and row.get("topology"):
+                given = [row_cluster(row["topology"], args.message_cost, args.host_cores, args)]
+            rows += compare([row], args, cost, given, args.message_cost, args.host_cores, local)
     except ValueError as error:
         print(f"simulate.py: {error}", file=sys.stderr)
         sys.exit(2)

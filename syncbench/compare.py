@@ -150,8 +150,9 @@ def format_comparison(rows: list) -> str:
     selection, ``pred sel``; ``replay``: the replayed local work, ``pred sel`` being part of it).
     """
     width = max(14, 2 + max(len(r["label"]) for r in rows))
+    net = max(16, 2 + max(len(r["network"]) for r in rows))  # cluster names are long
     header = (
-        f"{'method':<{width}}{'P':>4}{'network':>16}{'measured ms':>13}{'predicted ms':>14}"
+        f"{'method':<{width}}{'P':>4}{'network':>{net}}{'measured ms':>13}{'predicted ms':>14}"
         f"{'error %':>9}"
         f"{'pred net':>10}{'pred sel':>10}{'pred local':>12}{'meas comm':>11}{'meas sel':>10}"
     )
@@ -162,7 +163,7 @@ def format_comparison(rows: list) -> str:
 
     for r in rows:
         lines.append(
-            f"{r['label']:<{width}}{r['workers']:>4}{r['network']:>16}{r['measured_ms']:>13.1f}"
+            f"{r['label']:<{width}}{r['workers']:>4}{r['network']:>{net}}{r['measured_ms']:>13.1f}"
             f"{r['predicted_ms']:>14.1f}{r['error_pct']:>+9.1f}{r['predicted_network_ms']:>10.1f}"
             f"{r['predicted_select_ms']:>10.1f}{r['predicted_local_ms']:>12.1f}{ms(r['measured_comm_ms']):>11}"
             f"{ms(r['measured_select_ms']):>10}"

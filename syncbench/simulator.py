@@ -22,6 +22,9 @@ each kind of call at its share of the method's period (:func:`call_weights`):
   which the scale factor grows with the rest.
 - network: the rounds run in lock step; each round costs what the network model says of what
   every rank sends in it (:mod:`syncbench.network`); the network time is the sum over rounds.
+  A cluster of hosts (:class:`syncbench.network.Cluster`) is told where each message goes, to
+  charge it on the links it crosses; there a dense all-reduce is spread over its rounds as
+  MPICH's recursive halving and doubling sends it (:func:`allreduce_steps`).
   Messages a method leaves out of its own traffic count are left out here too. A dense
   all-reduce counted as R rounds is spread evenly over its R rounds, one message per round.
 - selection: max over ranks of the summed time of that rank's selections, each a vector of s
@@ -51,7 +54,7 @@ from allreducers.transports.recording import RecordingTransport
 
 from .gradients import SyntheticGradients
 from .local_work import ReplayedLocalWork
-from .network import SharedLink
+from .network import Cluster, SharedLink
 from .plan import row_wire
 from .selection_cost import SelectionCost, SelectionCounter
 from .summary import summarize_counts
@@ -200,13 +203,69 @@ def traffic_per_round(records: list) -> tuple:
     return messages, sent
 
 
+def allreduce_steps(rank: int, workers: int, rounds: int) -> list:
+    """Where an all-reduce counted as ``rounds`` rounds sends, as ``[(peer, share)]`` per round.
+
+    With P a power of two and 2 log2 P rounds, the recursive halving and doubling of MPICH's
+    large all-reduce (reduce-scatter with peers at distance 1, 2, 4, ..., halving the vector each
+    time, then the all-gather back): the shares of the rank's counted bytes are those of
+    n/2, n/4, ..., n/P, n/P, ..., n/2. Otherwise a ring: the right neighbour, equal shares.
+    """
+    levels = workers.bit_length() - 1
+    if workers > 1 and workers == 1 << levels and rounds == 2 * levels:
+        halving = [(rank ^ (1 << k), 0.5 ** (k + 1)) for k in range(levels)]
+        steps = halving + halving[::-1]
+        total = sum(share for _, share in steps)
+        return [(peer, share / total) for peer, share in steps]
+    return [((rank + 1) % workers, 1 / rounds)] * rounds if rounds > 0 else []
+
+
+def traffic_between(records: list) -> tuple:
+    """What each rank sends to each rank in each round of one call.
+
+    Returns ``(messages, sent)``, arrays of shape (rounds, ranks, ranks): ``sent[i, w, v]`` bytes
+    from rank w to rank v in round i (the counted rounds only); an all-reduce as
+    :func:`allreduce_steps` spreads it.
+    """
+    length, workers = max(r["rounds"] for r in records), len(records)
+    messages = np.zeros((length, workers, workers))
+    sent = np.zeros((length, workers, workers))
+    for rank, record in enumerate(records):
+        for event in record["events"]:
+            if event.round >= length:
+                continue  # traffic the method does not count
+            if event.kind == "send":
+                messages[event.round, rank, event.peer] += 1
+                sent[event.round, rank, event.peer] += event.nbytes
+            elif event.kind == "allreduce":
+                steps = allreduce_steps(rank, workers, event.rounds)
+                for step, (peer, share) in enumerate(steps, start=event.round):
+                    if step < length:
+                        messages[step, rank, peer] += 1
+                        sent[step, rank, peer] += event.nbytes * share
+    return messages, sent
+
+
+def network_seconds(records: list, network, scale: float) -> float:
+    """Seconds one call spends in the network (model: module docstring).
+
+    A network with ``traffic_seconds`` (a :class:`syncbench.network.Cluster`) is given every
+    round's traffic from each rank to each rank (:func:`traffic_between`), the others each rank's
+    (:func:`traffic_per_round`).
+    """
+    if hasattr(network, "traffic_seconds"):
+        messages, sent = traffic_between(records)
+        return float(network.traffic_seconds(messages, sent * scale).sum())
+    messages, sent = traffic_per_round(records)
+    return float(network.round_seconds(messages, sent * scale).sum())
+
+
 def predict_call(records: list, network, scale: float, cost: SelectionCost) -> dict:
     """Predicted seconds of one call from every rank's record of it (model: module docstring).
 
     ``network`` is one of :mod:`syncbench.network`'s models.
     """
-    messages, sent = traffic_per_round(records)
-    net = float(network.round_seconds(messages, sent * scale).sum())
+    net = network_seconds(records, network, scale)
     select = max(
         sum(
             cost.seconds(kind, np.multiply(lengths, scale))
@@ -332,6 +391,7 @@ def simulate_row(
                 "alpha": network.alpha,
                 "beta": network.beta,
                 "shared_link": isinstance(network, SharedLink),
+                **({"topology": network.topology(workers)} if isinstance(network, Cluster) else {}),
                 "compute_share": share,
                 "predicted_ms": total * 1e3,
                 "network_ms": predicted["network"] * 1e3,

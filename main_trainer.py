@@ -53,6 +53,9 @@ from trainer.metrics import MetricsLog
 from trainer.overlap import OverlappedSync
 from trainer.schedule import make_scheduler
 from trainer.stopping import INTERRUPTED, Stopped
+from trainer.torch_ddp import METHODS as DDP_METHODS
+from trainer.torch_ddp import DDPSync, is_ddp_method
+from trainer.torch_ddp import parse_options as parse_ddp_options
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on: main()'s handling
@@ -219,7 +222,17 @@ def build_parser(rank=0):
     sync.add_argument(
         "--compressor",
         metavar="NAME",
-        help=f"method: {', '.join(compressors.available())} (default with --compression: spardl)",
+        help=f"method: {', '.join(compressors.available())} (default with --compression: "
+        f"spardl); or a PyTorch DDP method, with or without --compression: "
+        f"{', '.join(DDP_METHODS)}",
+    )
+    sync.add_argument(
+        "--method",
+        metavar="NAME",
+        help="the synchronization method in one flag: a registered one (--method spardl is "
+        "--compression --compressor spardl; dense) or a PyTorch DDP one: ddp (DDP's own "
+        "overlapped all-reduce), ddp_fp16, ddp_bf16 (torch's 16-bit compression hooks), "
+        "powersgd (torch's PowerSGD hook; --method-option rank=R, start_iter=I)",
     )
     sync.add_argument(
         "--density",
@@ -236,9 +249,10 @@ def build_parser(rank=0):
         parser,
         sync,
         "teams",
-        type=int,
+        type=compressors.teams.team_count,
         metavar="d",
-        help=f"{SPARSE_DEFAULT}: teams d for Spar-All-Gather, a divisor of N; every method "
+        help=f"{SPARSE_DEFAULT}: teams d for Spar-All-Gather, a divisor of N, or auto (chosen "
+        "with the SAG variant and layout by a probe at the first step); every method "
         f"checks that it divides N (default: {defaults['teams']})",
     )
     _method_flag(
@@ -351,12 +365,21 @@ def parse_settings(argv, comm):
         )
     elif args.dnn in models.available():
         problems += _task_problems(args.dnn, settings["dataset"])
-    ignored = args.compressor if not args.compression else None
+    if args.method is not None:
+        if args.compressor is not None and args.compressor != args.method:
+            problems.append(
+                f"--method {args.method} and --compressor {args.compressor} name different "
+                "methods; give one of them"
+            )
+        args.compressor, args.compression = args.method, True
+    ddp = is_ddp_method(args.compressor)
+    ignored = args.compressor if not args.compression and not ddp else None
     args.compressor = args.compressor or (SPARSE_DEFAULT if args.compression else "dense")
     try:
-        args.compressor = compressors.resolve(args.compressor).name  # topkA -> topk
+        if not ddp:
+            args.compressor = compressors.resolve(args.compressor).name  # topkA -> topk
     except ValueError as error:
-        problems.append(str(error))
+        problems.append(f"{error}; or a DDP method: {', '.join(DDP_METHODS)}")
         known = False
     else:
         known = True
@@ -371,7 +394,11 @@ def parse_settings(argv, comm):
     except ValueError as error:
         problems.append(str(error))
     args.method_options = {}
-    if known:
+    if ddp:
+        args.method_options, found = parse_ddp_options(args.compressor, args.method_option)
+        problems += found + _ddp_problems(args)
+        notes += _ddp_notes(args, settings, parser.method_flags)
+    elif known:
         args.method_options, found, said = _method_options(args, parser.method_flags, size)
         problems += found
         notes += said
@@ -381,9 +408,44 @@ def parse_settings(argv, comm):
         notes.append(f"--data-dir has no effect with {settings['dataset']}: it reads no files")
     for note in notes:
         _note(comm, note)
-    if args.compressor == "dense":
+    if args.compressor == "dense" or ddp:
         args.density = 1.0  # what a dense run keeps, and what its metrics report
     return args, settings
+
+
+def _ddp_problems(args):
+    """Flags a DDP method (``trainer.torch_ddp``) cannot honour."""
+    problems = []
+    if args.no_overlap:
+        problems.append(
+            f"--no-overlap has no meaning with {args.compressor}: DDP always overlaps its "
+            "all-reduce with backward (the blocking all-reduce is --compressor dense --no-overlap)"
+        )
+    if args.resume and args.compressor == "powersgd":
+        problems.append(
+            "--resume with powersgd: PowerSGD's error feedback and warm-start matrices are not "
+            "checkpointed; start a fresh run (ddp, ddp_fp16 and ddp_bf16 resume)"
+        )
+    return problems
+
+
+def _ddp_notes(args, settings, flags):
+    """Notes for flags a DDP method ignores or reads differently."""
+    notes = []
+    unused = [flag for key, flag in flags.items() if getattr(args, key) is not None]
+    if unused:
+        notes.append(
+            f"{', '.join(unused)} {'has' if len(unused) == 1 else 'have'} no effect "
+            f"with {args.compressor}"
+        )
+    if args.density != 0.01:
+        notes.append(f"--density has no effect with {args.compressor}")
+    if settings["clip_grad_norm"]:
+        notes.append(
+            f"with {args.compressor}, --clip-grad-norm clips the averaged gradient after DDP "
+            "synchronized it (as DDP users do), not each worker's before"
+        )
+    return notes
 
 
 def _method_options(args, flags, size):
@@ -408,7 +470,7 @@ def _method_options(args, flags, size):
         except ValueError as error:
             problems.append(f"--method-option {text}: {error}")
     teams = args.teams
-    if teams is not None and "teams" not in explicit and (teams < 1 or size % teams):
+    if teams not in (None, "auto") and "teams" not in explicit and (teams < 1 or size % teams):
         problems.insert(0, f"--teams {teams} must divide the number of workers {size}")
     options = {key: value for key, value in given.items() if key in valid}
     for key, value in explicit.items():
@@ -759,7 +821,7 @@ def read_checkpoint(checkpoints, args, run_info, comm):
     agree(comm, problem)
     saved = dict(state.get("run_info", {}), nworkers=state.get("nworkers"))
     keys = ["model", "dataset", "nworkers", "compressor", "density"] + [
-        key for key in compressors.options(args.compressor) if key in saved
+        key for key in _option_defaults(args.compressor) if key in saved
     ]  # older checkpoints: state_mismatch, later
     differ = [
         f"{key} {saved.get(key)} (this run: {run_info.get(key)})"
@@ -786,6 +848,13 @@ def resume(trainer, epoch, state, args, comm, log):
     agree(comm, _misfit(epoch, args, [problem] if problem else []))
     trainer.load_state_dict(state)
     log.note(f"resumed from the checkpoint of epoch {epoch}")
+
+
+def _option_defaults(method):
+    """The options of ``method`` (registered or DDP) with their defaults."""
+    if is_ddp_method(method):
+        return dict(DDP_METHODS[method])
+    return compressors.option_defaults(method)
 
 
 def _misfit(epoch, args, differ):
@@ -815,7 +884,7 @@ def build_trainer(argv, comm):
         "network": os.environ.get("SPARDL_NETWORK_RATE", "loopback"),  # scripts/shaped_network.sh
         "topology": cluster_topology(),  # scripts/cluster_network.sh's hosts, ranks per host, rates
         # Every option of the method, as given or its default (``teams``, ``sag``, ... in rows)
-        **compressors.option_defaults(args.compressor),
+        **_option_defaults(args.compressor),
         **args.method_options,
     }
     checkpoints = Checkpoints(args.checkpoint_dir, comm) if args.checkpoint_dir else None
@@ -830,11 +899,23 @@ def build_trainer(argv, comm):
     np.random.seed(args.seed)
     split = load_data(args, settings, comm)
     model = build_model(args, split, settings["batch_size"], comm, device)
-    synchronizer = build_synchronizer(
-        args, sum(p.numel() for p in model.parameters() if p.requires_grad), comm
-    )
-    run_info["effective_density"] = effective_density(synchronizer, comm)
-    overlap = not args.no_overlap
+    if is_ddp_method(args.compressor):
+        synchronizer = DDPSync(
+            comm,
+            model,
+            args.compressor,
+            args.method_options,
+            args.bucket_mb,
+            device,
+            note=lambda message: _note(comm, message),
+        )
+        run_info.update(effective_density=1.0, overlap=True, bucket_mb=synchronizer.bucket_mb)
+    else:
+        synchronizer = build_synchronizer(
+            args, sum(p.numel() for p in model.parameters() if p.requires_grad), comm
+        )
+        run_info["effective_density"] = effective_density(synchronizer, comm)
+    overlap = not args.no_overlap and not is_ddp_method(args.compressor)
     if overlap and settings["clip_grad_norm"]:
         _note(
             comm,
@@ -842,7 +923,8 @@ def build_trainer(argv, comm):
             "which cannot overlap backward: synchronizing after backward (as --no-overlap)",
         )
         overlap = False
-    run_info["overlap"], run_info["bucket_mb"] = overlap, args.bucket_mb if overlap else None
+    if not is_ddp_method(args.compressor):
+        run_info["overlap"], run_info["bucket_mb"] = overlap, args.bucket_mb if overlap else None
     if overlap:  # the flat synchronizer above checked the options and gave the density
         synchronizer = OverlappedSync(
             comm, model, args.compressor, args.density, args.method_options, args.bucket_mb

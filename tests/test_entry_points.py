@@ -8,7 +8,7 @@ import sys
 import pytest
 from entry_points import ROOT
 
-SCRIPTS = ("bench_allreduce", "simulate")
+SCRIPTS = ("bench_allreduce", "simulate", "ddp_compare")
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

@@ -46,6 +46,12 @@ class Trainer:
     thread), and the ranks then agree whether to stop, an average that is not finite counting
     as a gradient that is not (the same on every rank).
 
+    A DDP method (:class:`trainer.torch_ddp.DDPSync`) is overlapped too: the training forward
+    goes through its DDP wrapper, DDP averages the buckets during backward, and compute ends
+    where its ``stats["compute_end"]`` says (the last gradient ready or bucket hook called),
+    so the wait inside backward counts as exposed synchronization, not compute. With
+    ``clip_grad_norm`` it clips the average.
+
     ``run_info`` (compressor, density, ...) is copied into every logged row.
     """
 
@@ -83,6 +89,8 @@ class Trainer:
         self.clip_grad_norm = clip_grad_norm
         # Overlapped (trainer.overlap.OverlappedSync): buckets were averaged during backward.
         self.overlapped = hasattr(synchronizer, "finish")
+        # DDP methods (trainer.torch_ddp.DDPSync): the training forward goes through DDP.
+        self.forward_model = getattr(synchronizer, "ddp_model", model)
         if not self.overlapped:
             self.gradients = GradientBuffer(model.parameters(), device)
             self.averaged = torch.empty(self.gradients.numel, device=device)  # reused result
@@ -156,7 +164,7 @@ class Trainer:
         ):
             started = time.perf_counter()
             images, labels = images.to(self.device), labels.to(self.device)
-            loss = prediction_loss(self.model(images), labels)
+            loss = prediction_loss(self.forward_model(images), labels)
             self.optimizer.zero_grad()
             loss.backward()
             position = f"epoch {epoch + 1}, iteration {meter.iterations + 1}"
@@ -164,8 +172,12 @@ class Trainer:
                 computed = self._now()
                 value = loss.item()
                 finite = self.synchronizer.finish()  # .grad now holds the averages
+                if self.clip_grad_norm:  # DDP methods: the average (others clip before, flat)
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
                 synchronized = self._now()
                 self._agree(position, value, finite=finite)
+                # DDP methods wait for their buckets inside backward: compute ended earlier.
+                computed = min(computed, self.synchronizer.stats.get("compute_end") or computed)
                 exposed = synchronized - computed
                 sync_seconds = max(self.synchronizer.stats["sync_seconds"], exposed)
             else:

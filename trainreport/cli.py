@@ -17,8 +17,9 @@ DESCRIPTION = """Paper-style tables and plots from the metrics.jsonl of several 
 
 Each RUN_DIR holds the trainer's metrics.jsonl (one JSON object per epoch). Runs are grouped by
 the model, data set, worker count and network their rows record, and labelled by method and by
-the settings (density, teams, sag, srs, wire) in which runs of one method differ, never by folder
-name. Within a group:
+the settings (density, teams, sag, srs, wire; PowerSGD's rank and start_iter) in which runs of
+one method differ, never by folder name. The PyTorch-DDP methods (ddp, ddp_fp16, ddp_bf16,
+powersgd) are methods like the others. Within a group:
 
 - time per iteration (the paper's time-breakdown table): training seconds per iteration and
   their split into compute (epoch_seconds - sync_seconds), selection, communication and the

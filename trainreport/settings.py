@@ -4,7 +4,7 @@ Runs are compared only within a group: the same model, data set, worker count an
 (``network``: the rate of a shaped network, or ``loopback``), where the rows record them. Within
 a group a run is labelled by its method and, where runs of that method differ in them, its
 method settings (density, teams, SAG variant, SRS variant, wire format: a run that does not
-record its wire sent fp32).
+record its wire sent fp32; PowerSGD's rank and start_iter).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ GROUP_KEYS = (
     ("network", "network"),
 )
 #: Method settings: table columns, and parts of a label where runs of one method differ.
-SETTINGS = ("density", "teams", "sag", "srs", "wire")
+SETTINGS = ("density", "teams", "sag", "srs", "wire", "rank", "start_iter")
 #: Settings that always get a column; the others only where some run of the group records them.
 ALWAYS_SHOWN = ("density", "teams", "sag")
 #: The value of a setting in runs whose rows do not record it (runs from before it existed);

@@ -1,0 +1,151 @@
+"""The trainer's PyTorch-DDP methods (ddp, ddp_fp16, ddp_bf16, powersgd) under mpiexec, and
+their option checks."""
+
+import json
+import subprocess
+
+import pytest
+import torch
+from mpi4py import MPI
+
+import main_trainer
+from tests.mpirun import ROOT, command, environment
+from trainer.distributed import UsageError
+from trainer.torch_ddp import powersgd_entries
+
+KEYS = {
+    "epoch_seconds",
+    "iters",
+    "compute_seconds",
+    "sync_seconds",
+    "exposed_sync_seconds",
+    "comm_seconds",
+    "select_seconds",
+    "bytes_sent_per_rank",
+    "compressor",
+    "overlap",
+    "bucket_mb",
+}
+RUNS = {
+    "dense": ["--method", "dense"],
+    "ddp": ["--method", "ddp"],
+    "ddp_fp16": ["--method", "ddp_fp16"],
+    "ddp_bf16": ["--compressor", "ddp_bf16"],
+    "powersgd": ["--method", "powersgd", "--method-option", "rank=2"],
+}
+
+
+class _FirstOfFour:
+    def Get_rank(self):
+        return 0
+
+    def Get_size(self):
+        return 4
+
+    def allgather(self, value):
+        return [value] * 4
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Every run of RUNS on 2 ranks, 3 iterations of one epoch, started together."""
+    base = tmp_path_factory.mktemp("ddp_methods")
+    started = {}
+    for name, flags in RUNS.items():
+        argv = command(2, "main_trainer.py", "--max-epochs", "1", "--max-iters", "3", *flags)
+        argv += ["--log-dir", str(base / name), "--checkpoint-dir", str(base / name / "ckpt")]
+        started[name] = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=environment(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    results = {}
+    for name, process in started.items():
+        try:
+            _, err = process.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, err = process.communicate()
+        results[name] = (process.returncode, err, base / name)
+    return results
+
+
+def _row(directory):
+    (line,) = (directory / "metrics.jsonl").read_text().splitlines()
+    return json.loads(line)
+
+
+def _weights(directory, rank):
+    path = directory / "ckpt" / "epoch-0001" / f"rank-{rank:04d}.pt"
+    return torch.load(path, weights_only=True)["model"]
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["ddp", "ddp_fp16", "ddp_bf16", "powersgd"])
+def test_a_ddp_method_trains_and_records_the_metrics(runs, method):
+    status, err, directory = runs[method]
+    assert status == 0, err
+    row = _row(directory)
+    assert KEYS <= set(row) and row["compressor"] == method and row["iters"] == 3
+    assert row["sync_seconds"] >= row["exposed_sync_seconds"] >= 0
+    assert row["epoch_seconds"] >= row["compute_seconds"] > 0
+    dense_bytes = 4 * 22_650  # the cnn's float32 gradient, all-reduced by 2 ranks: 1x
+    assert 0 < row["bytes_sent_per_rank"] <= 3 * dense_bytes * 1.001
+    if method != "ddp":
+        assert row["comm_seconds"] > 0
+    if method == "powersgd":
+        assert row["rank"] == 2 and row["start_iter"] == 2
+    first, second = _weights(directory, 0), _weights(directory, 1)
+    assert all(torch.equal(first[key], second[key]) for key in first)
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_ddp_gives_the_loss_and_weights_of_dense(runs):
+    for name in ("dense", "ddp"):
+        assert runs[name][0] == 0, runs[name][1]
+    dense, ddp = _row(runs["dense"][2]), _row(runs["ddp"][2])
+    assert ddp["train_loss"] == pytest.approx(dense["train_loss"], rel=1e-5)
+    assert ddp["bytes_sent_per_rank"] == pytest.approx(dense["bytes_sent_per_rank"], rel=0.01)
+    expected, got = _weights(runs["dense"][2], 0), _weights(runs["ddp"][2], 0)
+    for key in expected:
+        torch.testing.assert_close(got[key], expected[key], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "flags,fragment",
+    [
+        (["--method", "powersgd", "--method-option", "rank=0"], "rank must be at least 1"),
+        (["--method", "powersgd", "--method-option", "start_iter=1"], "at least 2"),
+        (["--method", "powersgd", "--method-option", "depth=3"], "valid: rank, start_iter"),
+        (["--method", "ddp", "--method-option", "rank=2"], "ddp has no option 'rank'"),
+        (["--method", "ddp_fp16", "--no-overlap"], "--no-overlap has no meaning"),
+        (["--method", "powersgd", "--resume", "--checkpoint-dir", "x"], "not checkpointed"),
+        (["--method", "ddp", "--compressor", "topk"], "name different methods"),
+        (["--method", "nonesuch"], "or a DDP method: ddp, ddp_fp16"),
+    ],
+)
+def test_a_bad_ddp_method_flag_is_one_line(flags, fragment):
+    with pytest.raises(UsageError) as refused:
+        main_trainer.parse_settings(flags, _FirstOfFour())
+    assert fragment in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_bad_option_exits_with_status_2(capsys):
+    assert main_trainer.main(["--method", "powersgd", "--method-option", "rank=x"]) == 2
+    assert "rank takes a whole number" in capsys.readouterr().err
+    assert MPI.COMM_WORLD.Get_size() == 1
+
+
+def test_method_options_and_powersgd_bytes():
+    args, _ = main_trainer.parse_settings(
+        ["--method", "powersgd", "--method-option", "start-iter=10"], _FirstOfFour()
+    )
+    assert args.compressor == "powersgd" and args.density == 1.0
+    assert args.method_options == {"rank": 4, "start_iter": 10}
+    # a 64x576 convolution kernel compressed at rank 4, a bias and a small matrix whole
+    assert powersgd_entries([(64, 64, 3, 3), (64,), (10, 3)], 4) == (64 + 576) * 4 + 64 + 30

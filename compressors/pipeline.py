@@ -294,9 +294,10 @@ class BucketPipeline:
             ``{"buckets": [...]}``, per bucket its ``space``, ``numel``, ``bytes_sent``,
             ``messages``, ``rounds``, ``nnz`` (``None`` unless counted), ``seconds`` (the
             bucket's time on the communication thread) and ``phases`` (its synchronizer's
-            seconds per phase, as ``Synchronizer.stats["seconds"]``); plus ``bytes_sent``,
-            ``messages``, ``rounds``, ``seconds`` and ``phases`` summed over the buckets (a
-            step's when taken once per step).
+            seconds per phase, as ``Synchronizer.stats["seconds"]``) and, where its
+            synchronizer chose its configuration itself (SparDL's ``teams="auto"``), ``auto``;
+            plus ``bytes_sent``, ``messages``, ``rounds``, ``seconds`` and ``phases`` summed over
+            the buckets (a step's when taken once per step).
         """
         with self._lock:
             done, self._stats = self._stats, []
@@ -395,5 +396,7 @@ class BucketPipeline:
                     "nnz": None if stats is None else stats["nnz"],
                     "seconds": time.perf_counter() - start,
                     "phases": {} if stats is None else dict(stats["seconds"]),
+                    # SparDL's teams="auto": the configuration its probe chose, and why
+                    **({"auto": stats["auto"]} if stats is not None and "auto" in stats else {}),
                 }
             )

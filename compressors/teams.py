@@ -33,7 +33,7 @@ PROBE_WARMUP = 1
 #: :data:`PROBE_MARGIN` of the fastest) are built again and timed this many rounds, interleaved
 #: call by call; a finalist's time is the median of its rounds.
 PROBE_FINALISTS = 3
-PROBE_MARGIN = 1.25
+PROBE_MARGIN = 2.0
 PROBE_CALLS = 4
 #: The probe stops starting calls once it has run this many seconds (the slowest rank's clock);
 #: the candidates not screened by then are left out, the final keeps the rounds done.

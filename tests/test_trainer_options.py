@@ -254,6 +254,37 @@ def test_a_run_records_its_method_options_and_counts_iterations_in_words(tmp_pat
 
 
 @pytest.mark.mpi
+def test_teams_auto_records_what_spardl_chose_per_bucket(tmp_path):
+    result = mpiexec(
+        2,
+        "main_trainer.py",
+        "--method",
+        "spardl",
+        "--teams",
+        "auto",
+        "--dnn",
+        "cnn",
+        "--dataset",
+        "synthetic-cifar10",
+        "--max-epochs",
+        "1",
+        "--max-iters",
+        "1",
+        "--log-dir",
+        str(tmp_path / "log"),
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    (row,) = [json.loads(line) for line in (tmp_path / "log" / "metrics.jsonl").open()]
+    assert row["teams"] == "auto" and row["overlap"]
+    assert row["auto"], row  # one record per bucket
+    for chosen in row["auto"]:
+        assert chosen["teams_requested"] == "auto"
+        assert (chosen["teams"], chosen["sag"]) in {(1, "bruck"), (2, "bruck"), (2, "recursive")}
+        assert {entry["teams"] for entry in chosen["probe"]} == {1, 2}
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize(
     "option,pattern",
     [

@@ -140,6 +140,9 @@ class Trainer:
             }
             if self.run_info.get("task") == "masked-lm":
                 row["test_perplexity"] = math.exp(test_loss)
+            auto = self.synchronizer.stats.get("auto")
+            if auto is not None:  # teams="auto": what SparDL chose (per bucket when overlapped)
+                row["auto"] = auto
             self.log.log(row)
             if self.checkpoints is not None:
                 self.checkpoints.save(self.epoch, self.state_dict())

@@ -78,4 +78,10 @@ def _stats(taken: dict) -> dict:
         "bytes_sent": taken["bytes_sent"],
         "seconds": {phase: phases.get(phase, 0.0) for phase in ("select", "comm", "accumulate")},
         "sync_seconds": taken["seconds"],
+        # teams="auto": per bucket, the configuration SparDL's probe chose and its times
+        **(
+            {"auto": autos}
+            if (autos := [b["auto"] for b in taken.get("buckets", ()) if "auto" in b])
+            else {}
+        ),
     }

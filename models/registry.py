@@ -11,6 +11,7 @@ import importlib
 _FACTORIES = {
     "cnn": ("models.small", "SmallCNN", "image-classification"),
     "mlp": ("models.small", "MLP", "image-classification"),
+    "widemlp": ("models.small", "WideMLP", "image-classification"),
     "vgg16": ("models.vgg", "vgg16", "image-classification"),
     "vgg19": ("models.vgg", "vgg19", "image-classification"),
     "resnet20": ("models.resnet_cifar", "resnet20", "image-classification"),

@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--hooks",
         default=DEFAULT_HOOKS,
         help=f"comma-separated: {', '.join(TORCH_HOOKS)} or a registered method "
-        f"({', '.join(compressors.available())}) (default: {DEFAULT_HOOKS})",
+        f"({', '.join(compressors.available())}), which may take its options after colons, "
+        f"e.g. spardl:wire=fp16:teams=2 (default: {DEFAULT_HOOKS})",
     )
     parser.add_argument("--density", type=float, default=0.01, help="registered methods' density")
     parser.add_argument("--iters", type=int, default=10, help="timed iterations (default: 10)")
@@ -98,7 +99,10 @@ def check(args, parser) -> list:
     hooks = [name.strip() for name in args.hooks.split(",") if name.strip()]
     models = trainer_package("models")  # the repository's registry (not installed)
 
-    for name in hooks:
+    for hook in hooks:
+        name, *texts = hook.split(":")
+        if name in TORCH_HOOKS and texts:
+            parser.error(f"hook {hook!r}: {name} takes no options after ':'")
         if name not in TORCH_HOOKS:
             try:
                 compressors.resolve(name)
@@ -107,6 +111,10 @@ def check(args, parser) -> list:
                     f"unknown hook {name!r}; choose from {', '.join(TORCH_HOOKS)} or "
                     f"{', '.join(compressors.available())}"
                 )
+            try:
+                compressors.parse_options(name, texts)
+            except ValueError as error:
+                parser.error(f"hook {hook!r}: {error}")
     problems = [
         (not hooks, "--hooks names no hook"),
         (len(set(hooks)) != len(hooks), "--hooks names a hook twice"),
@@ -184,8 +192,10 @@ def wrap(name: str, model, args, note) -> torch.nn.Module:
             start_powerSGD_iter=args.powersgd_start_iter,
         )
         ddp.register_comm_hook(state, powersgd.powerSGD_hook)
-    elif name != "ddp":
-        state = SparDLState(density=args.density, method=name, model=ddp)
+    elif name != "ddp":  # a registered method, its options after colons
+        method, *texts = name.split(":")
+        options = compressors.parse_options(method, texts)
+        state = SparDLState(density=args.density, method=method, model=ddp, **options)
         ddp.register_comm_hook(state, spardl_hook)
     return ddp
 

@@ -10,7 +10,7 @@ from syncbench import ddp_compare
 from tests.mpirun import BIN, ROOT, environment
 
 TORCHRUN = os.path.join(BIN, "torchrun")
-HOOKS = ["compute", "ddp", "ddp_fp16", "powersgd", "spardl"]
+HOOKS = ["compute", "ddp", "ddp_fp16", "powersgd", "spardl", "spardl:wire=fp16"]
 
 
 @pytest.mark.slow
@@ -60,6 +60,8 @@ def test_the_table_and_json_name_every_hook_with_its_ratio(tmp_path):
     [
         (["--hooks", "compute,nonesuch"], "unknown hook 'nonesuch'"),
         (["--hooks", "ddp,ddp"], "names a hook twice"),
+        (["--hooks", "spardl:nope=1"], "hook 'spardl:nope=1': "),
+        (["--hooks", "ddp:wire=fp16"], "ddp takes no options"),
         (["--model", "nonesuch"], "unknown model"),
         (["--iters", "0"], "--iters must be at least 1"),
         (["--powersgd-start-iter", "1"], "at least 2"),

@@ -1,0 +1,124 @@
+"""Smoke tests of scripts/experiments/*.sh at tiny size, with a stand-in for mpiexec.
+
+The stand-in writes what the trainer and the benchmark would (metrics.jsonl rows, bench JSON
+rows) in milliseconds, so these check the scripts' plumbing (run folders, run.json, skipping
+runs done before, the tables) without training; the real runs are docs/EXPERIMENTS.md's.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts" / "experiments"
+
+# Stands in for mpiexec: "-n N python main_trainer.py ..." writes N-rank-looking metrics rows;
+# "-n N python bench_allreduce.py ..." writes benchmark rows.
+FAKE_MPIEXEC = r"""
+import json, os, sys
+args = sys.argv[1:]
+workers = int(args[args.index("-n") + 1])
+def value(flag, default=None):
+    return args[args.index(flag) + 1] if flag in args else default
+if any(a.endswith("main_trainer.py") for a in args):
+    iters, epochs = int(value("--max-iters")), int(value("--max-epochs"))
+    density = float(value("--density", "1"))
+    with open(os.path.join(value("--log-dir"), "metrics.jsonl"), "w") as out:
+        for epoch in range(1, epochs + 1):
+            out.write(json.dumps({
+                "epoch": epoch, "max_epochs": epochs, "iters": epoch * iters,
+                "epoch_iters": iters, "epoch_seconds": 0.5 * iters, "sync_seconds": 0.1 * iters,
+                "exposed_sync_seconds": 0.05 * iters, "select_seconds": 0.0,
+                "comm_seconds": 0.0, "compute_seconds": 0.3 * iters,
+                "bytes_sent_per_rank": 1e6 * density * iters, "train_loss": 2.0 / epoch,
+                "test_loss": 1.9 / epoch, "test_acc": 0.5 + 0.2 * epoch, "eval_seconds": 1.0,
+                "compressor": value("--method"), "nworkers": workers,
+                "network": os.environ.get("SPARDL_NETWORK_RATE", "loopback")}) + "\n")
+else:
+    rows = [{"method": m, "label": m, "workers": workers, "numel": int(value("--numel")),
+             "density": float(value("--density")), "median_ms": 10.0 * (i + 1),
+             "bytes_per_rank": 1e5, "network": os.environ.get("SPARDL_NETWORK_RATE")}
+            for i, m in enumerate(value("--methods").split(","))]
+    with open(value("--json"), "w") as out:
+        json.dump(rows, out)
+"""
+
+
+@pytest.fixture
+def env(tmp_path):
+    fake = tmp_path / "mpiexec"
+    fake.write_text(f"#!{sys.executable}\n{FAKE_MPIEXEC}")
+    fake.chmod(0o755)
+    return dict(os.environ, TINY="1", MPIEXEC=str(fake), PYTHON=sys.executable, LOCK="")
+
+
+def run(script, out, env, **extra):
+    result = subprocess.run(
+        ["bash", str(SCRIPTS / script), str(out)],
+        env={**env, **extra},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout, result.stderr
+
+
+def table_rows(text):
+    return [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
+
+
+def test_time_to_accuracy_and_residuals_share_runs(tmp_path, env):
+    out = tmp_path / "out"
+    text, _ = run("time_to_accuracy.sh", out, env, TARGET="0.85")
+    rows = table_rows(text)
+    assert [r.split(" | ")[0] for r in rows[1:]] == [
+        "| dense: MPI all-reduce in overlapped buckets (ours)",
+        "| SparDL",
+    ]
+    assert "| 1.0 (2) | 90.00% |" in rows[1]  # time to 0.85: 2 iterations, 1 s
+    info = json.loads((out / "1gbit" / "spardl" / "run.json").read_text())
+    assert info["status"] == 0 and "--method spardl" in info["command"]
+    assert (out / "tta_curves.png").is_file()
+    text, notes = run("residual_ablation.sh", out, env)
+    assert "kept" in notes and "1gbit/spardl " in notes  # time_to_accuracy.sh's run, reused
+    assert [r.split(" | ")[0] for r in table_rows(text)[1:3]] == ["| global", "| local"]
+    assert "residuals=local" in (out / "1gbit" / "spardl_local" / "run.json").read_text()
+
+
+def test_density_sweep_and_scaling(tmp_path, env):
+    out = tmp_path / "out"
+    rows = table_rows(run("density_sweep.sh", out, env, DENSITIES="0.01 0.1")[0])
+    assert [r.split(" | ")[:2] for r in rows[1:]] == [
+        ["| 0.01", "global"],
+        ["| 0.01", "local"],
+        ["| 0.1", "global"],
+        ["| 0.1", "local"],
+    ]
+    rows = table_rows(run("zen_scaling.sh", out, env)[0])
+    assert [r.split(" | ")[:2] for r in rows[1:]] == [
+        ["| 2", "spardl"],
+        ["| 2", "topk"],
+        ["| 2", "zen"],
+    ]
+    assert all(r.split(" | ")[3] != "-" for r in rows[1:])  # the simulator predicted each
+
+
+def test_usage_errors_exit_2(tmp_path, env):
+    for script in ("time_to_accuracy.sh", "density_sweep.sh"):
+        result = subprocess.run(
+            ["bash", str(SCRIPTS / script)], env=env, capture_output=True, text=True, timeout=30
+        )
+        assert result.returncode == 2 and result.stderr.startswith("usage:")
+
+
+def test_widemlp_has_over_ten_million_parameters():
+    import models
+
+    model = models.create("widemlp", num_classes=10, input_shape=(1, 28, 28))
+    assert sum(p.numel() for p in model.parameters()) == 10_020_874

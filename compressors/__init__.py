@@ -190,6 +190,21 @@ def create(name: str, comm, numel: int, density: float = 0.01, **method_options)
     ``allreducers.transports.local_group(P)``). Unknown names, densities outside (0, 1] and
     unknown or invalid options raise ``ValueError`` naming the valid choices.
     """
+    from allreducers.transports import as_transport
+
+    from .agreement import check_agreement
+
+    comm = as_transport(comm)
+    # First, before any check that could fail on some ranks only: the same settings everywhere.
+    check_agreement(
+        comm,
+        {
+            "method": name,
+            "numel": numel,
+            "density": density,
+            "options": sorted((key, normal_value(value)) for key, value in method_options.items()),
+        },
+    )
     cls = resolve(name)
     check_density(density)
     valid = options(name)
@@ -200,6 +215,7 @@ def create(name: str, comm, numel: int, density: float = 0.01, **method_options)
 
 
 from . import dense, gaussiank, gtopk, oktopk, spardl, topk, topkdsa, zen  # noqa: E402,F401 - the methods register themselves on import, after register exists
+from .agreement import normal_value  # noqa: E402
 
 __all__ = [
     "Synchronizer",

@@ -23,7 +23,7 @@ from allreducers import (
 from . import register
 from .base import Synchronizer
 from .selection import Selector
-from .sparse_ops import flat_nonzero, is_member, put_
+from .sparse_ops import is_member
 from .teams import AUTO, Candidate, candidates, check_layout, probe, team_groups
 
 SAG_VARIANTS = ("bruck", "recursive")
@@ -246,7 +246,7 @@ class SparDL(Synchronizer):
         self.srs = check_srs(srs)
         check_layout(layout)
         self._work = torch.empty(0)
-        self._nnz = 0
+        self._nnz = None
         self.auto = None
         self._pending = False
         if self.teams_requested != AUTO:
@@ -271,6 +271,15 @@ class SparDL(Synchronizer):
         # With one team the own block's list (step 3) is final: step 6 zeroes all its columns.
         self._own_list_final = teams == 1
         self.selector = Selector()
+        # Row j of a call's tables is block (position + j) % m: every SRS and final-gather step
+        # then touches one contiguous range of rows (docs/DESIGN.md, "The batched steps").
+        self.row_blocks = [(self.position + row) % self.team_size for row in range(self.team_size)]
+        # Per row, how many of its block's entries lie inside the vector (0: padding only).
+        self.row_limits = [
+            min(self.block_size, max(0, self.numel - block * self.block_size))
+            for block in self.row_blocks
+        ]
+        self._row_bases = {}
 
     def _start_auto(self) -> None:
         """Set up ``teams="auto"`` before its choice: one team for now, the probe pending.
@@ -341,7 +350,7 @@ class SparDL(Synchronizer):
     def _synchronize(self, grad, timer):
         call = _Call(self, grad, timer)
         result = call.run()
-        self._nnz = call.nnz
+        self._nnz = (call.final_values, call.valid)
         return result, call.work[: self.numel]
 
     def _padded_work(self, residual: torch.Tensor) -> torch.Tensor:
@@ -360,8 +369,20 @@ class SparDL(Synchronizer):
         padded[self.numel :].zero_()
         return padded
 
+    def row_bases(self, device: torch.device) -> torch.Tensor:
+        """Return, per row (see ``row_blocks``), the flat start of its block (int64, (m, 1))."""
+        bases = self._row_bases.get(device)
+        if bases is None:
+            starts = torch.tensor(self.row_blocks, dtype=torch.int64) * self.block_size
+            bases = self._row_bases[device] = starts.to(device).view(-1, 1)
+        return bases
+
     def _count_nonzero(self, result):
-        return self._nnz
+        """The final lists' non-zeros inside the vector, counted only if ``count_nnz``."""
+        if not self.count_nnz or self._nnz is None:
+            return None
+        values, valid = self._nnz
+        return int(torch.count_nonzero(values if valid is None else values * valid))
 
     def _config(self) -> dict:
         config = dict(
@@ -443,32 +464,47 @@ class _Call:
     :meth:`run` performs steps 1-6 of docs/DESIGN.md, section "SparDL", in order. ``work`` is
     the padded buffer of a (step 1) viewed as the m ``blocks``; when the call is done it holds
     the new residual. a_w below is this worker's own accumulated value (as in docs/DESIGN.md).
+
+    The steps are batched (docs/DESIGN.md, "The batched steps"): per-block facts live in
+    ``(m, k_b)`` tables whose row j is block ``row_blocks[j]``, and each step works on one
+    contiguous range of rows with a fixed number of operations.
     """
 
     def __init__(self, sync: SparDL, grad: torch.Tensor, timer) -> None:
         self.sync, self.grad, self.timer = sync, grad, timer
         with timer("accumulate"):
             self.work = sync._padded_work(sync._residual)
-        self.blocks = self.work.view(sync.team_size, sync.block_size)
-        self.pending = set(range(sync.team_size))  # blocks still without the gradient (step 1)
+        m, budget, device = sync.team_size, sync.block_budget, self.work.device
+        self.blocks = self.work.view(m, sync.block_size)
+        self.bases = sync.row_bases(device)
+        self.pending = set(range(m))  # blocks still without the gradient (step 1)
         # Receives reduce blocks in place, so a_w survives only where nothing was added: each
-        # receive first saves, per block, the values it overwrites (O(k) per call).
-        self.saves = [[] for _ in range(sync.team_size)]
-        # Per block, its selection's columns (int64, ascending), k-th largest |x| and (at a
-        # 16-bit wire, else None) what quantization took off the values sent: step 6 tells
-        # from them what the selection sent on, and what of it stays.
-        self.selected = [None] * sync.team_size
+        # receive first saves the values it overwrites, (flat positions, values), O(k) a call.
+        self.saves = []
+        # Per row, its selection's columns (ascending; a shorter selection repeats its last
+        # column), k-th largest |x|, the values as they travel and (at a 16-bit wire) what
+        # quantization took off them: step 6 tells from these what the selection sent on.
+        self.chosen = torch.empty(m, budget, dtype=torch.int64, device=device)
+        self.levels = torch.empty(m, device=device)
+        self.sent = torch.empty(m, budget, device=device)
         # Lists travel quantized only where something travels.
         self.coder = sync.codec if sync.codec.compact and sync.size > 1 else None
+        self.lost = torch.empty(m, budget, device=device) if self.coder is not None else None
+        # Per row, the block's final list (steps 4-5), its flat positions in ``work`` and the
+        # residual step 6 leaves there; ``valid`` masks padded entries of shorter lists.
+        self.final_columns = torch.empty(m, budget, dtype=torch.int64, device=device)
+        self.final_values = torch.empty(m, budget, device=device)
+        self.final_flat = torch.empty(m, budget, dtype=torch.int64, device=device)
+        self.new_values = torch.empty(m, budget, device=device)
+        self.valid = None
+        self.collected = 0  # rows 0 .. collected-1 are collected (steps 5 and 6)
         self.result = None
-        self.nonzeros = {}  # per collected block, its list's non-zeros inside the vector (0-d)
         self.pair_list = None  # R-SAG: this holder's current list of the block (step 4)
         self.pair_holders = 1  # R-SAG: the holders of the same current list
         self.shares = []  # R-SAG: per pair step that dropped entries, this holder's shares
-        self.nnz = 0
 
     def run(self) -> torch.Tensor:
-        """Run steps 1-6 and return the result; ``nnz`` and ``work`` then hold the rest."""
+        """Run steps 1-6 and return the result; ``work`` then holds the new residual."""
         sync, timer = self.sync, self.timer
         # Step 2; step 1 happens at each block's first touch.
         run_schedule(
@@ -486,11 +522,16 @@ class _Call:
         with timer("accumulate"):
             self.result = sync._new_result(self.work.device)
         self.gather_and_collect(own)  # steps 5 and 6
-        if self.shares and sync.residuals == "global":
-            with timer("accumulate"):
+        with timer("accumulate"):
+            self.leave_residuals()
+            if self.shares and sync.residuals == "global":
                 _keep_shares(self.blocks[sync.position], own[0].long(), self.shares)
-        self.nnz = int(sum(self.nonzeros.values()))  # one device sync
         return self.result
+
+    def rows(self, items) -> slice:
+        """Return the rows of the blocks ``items``, which are consecutive rows."""
+        first = (items[0] - self.sync.position) % self.sync.team_size
+        return slice(first, first + len(items))
 
     def first_touch(self, first: int, count: int, fuse: bool) -> torch.Tensor | None:
         """Step 1 for the blocks ``first .. first+count-1``, which are about to be touched.
@@ -500,9 +541,10 @@ class _Call:
         """
         span = range(first, first + count)
         fused = fuse and self.pending.issuperset(span)
-        for block in () if fused else self.pending.intersection(span):
-            part = self.gradient_part(block, 1)
-            self.blocks[block][: part.numel()].add_(part)
+        if not fused:
+            for start, length in _runs(sorted(self.pending.intersection(span))):
+                part = self.gradient_part(start, length)
+                self.blocks[start : start + length].view(-1)[: part.numel()].add_(part)
         self.pending.difference_update(span)
         return self.gradient_part(first, count) if fused else None
 
@@ -511,61 +553,59 @@ class _Call:
         block_size = self.sync.block_size
         return self.grad[min(self.sync.numel, first * block_size) : (first + count) * block_size]
 
-    def select(self, first: int, count: int, keep: int) -> list:
-        """Return the top-``keep`` of each of the blocks ``first .. first+count-1``, one list each.
+    def select(self, items, keep: int) -> slice:
+        """Select the top-``keep`` of each block of ``items`` (consecutive rows) into the tables.
 
         The blocks keep their values (nothing is zeroed): a sent block's dense copy holds what
         its selection dropped, which step 6 needs. The selector remembers the thresholds under
-        ``(first, count)``; ``selected`` records each block's columns, k-th largest |x| and
-        what quantization takes off the values. A list is (int64 columns, ascending; values
-        as they travel).
+        ``(first, count)`` of each run of consecutive blocks. Returns the rows written.
         """
-        addend = self.first_touch(first, count, fuse=True)
-        columns, values = self.sync.selector.select(
-            self.blocks[first : first + count], keep, addend, (first, count)
-        )
-        levels = values.abs().amin(dim=1)
-        if self.coder is None:
-            self.selected[first : first + count] = [(c, lv, None) for c, lv in zip(columns, levels)]
-            rows = list(values)
-        else:
-            rows = [self.coder.quantize(row) for row in values]
-            self.selected[first : first + count] = [
-                (c, lv, row - sent) for c, lv, row, sent in zip(columns, levels, values, rows)
-            ]
-        return list(zip(columns, rows))
+        rows = self.rows(items)
+        row = rows.start
+        for first, count in _runs(items):
+            addend = self.first_touch(first, count, fuse=True)
+            columns, values = self.sync.selector.select(
+                self.blocks[first : first + count], keep, addend, (first, count)
+            )
+            part = slice(row, row + count)
+            self.chosen[part, :keep] = columns
+            self.levels[part] = values.abs().amin(dim=1)
+            sent = values
+            if self.coder is not None:
+                sent = torch.stack([self.coder.quantize(values_row) for values_row in values])
+                self.lost[part, :keep] = values - sent
+            self.sent[part, :keep] = sent
+            row += count
+        if keep < self.sync.block_budget:  # a shorter list repeats its last entry
+            for table in (self.chosen, self.sent, self.lost):
+                if table is not None:
+                    table[rows, keep:] = table[rows, keep - 1 : keep]
+        return rows
 
     def send_blocks(self, step) -> torch.Tensor:
         """Step 2, sending: the top-k_b of each block ``step`` sends, packed without counts."""
-        budget = self.sync.block_budget
         with self.timer("select"):
-            return self.sync.codec.encode(
-                [
-                    piece
-                    for first, count in _runs(step.send_items)
-                    for piece in self.select(first, count, budget)
-                ],
-                with_counts=False,
-            )
+            rows = self.select(step.send_items, self.sync.block_budget)
+            return self.sync.codec.encode_rows(self.chosen[rows], self.sent[rows])
 
     def receive_blocks(self, step, message: torch.Tensor) -> None:
-        """Step 2, receiving: add each received list into its block's dense copy."""
-        budget = self.sync.block_budget
-        items = len(step.recv_items)
+        """Step 2, receiving: add the received lists into their blocks' dense copies."""
+        items = step.recv_items
+        columns, summands = self.sync.codec.decode_rows(message, len(items), self.sync.block_budget)
         with self.timer("accumulate"):
-            lists = self.sync.codec.decode(message, items, [budget] * items)
-            for item, (indices, summands) in zip(step.recv_items, lists):
-                columns = indices.long()
-                self.first_touch(item, 1, fuse=False)
-                self.saves[item].append((columns, self.blocks[item].index_select(0, columns)))
-                self.blocks[item].scatter_add_(0, columns, summands)  # columns are unique
+            for first, count in _runs(items):
+                self.first_touch(first, count, fuse=False)
+            flat = (self.bases[self.rows(items)] + columns).view(-1)
+            self.saves.append((flat, self.work.index_select(0, flat)))
+            self.work.scatter_add_(0, flat, summands.reshape(-1))  # the positions are distinct
 
     def select_own_block(self) -> tuple:
         """Step 3: the own block's top-h list (h = k_b for one team and for R-SAG)."""
         sync = self.sync
         keep = sync.block_budget if sync.sag == "recursive" else sync.height.value
         with self.timer("select"):
-            return self.select(sync.position, 1, keep)[0]
+            self.select((sync.position,), keep)
+        return self.chosen[0, :keep], self.sent[0, :keep]
 
     def bruck_sag(self, own: tuple) -> tuple:
         """Step 4 with B-SAG: the d teams' lists of this block summed, then its top-k_b."""
@@ -651,70 +691,149 @@ class _Call:
         self.pair_holders = holders
 
     def gather_and_collect(self, own: tuple) -> None:
-        """Steps 5 and 6: gather the team's block lists, collecting each while the next travel.
+        """Steps 5 and 6: gather the team's block lists, collecting them in two batches.
 
-        Blocks are disjoint, so the order in which the lists arrive changes no bit.
+        With one team every list has k_b entries: the Bruck steps move ranges of rows of the
+        final tables. After a Spar-All-Gather the lists' lengths vary: they travel with counts
+        and are padded to k_b by repeating their last entry. Blocks are disjoint, so the order
+        in which the lists arrive changes no bit.
         """
         sync = self.sync
-        held = allgather_lists(
+        if sync.teams > 1:
+            held = allgather_lists(
+                sync.transport,
+                sync.gather_steps,
+                sync.position,
+                own,
+                None,
+                self.timer,
+                wire=sync.wire,
+            )
+            with self.timer("accumulate"):
+                self.pad_final([held[block] for block in sync.row_blocks])
+            self.collect(sync.team_size)
+            return
+        self.final_columns[0] = own[0]
+        self.final_values[0] = own[1]
+        held = [1]  # rows 0 .. held-1 are here
+
+        def produce(step) -> torch.Tensor:
+            rows = self.rows(step.send_items)
+            return sync.codec.encode_rows(self.final_columns[rows], self.final_values[rows])
+
+        def consume(step, message: torch.Tensor) -> None:
+            rows = self.rows(step.recv_items)
+            columns, values = sync.codec.decode_rows(
+                message, len(step.recv_items), sync.block_budget
+            )
+            self.final_columns[rows] = columns
+            self.final_values[rows] = values
+            held[0] = rows.stop
+
+        run_schedule(
             sync.transport,
             sync.gather_steps,
-            sync.position,
-            own,
-            sync.block_budget if sync.teams == 1 else None,
+            produce,
+            consume,
+            self.work.device,
             self.timer,
-            meanwhile=self.collect,
-            wire=sync.wire,
+            # The rows held before the last step are collected while its message travels:
+            # at least half of them, in a fixed number of operations.
+            meanwhile=lambda step: step is sync.gather_steps[-1] and self.collect(held[0]),
+            dtype=sync.codec.recv_dtype,
         )
-        self.collect(held)
+        self.collect(sync.team_size)
 
-    def collect(self, held: dict) -> None:
-        """Steps 5 and 6 for the block lists in ``held`` not collected yet."""
+    def pad_final(self, lists: list) -> None:
+        """Put the rows' final ``lists`` (of up to k_b entries) into the final tables.
+
+        A shorter list repeats its last entry: writes at a repeated column write the same value
+        again, and ``valid`` keeps repeated entries out of the non-zero count.
+        """
+        budget, device = self.sync.block_budget, self.work.device
+        lengths = [columns.numel() for columns, _ in lists]
+        starts = torch.tensor([0, *lengths[:-1]], device=device).cumsum(0).view(-1, 1)
+        last = torch.tensor(lengths, device=device).view(-1, 1) - 1
+        place = starts + torch.minimum(torch.arange(budget, device=device).view(1, -1), last)
+        self.final_columns.copy_(torch.cat([columns.long() for columns, _ in lists])[place])
+        self.final_values.copy_(torch.cat([values for _, values in lists])[place])
+        self.valid = torch.arange(budget, device=device).view(1, -1) <= last
+
+    def collect(self, held: int) -> None:
+        """Steps 5 and 6 for rows ``collected .. held-1``, whose final lists are here.
+
+        Writes each list / P into the result and computes the residual step 6 leaves at its
+        columns: 0 where this worker's selection sent the entry on (or what quantization took off
+        it), and the block's value when it was selected elsewhere (:meth:`leave_residuals`
+        writes it once every block is collected: the receives' saved values come back first).
+        """
+        sync, first = self.sync, self.collected
+        if held <= first:
+            return
+        self.collected = held
+        rows = slice(first, held)
         with self.timer("accumulate"):
-            for block in [block for block in held if block not in self.nonzeros]:
-                columns, values = held[block]
-                self.nonzeros[block] = self.collect_block(block, columns, values)
+            columns, values = self.final_columns[rows], self.final_values[rows]
+            self.write_result(first, held, columns, values)
+            flat = self.final_flat[rows]
+            torch.add(self.bases[rows], columns, out=flat)
+            if sync.residuals == "local":
+                return
+            seen = self.work[flat]  # what the selection saw: nothing touched it since
+            magnitude = seen.abs()
+            level = self.levels[rows].view(-1, 1)
+            chosen = self.chosen[rows]
+            place = torch.searchsorted(chosen, columns).clamp_(max=sync.block_budget - 1)
+            member = chosen.gather(1, place) == columns
+            passed_on = (magnitude > level) | ((magnitude == level) & member)
+            # What stays of an entry sent on: nothing, or what quantization took off it.
+            if self.lost is None:
+                self.new_values[rows] = seen.masked_fill_(passed_on, 0.0)
+            else:
+                stays = self.lost[rows].gather(1, place)
+                self.new_values[rows] = torch.where(passed_on, stays, seen)
 
-    def collect_block(self, block: int, columns, values) -> torch.Tensor:
-        """Write one block's final list / P into the result and leave its residual in the block.
+    def write_result(self, first: int, held: int, columns, values) -> None:
+        """Write the final lists of rows ``first .. held-1`` / P into the result.
 
-        The residual is step 6's: at the listed ``columns`` (ascending) 0 where this worker's
-        selection sent the entry on and the block's value when it was selected elsewhere; a_w
-        at all other columns. Returns the list's non-zeros inside the vector (a 0-d tensor).
-        One block at a time, so the later touches of its coordinates hit the cache.
+        Rows of padding only are left out; in a row that ends in padding, the padding columns
+        (a suffix of the list) are redirected to the row's last entry inside the vector.
         """
         sync = self.sync
-        row, saves = self.blocks[block], self.saves[block]
-        columns = columns.long()  # once: the calls below would each convert received int32
-        start = block * sync.block_size
-        part = self.result[min(start, sync.numel) : start + sync.block_size]
-        inside, kept = columns, values
-        if part.numel() < sync.block_size:  # the last block: its padding is a suffix of the list
-            end = int(torch.searchsorted(columns, part.numel()))
-            inside, kept = columns[:end], values[:end]
-        put_(part, inside, kept / sync.size)
-        selected, level, lost = self.selected[block]
-        if sync.residuals == "local":  # a_w, less what this worker's selection sent
-            _restore(row, saves)
-            put_(row, selected, 0.0 if lost is None else lost)
-            return torch.count_nonzero(kept)
-        if block == sync.position and sync._own_list_final:  # all of it passed on
-            _restore(row, saves)
-            put_(row, columns, 0.0 if lost is None else lost)
-            return torch.count_nonzero(kept)
-        seen = row.index_select(0, columns)  # what the selection saw: nothing touched it since
-        passed_on = _passed_on(seen, columns, selected, level)
-        # What stays of an entry sent on: nothing, or what quantization took off it.
-        stays = 0.0
-        if lost is not None:
-            stays = lost.index_select(0, torch.searchsorted(selected, columns[passed_on]))
-        if saves:  # received into: a_w must come back, then what the selection dropped
-            _restore(row, saves)
-            seen[passed_on] = stays
-            put_(row, columns, seen)
-        else:  # only selected from: the row still holds a_w
-            put_(row, columns[passed_on], stays)
-        return torch.count_nonzero(kept)
+        limits = sync.row_limits[first:held]
+        bases = self.bases[first:held]
+        if min(limits) == 0:
+            inside = torch.tensor(
+                [row for row, limit in enumerate(limits) if limit],
+                dtype=torch.int64,
+                device=columns.device,
+            )
+            columns, values, bases = (t.index_select(0, inside) for t in (columns, values, bases))
+            limits = [limit for limit in limits if limit]
+        if min(limits, default=sync.block_size) < sync.block_size:
+            bound = torch.tensor(limits, device=columns.device).view(-1, 1)
+            last = torch.searchsorted(columns, bound) - 1  # at least 0: see DESIGN.md
+            place = torch.minimum(
+                torch.arange(columns.shape[1], device=columns.device).view(1, -1), last
+            )
+            columns, values = columns.gather(1, place), values.gather(1, place)
+        if columns.numel():
+            self.result.scatter_(0, (bases + columns).view(-1), (values / sync.size).view(-1))
+
+    def leave_residuals(self) -> None:
+        """Step 6: the residual in ``work`` once every row is collected.
+
+        The receives' saved values come back newest first (a_w again); then the final columns
+        get step 6's values (global residual collection), or (local residuals) the columns this
+        worker's selections sent get 0 or what quantization took off them.
+        """
+        for flat, before in reversed(self.saves):
+            self.work.scatter_(0, flat, before)
+        if self.sync.residuals == "global":
+            self.work.scatter_(0, self.final_flat.view(-1), self.new_values.view(-1))
+            return
+        flat = (self.bases + self.chosen).view(-1)
+        self.work.scatter_(0, flat, 0.0 if self.lost is None else self.lost.view(-1))
 
 
 def _runs(items) -> list:
@@ -731,23 +850,6 @@ def _runs(items) -> list:
     return [tuple(run) for run in runs]
 
 
-def _passed_on(
-    seen: torch.Tensor, columns: torch.Tensor, selected: torch.Tensor, level: torch.Tensor
-) -> torch.Tensor:
-    """Return a mask of the ``columns`` of a block that a selection took.
-
-    ``seen`` holds the values there when it ran, ``selected`` its columns (ascending) and
-    ``level`` its k-th largest |x|. It took every entry above its level and none below, so only
-    entries equal to the level (the last one taken, and ties, broken by position) are looked up
-    among its columns.
-    """
-    magnitude = seen.abs()
-    passed_on = magnitude > level
-    tied = flat_nonzero(magnitude == level)
-    passed_on[tied] = is_member(selected, columns[tied])
-    return passed_on
-
-
 def _coalesce(lists: list) -> tuple:
     """Return the union of sparse lists (columns ascending) and the sum at each column.
 
@@ -762,12 +864,6 @@ def _coalesce(lists: list) -> tuple:
         sums.index_add_(0, place[start : start + values.numel()], values)
         start += values.numel()
     return union, sums
-
-
-def _restore(row: torch.Tensor, saves: list) -> None:
-    """Put back the values that receives into ``row`` overwrote, newest first: a_w again."""
-    for touched, before in reversed(saves):
-        put_(row, touched, before)
 
 
 def _keep_shares(row: torch.Tensor, final: torch.Tensor, shares: list) -> None:

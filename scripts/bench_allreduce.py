@@ -192,6 +192,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         "rank 0's share of it alone in this process, its messages played back "
         "(the compute cost per rank, free of network and oversubscription)",
     )
+    parser.add_argument(
+        "--count-ops",
+        action="store_true",
+        help="add to each row the torch operations one call dispatches on rank 0 (ops) and "
+        "how many of them read data-dependent sizes (data_dependent_ops): a fresh "
+        "synchronizer's second call, after the timed calls (syncbench.opcount)",
+    )
     parser.add_argument("--json", metavar="FILE", help="write the rows as a JSON list")
     parser.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
     parser.add_argument(

@@ -25,10 +25,12 @@ import sys
 import torch
 
 import compressors
+from allreducers.transports import local_group
 from allreducers.transports.environment import cluster_topology
 
 from . import plan
 from .floor import FLOOR_RUNS, FLOORS, FloorRun, spardl_events
+from .opcount import count_method
 from .replay import replay_runs
 from .summary import summarize
 from .timing import MethodRun, mpi_gradients, time_runs
@@ -185,6 +187,19 @@ def mpi_rows(args) -> list:
     gradient, chosen = mpi_gradients(comm, source), {}
     factories = noting_choices(runs, factories, chosen, gradient)
     records = time_runs(factories, gradient, args.warmup + args.iters, args.sequential)
+    counts = []
+    if getattr(args, "count_ops", False):
+        counts = [
+            count_method(
+                MPITransport(comm),
+                name,
+                source.numel,
+                args.density,
+                lambda call: source.get(comm.Get_rank(), call),
+                **options,
+            )
+            for _, name, options in runs
+        ]
     rows = []
     for index, ((label, name, options), run_records) in enumerate(zip(runs + FLOOR_RUNS, records)):
         per_rank = comm.gather(run_records[args.warmup :], root=0)
@@ -198,6 +213,8 @@ def mpi_rows(args) -> list:
             )
             if name == plan.SPARDL and index < len(runs):
                 row.update(spardl_columns(options, chosen.get(index)))
+            if index < len(counts):
+                row.update(counts[index])
             rows.append(row)
     return rows if comm.Get_rank() == 0 else []
 
@@ -222,6 +239,21 @@ def replay_rows(args) -> list:
         args.warmup + args.iters,
         args.sequential,
     )
+    counts = []
+    if getattr(args, "count_ops", False):
+        counts = [
+            local_group(args.replay).run(
+                lambda transport, name=name, options=options: count_method(
+                    transport,
+                    name,
+                    source.numel,
+                    args.density,
+                    lambda call: source.get(transport.rank, call),
+                    **options,
+                )
+            )[0]
+            for _, name, options in runs
+        ]
     rows = []
     for index, ((label, name, options), run_records) in enumerate(zip(runs + FLOOR_RUNS, records)):
         row = dict(
@@ -235,5 +267,7 @@ def replay_rows(args) -> list:
         )
         if name == plan.SPARDL and index < len(runs):
             row.update(spardl_columns(options, chosen.get(index)))
+        if index < len(counts):
+            row.update(counts[index])
         rows.append(row)
     return rows

@@ -51,6 +51,9 @@ class RecordingTransport(Transport):
         keep_payloads: log a copy of what each receive and all-reduce gave this rank.
     """
 
+    #: Records or replays one rank's calls: no creation-time collective (compressors.agreement).
+    checks_agreement = False
+
     def __init__(self, inner: Transport, keep_payloads: bool = False) -> None:
         super().__init__()
         self.inner = inner
@@ -180,6 +183,9 @@ class ReplayTransport(Transport):
     Raises:
         ValueError: the events hold no payloads.
     """
+
+    #: Records or replays one rank's calls: no creation-time collective (compressors.agreement).
+    checks_agreement = False
 
     def __init__(self, events: list, rank: int, size: int) -> None:
         super().__init__()

@@ -30,6 +30,12 @@ class TorchDistributedTransport(Transport):
             dist.get_global_rank(group, r) if group is not None else r for r in range(self.size)
         ]
 
+    def agreement_device(self) -> torch.device:
+        """Where small collectives of this group run: NCCL's on this rank's GPU."""
+        if dist.get_backend(self.group) == "nccl":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+
     def _isend(self, tensor, dest, tag):
         header = torch.tensor([tensor.numel()], dtype=torch.int64, device=tensor.device)
         peer = self._global[dest]

@@ -1,0 +1,66 @@
+"""One small collective at creation: every rank must build the same synchronizer.
+
+Fixed message sizes follow from the configuration, so ranks with different settings would
+exchange messages of different sizes: at best an abort deep inside a call, at worst results of
+different lengths on different ranks. :func:`check_agreement` compares the settings of all ranks
+in one all-reduce of P x S numbers and raises the same ``ValueError`` on every rank, naming the
+setting and the ranks that differ.
+"""
+
+from __future__ import annotations
+
+import numbers
+import zlib
+
+import torch
+
+
+def normal_value(value):
+    """``value`` with NumPy's and Python's numbers alike (``np.int64(3)`` is ``3``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Number):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    return float(value)
+
+
+def _fingerprint(value) -> float:
+    """A number (exact in float64) that equal settings share: 1 + CRC-32 of the value's repr."""
+    return float(1 + zlib.crc32(repr(normal_value(value)).encode()))
+
+
+def check_agreement(transport, settings: dict) -> None:
+    """Raise ``ValueError`` on every rank unless all ranks pass equal ``settings``.
+
+    A collective over ``transport`` (nothing on one rank, nor on transports that replay a
+    recorded call: ``checks_agreement`` false). ``settings`` maps names to values; every rank
+    must pass the same names in the same order (the method's option names may differ: they go
+    into one entry, ``options``).
+    """
+    size = transport.size
+    if size == 1 or not getattr(transport, "checks_agreement", True):
+        return
+    names = list(settings)
+    device = transport.agreement_device() if hasattr(transport, "agreement_device") else None
+    table = torch.zeros(size, len(names), dtype=torch.float64, device=device)
+    table[transport.rank] = torch.tensor([_fingerprint(settings[name]) for name in names])
+    table = transport.allreduce_sum_(table).cpu()
+    for column, name in enumerate(names):
+        values = table[:, column].tolist()
+        if len(set(values)) == 1:
+            continue
+        groups: dict = {}
+        for rank, value in enumerate(values):
+            groups.setdefault(value, []).append(rank)
+        mine = groups[values[transport.rank]]
+        others = sorted(set(range(size)) - set(mine))
+        raise ValueError(
+            f"the ranks do not agree on {name}: rank {transport.rank} has "
+            f"{name}={normal_value(settings[name])!r}, as do ranks {_ranks(mine)}; ranks "
+            f"{_ranks(others)} differ. Every rank must create the synchronizer with the same "
+            "method, numel, density and options"
+        )
+
+
+def _ranks(ranks: list) -> str:
+    return ", ".join(map(str, ranks))

@@ -1,0 +1,88 @@
+"""Torch operations one synchronization call dispatches, and how many read data-dependent sizes.
+
+On a GPU every dispatched operation is at least one kernel launch or a trip through the
+dispatcher, and an operation whose output size depends on the data (``item``, ``nonzero``,
+``unique``, boolean-mask indexing) waits for the device. :func:`count_call` counts both for one
+call on this thread with a ``TorchDispatchMode``; ``scripts/bench_allreduce.py --count-ops``
+puts the counts of rank 0's second call into its rows, and a test checks that SparDL's count
+grows with its rounds, not with P (docs/PERFORMANCE.md, "Operations per call").
+"""
+
+from __future__ import annotations
+
+import collections
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+#: ATen operations whose output's size (or a host value) comes from the data: a host sync on a GPU.
+DATA_DEPENDENT = frozenset(
+    {
+        "_local_scalar_dense",  # item(), int(t), float(t), tolist() element reads
+        "nonzero",
+        "nonzero_static",
+        "masked_select",
+        "unique",
+        "_unique",
+        "_unique2",
+        "unique_dim",
+        "unique_consecutive",
+        "repeat_interleave",
+    }
+)
+
+
+class OperationCounter(TorchDispatchMode):
+    """Counts the ATen operations dispatched on this thread while active, by name.
+
+    Boolean-mask indexing (``x[mask]``, ``x[mask] = v``) counts as data-dependent too.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: collections.Counter = collections.Counter()
+        self.masked = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name.split("::")[-1]
+        self.counts[name] += 1
+        if name in ("index", "index_put_", "index_put") and any(
+            isinstance(index, torch.Tensor) and index.dtype == torch.bool
+            for index in (args[1] if len(args) > 1 and isinstance(args[1], (list, tuple)) else ())
+        ):
+            self.masked += 1
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def total(self) -> int:
+        """All operations counted."""
+        return sum(self.counts.values())
+
+    @property
+    def data_dependent(self) -> int:
+        """The operations whose result's size or value reaches the host."""
+        return sum(self.counts[name] for name in DATA_DEPENDENT) + self.masked
+
+
+def count_call(sync, grad: torch.Tensor) -> dict:
+    """Run ``sync.allreduce(grad)`` once and return ``{"ops", "data_dependent_ops"}``.
+
+    A collective like the call itself: every rank calls it; each counts its own thread's
+    operations.
+    """
+    with OperationCounter() as counter:
+        sync.allreduce(grad)
+    return {"ops": counter.total, "data_dependent_ops": counter.data_dependent}
+
+
+def count_method(transport, name: str, numel: int, density: float, gradient, **options) -> dict:
+    """Create ``name`` on ``transport`` and count its second call (the first warms it up).
+
+    ``gradient(call)`` returns this rank's gradient of a call. Collective: every rank calls it.
+    """
+    import compressors
+
+    sync = compressors.create(name, transport, numel=numel, density=density, **options)
+    sync.count_nnz = False
+    sync.allreduce(gradient(0))
+    return count_call(sync, gradient(1))

@@ -1,0 +1,92 @@
+"""The lean engine: SparDL's operations per call grow with its rounds, not with P; fixed-size
+messages batch whole ranges of blocks; ranks that disagree on their settings are told so."""
+
+import pytest
+import torch
+
+import compressors
+from allreducers import codec
+from allreducers.schedule import ceil_log2
+from allreducers.transports import local_group
+from syncbench.opcount import OperationCounter, count_method
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _count(method: str, workers: int, numel: int = 20000, **options) -> dict:
+    def gradient(call: int) -> torch.Tensor:
+        return torch.randn(numel, generator=torch.Generator().manual_seed(call))
+
+    return local_group(workers).run(
+        lambda transport: count_method(transport, method, numel, 0.01, gradient, **options)
+    )[0]
+
+
+def test_spardl_operations_grow_with_rounds_not_workers():
+    """ops(P) = a + b * rounds(P): from P = 4 to 16 the count grows at most as the rounds do
+    (4 to 8), and each doubling of P adds about the same operations (not twice as many)."""
+    counts = {p: _count("spardl", p) for p in (2, 4, 8, 16)}
+    ops = {p: counts[p]["ops"] for p in counts}
+    rounds = {p: 2 * ceil_log2(p) for p in counts}  # Spar-Reduce-Scatter + the final gather
+    assert ops[16] <= ops[4] * rounds[16] / rounds[4], ops
+    steps = [ops[8] - ops[4], ops[16] - ops[8]]
+    assert max(steps) <= 1.25 * min(steps) + 8, ops
+    assert all(counts[p]["data_dependent_ops"] == 0 for p in counts), counts
+
+
+def test_counter_sees_data_dependent_reads():
+    with OperationCounter() as counter:
+        x = torch.arange(10.0)
+        x[x > 4] = 0.0
+        int(x.sum())
+        torch.nonzero(x)
+    assert counter.data_dependent == 3 and counter.total >= 5
+
+
+@pytest.mark.parametrize("wire", ["fp32", "fp16", "bf16"])
+def test_rows_codec_matches_list_codec(wire):
+    """``encode_rows`` sends the bytes ``encode`` sends for the same lists, and decodes back."""
+    coder = codec(wire)
+    columns = torch.sort(torch.randint(0, 5000, (3, 7)), dim=1).values
+    values = coder.quantize(torch.randn(3, 7))
+    message = coder.encode_rows(columns, values)
+    assert torch.equal(message, coder.encode(list(zip(columns, values)), with_counts=False))
+    got_columns, got_values = coder.decode_rows(message, 3, 7)
+    assert torch.equal(got_columns.long(), columns) and torch.equal(got_values, values)
+    with pytest.raises(RuntimeError, match="malformed"):
+        coder.decode_rows(message[:-4], 3, 7)
+
+
+@pytest.mark.parametrize(
+    ("setting", "per_rank"),
+    [
+        ("numel", lambda rank: {"numel": 1000 + rank}),
+        ("density", lambda rank: {"density": 0.01 if rank < 2 else 0.02}),
+        ("options", lambda rank: {"wire": "fp16" if rank == 3 else "fp32"}),
+        ("method", lambda rank: {"name": "topk" if rank == 1 else "spardl"}),
+    ],
+)
+def test_ranks_that_disagree_get_one_clear_error_each(setting, per_rank):
+    def body(transport):
+        settings = {"name": "spardl", "numel": 1000, "density": 0.01, **per_rank(transport.rank)}
+        try:
+            compressors.create(settings.pop("name"), transport, **settings)
+        except ValueError as error:
+            return str(error)
+        return None
+
+    messages = local_group(4).run(body)
+    assert all(m and f"do not agree on {setting}" in m for m in messages), messages
+    assert "differ" in messages[0]
+
+
+def test_ranks_that_agree_build_as_before():
+    """NumPy integers and Python ints are the same setting."""
+    import numpy as np
+
+    sizes = local_group(3).run(
+        lambda t: compressors.create(
+            "spardl", t, numel=np.int64(999) if t.rank else 999, density=0.05
+        ).numel
+    )
+    assert sizes == [999, 999, 999]

@@ -23,7 +23,7 @@ from allreducers import (
 from . import register
 from .base import Synchronizer
 from .selection import Selector
-from .sparse_ops import is_member
+from .sparse_ops import is_member, put_
 from .teams import AUTO, Candidate, candidates, check_layout, probe, team_groups
 
 SAG_VARIANTS = ("bruck", "recursive")
@@ -369,6 +369,27 @@ class SparDL(Synchronizer):
         padded[self.numel :].zero_()
         return padded
 
+    def tables(self, device: torch.device) -> dict:
+        """Return the (m, k_b) tables a call fills (``_Call``), made once per device."""
+        if getattr(self, "_tables_device", None) != device or self._tables["chosen"].shape != (
+            self.team_size,
+            self.block_budget,
+        ):
+            shape = (self.team_size, self.block_budget)
+            index = {"dtype": torch.int64, "device": device}
+            self._tables = {
+                "chosen": torch.empty(shape, **index),
+                "levels": torch.empty(shape[0], device=device),
+                "sent": torch.empty(shape, device=device),
+                "lost": torch.empty(shape, device=device),
+                "final_columns": torch.empty(shape, **index),
+                "final_values": torch.empty(shape, device=device),
+                "final_flat": torch.empty(shape, **index),
+                "new_values": torch.empty(shape, device=device),
+            }
+            self._tables_device = device
+        return self._tables
+
     def row_bases(self, device: torch.device) -> torch.Tensor:
         """Return, per row (see ``row_blocks``), the flat start of its block (int64, (m, 1))."""
         bases = self._row_bases.get(device)
@@ -474,7 +495,7 @@ class _Call:
         self.sync, self.grad, self.timer = sync, grad, timer
         with timer("accumulate"):
             self.work = sync._padded_work(sync._residual)
-        m, budget, device = sync.team_size, sync.block_budget, self.work.device
+        m, device = sync.team_size, self.work.device
         self.blocks = self.work.view(m, sync.block_size)
         self.bases = sync.row_bases(device)
         self.pending = set(range(m))  # blocks still without the gradient (step 1)
@@ -484,18 +505,15 @@ class _Call:
         # Per row, its selection's columns (ascending; a shorter selection repeats its last
         # column), k-th largest |x|, the values as they travel and (at a 16-bit wire) what
         # quantization took off them: step 6 tells from these what the selection sent on.
-        self.chosen = torch.empty(m, budget, dtype=torch.int64, device=device)
-        self.levels = torch.empty(m, device=device)
-        self.sent = torch.empty(m, budget, device=device)
+        tables = sync.tables(device)
+        self.chosen, self.levels, self.sent = tables["chosen"], tables["levels"], tables["sent"]
         # Lists travel quantized only where something travels.
         self.coder = sync.codec if sync.codec.compact and sync.size > 1 else None
-        self.lost = torch.empty(m, budget, device=device) if self.coder is not None else None
+        self.lost = tables["lost"] if self.coder is not None else None
         # Per row, the block's final list (steps 4-5), its flat positions in ``work`` and the
         # residual step 6 leaves there; ``valid`` masks padded entries of shorter lists.
-        self.final_columns = torch.empty(m, budget, dtype=torch.int64, device=device)
-        self.final_values = torch.empty(m, budget, device=device)
-        self.final_flat = torch.empty(m, budget, dtype=torch.int64, device=device)
-        self.new_values = torch.empty(m, budget, device=device)
+        self.final_columns, self.final_values = tables["final_columns"], tables["final_values"]
+        self.final_flat, self.new_values = tables["final_flat"], tables["new_values"]
         self.valid = None
         self.collected = 0  # rows 0 .. collected-1 are collected (steps 5 and 6)
         self.result = None
@@ -779,7 +797,8 @@ class _Call:
             torch.add(self.bases[rows], columns, out=flat)
             if sync.residuals == "local":
                 return
-            seen = self.work[flat]  # what the selection saw: nothing touched it since
+            # What the selection saw: nothing touched it since.
+            seen = self.work.index_select(0, flat.view(-1)).view(flat.shape)
             magnitude = seen.abs()
             level = self.levels[rows].view(-1, 1)
             chosen = self.chosen[rows]
@@ -818,7 +837,7 @@ class _Call:
             )
             columns, values = columns.gather(1, place), values.gather(1, place)
         if columns.numel():
-            self.result.scatter_(0, (bases + columns).view(-1), (values / sync.size).view(-1))
+            put_(self.result, (bases + columns).view(-1), (values / sync.size).view(-1))
 
     def leave_residuals(self) -> None:
         """Step 6: the residual in ``work`` once every row is collected.
@@ -828,12 +847,12 @@ class _Call:
         worker's selections sent get 0 or what quantization took off them.
         """
         for flat, before in reversed(self.saves):
-            self.work.scatter_(0, flat, before)
+            put_(self.work, flat, before)
         if self.sync.residuals == "global":
-            self.work.scatter_(0, self.final_flat.view(-1), self.new_values.view(-1))
+            put_(self.work, self.final_flat.view(-1), self.new_values.view(-1))
             return
         flat = (self.bases + self.chosen).view(-1)
-        self.work.scatter_(0, flat, 0.0 if self.lost is None else self.lost.view(-1))
+        put_(self.work, flat, 0.0 if self.lost is None else self.lost.view(-1))
 
 
 def _runs(items) -> list:

@@ -85,8 +85,10 @@ def test_ranks_that_agree_build_as_before():
     import numpy as np
 
     sizes = local_group(3).run(
-        lambda t: compressors.create(
-            "spardl", t, numel=np.int64(999) if t.rank else 999, density=0.05
-        ).numel
+        lambda t: (
+            compressors.create(
+                "spardl", t, numel=np.int64(999) if t.rank else 999, density=0.05
+            ).numel
+        )
     )
     assert sizes == [999, 999, 999]

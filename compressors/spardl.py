@@ -23,7 +23,7 @@ from allreducers import (
 from . import register
 from .base import Synchronizer
 from .selection import Selector
-from .sparse_ops import is_member, put_
+from .sparse_ops import is_member, put_, search_sorted
 from .teams import AUTO, Candidate, candidates, check_layout, probe, team_groups
 
 SAG_VARIANTS = ("bruck", "recursive")
@@ -390,6 +390,15 @@ class SparDL(Synchronizer):
             self._tables_device = device
         return self._tables
 
+    def row_offsets(self, device: torch.device) -> torch.Tensor:
+        """Return row * B per row (int64, (m, 1)): keys that keep rows' columns in order."""
+        key = ("offsets", device)
+        offsets = self._row_bases.get(key)
+        if offsets is None:
+            offsets = torch.arange(self.team_size, dtype=torch.int64) * self.block_size
+            offsets = self._row_bases[key] = offsets.to(device).view(-1, 1)
+        return offsets
+
     def row_bases(self, device: torch.device) -> torch.Tensor:
         """Return, per row (see ``row_blocks``), the flat start of its block (int64, (m, 1))."""
         bases = self._row_bases.get(device)
@@ -498,6 +507,7 @@ class _Call:
         m, device = sync.team_size, self.work.device
         self.blocks = self.work.view(m, sync.block_size)
         self.bases = sync.row_bases(device)
+        self.offsets = sync.row_offsets(device)
         self.pending = set(range(m))  # blocks still without the gradient (step 1)
         # Receives reduce blocks in place, so a_w survives only where nothing was added: each
         # receive first saves the values it overwrites, (flat positions, values), O(k) a call.
@@ -801,15 +811,18 @@ class _Call:
             seen = self.work.index_select(0, flat.view(-1)).view(flat.shape)
             magnitude = seen.abs()
             level = self.levels[rows].view(-1, 1)
-            chosen = self.chosen[rows]
-            place = torch.searchsorted(chosen, columns).clamp_(max=sync.block_budget - 1)
-            member = chosen.gather(1, place) == columns
+            # Row r's columns + r * B ascend across the rows: one search for all of them.
+            offsets = self.offsets[rows]
+            chosen = (self.chosen[rows] + offsets).view(-1)
+            query = (columns + offsets).view(-1)
+            place = search_sorted(chosen, query).clamp_(max=chosen.numel() - 1)
+            member = (chosen.index_select(0, place) == query).view(columns.shape)
             passed_on = (magnitude > level) | ((magnitude == level) & member)
             # What stays of an entry sent on: nothing, or what quantization took off it.
             if self.lost is None:
                 self.new_values[rows] = seen.masked_fill_(passed_on, 0.0)
             else:
-                stays = self.lost[rows].gather(1, place)
+                stays = self.lost[rows].reshape(-1).index_select(0, place).view(columns.shape)
                 self.new_values[rows] = torch.where(passed_on, stays, seen)
 
     def write_result(self, first: int, held: int, columns, values) -> None:

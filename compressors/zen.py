@@ -95,6 +95,12 @@ def _from_bytes(body: torch.Tensor, coder) -> torch.Tensor:
     return body if coder.recv_dtype == torch.uint8 else body.view(coder.recv_dtype)
 
 
+def _span(counts: list, index: int) -> slice:
+    """Return the slice of part ``index`` in a tensor of parts of sizes ``counts``, in order."""
+    start = sum(counts[:index])
+    return slice(start, start + counts[index])
+
+
 def unpack_bits(words: torch.Tensor, length: int) -> torch.Tensor:
     """Return the positions (int64, ascending) of the set bits of a :func:`pack_bits` bitmap."""
     shifts = torch.arange(8, dtype=torch.uint8, device=words.device)
@@ -162,20 +168,45 @@ class Zen(Synchronizer):
         self._bitmaps = 0
         with timer("select"):
             chosen, values = self.selector.take(accumulated, self.k, addend=grad, key="accumulated")
-            parts = self._split_by_owner(chosen, values)
+            chosen, values, owners, counts = self._sort_by_owner(chosen, values)
             if compact:
+                parts = list(zip(torch.split(chosen, counts), torch.split(values, counts)))
                 for owner in range(size):
                     if owner != self.rank:
                         indices, sent = parts[owner][0], self.codec.quantize(parts[owner][1])
                         put_(accumulated, indices, parts[owner][1] - sent)  # the wire's loss
                         parts[owner] = (indices, sent)
-        held = self._push(parts, device, timer)
+                messages = [self.codec.encode([part], with_counts=False) for part in parts]
+            elif size > 1:
+                messages = self._push_messages(chosen, values, owners, counts)
+            else:
+                messages = []
+        own = _span(counts, self.rank)
+        held = self._push(messages, device, timer)
         with timer("accumulate"):
             result = self._new_result(device)
-            for source in range(size):  # rank order: the same float32 sums wherever summed
-                indices, part_values = held[source]
-                result.index_add_(0, indices, part_values)
-            union = torch.unique(torch.cat([held[source][0] for source in range(size)]))
+            if size == 1:
+                pieces = [(chosen, values)]
+            elif compact:  # the own part did not travel: it is not quantized
+                pieces = [
+                    (chosen[own], values[own])
+                    if source == self.rank
+                    else self.codec.decode_one(held[source])
+                    for source in range(size)
+                ]
+            else:
+                arrived = [messages[s] if s == self.rank else held[s] for s in range(size)]
+                pieces = [self.codec.decode_joined(arrived)]
+            everything = torch.cat([indices.long() for indices, _ in pieces])
+            if device.type == "cpu":  # one pass, in rank order: the same float32 sums
+                result.index_add_(0, everything, torch.cat([v for _, v in pieces]))
+            else:  # atomics: one source at a time, each free of duplicates
+                if not compact and size > 1:  # the sources' lists again
+                    sizes = [message.numel() // 2 for message in arrived]
+                    pieces = list(zip(*(torch.split(t, sizes) for t in pieces[0])))
+                for indices, part_values in pieces:
+                    result.index_add_(0, indices.long(), part_values)
+            union = torch.unique(everything)
             sums = result.index_select(0, union)
             if compact:
                 sent = self.codec.quantize(sums)
@@ -184,61 +215,74 @@ class Zen(Synchronizer):
             partitions = {self.rank: (union, sums)}
             if size > 1:
                 blob = self._encode(self.rank, union, sums)
+                self._bitmaps += blob[0][0] == BITMAP
         if size > 1:
             partitions.update(self._pull(blob, device, timer))
         with timer("accumulate"):
-            nnz = total = 0
-            for indices, sums in partitions.values():
-                average = sums / size
-                put_(result, indices.long(), average)
-                nnz += int(torch.count_nonzero(average))
-                total += indices.numel()
-        self._nnz = nnz
-        self._counts = {"union": total, "bitmaps": self._bitmaps}
+            indices = torch.cat([part[0].long() for part in partitions.values()])
+            averages = torch.cat([part[1] for part in partitions.values()]) / size
+            put_(result, indices, averages)
+        self._nnz = averages
+        self._counts = {"union": indices.numel(), "bitmaps": self._bitmaps}
         return result, accumulated
 
-    def _split_by_owner(self, chosen: torch.Tensor, values: torch.Tensor) -> list:
-        """Return this rank's selection split by owner: P (int64 indices, values), ascending."""
+    def _sort_by_owner(self, chosen: torch.Tensor, values: torch.Tensor) -> tuple:
+        """Return this rank's selection ordered by owner, the entries' owners and P counts.
+
+        Within an owner the entries stay ascending. One host read: the counts, which size the
+        messages.
+        """
         if self.size == 1:
-            return [(chosen, values)]
+            return chosen, values, torch.zeros_like(chosen), [chosen.numel()]
         owners = hash_owner(chosen, self.size)
         order = torch.argsort(owners, stable=True)
         counts = torch.bincount(owners, minlength=self.size).tolist()
-        return list(
-            zip(
-                torch.split(chosen[order], counts),
-                torch.split(values.index_select(0, order), counts),
-            )
-        )
+        pick = lambda tensor: tensor.index_select(0, order)  # noqa: E731
+        return pick(chosen), pick(values), pick(owners), counts
 
-    def _push(self, parts: list, device: torch.device, timer) -> dict:
-        """Send each part to its owner (rotation); return {source: (int64 indices, values)}."""
-        held = {self.rank: parts[self.rank]}
-        coder = self.codec
+    def _push_messages(
+        self, chosen: torch.Tensor, values: torch.Tensor, owners: torch.Tensor, counts: list
+    ) -> list:
+        """Return the P fp32 push messages ``indices | value bits``, as views of one buffer.
 
-        def produce(step):
-            return coder.encode([parts[step.send_items[0]]], with_counts=False)
+        Entry j of the owner-ordered selection, owner o's q-th, goes to word 2 s_o + q and its
+        value to 2 s_o + c_o + q (s_o: the entries before owner o, c_o: owner o's): two writes
+        for all owners.
+        """
+        device = values.device
+        starts = [0]
+        for count in counts:
+            starts.append(starts[-1] + count)
+        table = torch.tensor([starts[:-1], starts[1:]], dtype=torch.int64).to(device)
+        at = torch.arange(chosen.numel(), device=device) + table[:, owners]
+        buffer = torch.empty(2 * chosen.numel(), dtype=torch.int32, device=device)
+        buffer[at[0]] = chosen.to(torch.int32)
+        buffer.view(torch.float32)[at[1]] = values
+        return [buffer[2 * starts[o] : 2 * starts[o + 1]] for o in range(self.size)]
+
+    def _push(self, messages: list, device: torch.device, timer) -> dict:
+        """Send each owner its message (rotation); return {source: message received}."""
+        held = {}
 
         def consume(step, message):
-            indices, values = coder.decode_one(message)
-            held[step.recv_from] = (indices.long(), values)
+            held[step.recv_from] = message
 
         run_schedule(
             self.transport,
             self.push_steps,
-            produce,
+            lambda step: messages[step.send_items[0]],
             consume,
             device,
             timer,
-            dtype=coder.recv_dtype,
+            dtype=self.codec.recv_dtype,
         )
         return held
 
-    def _encode(self, owner: int, union: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:
-        """Return owner ``owner``'s partition as one blob of int32 words (module docstring, 5).
+    def _encode(self, owner: int, union: torch.Tensor, sums: torch.Tensor) -> tuple:
+        """Return owner ``owner``'s partition as ``((form, count, bytes), body)``.
 
-        ``[form, count, bytes] | body``, the body padded to whole words: a list, the codec's
-        one-list message of (U_r, s); a bitmap, its words and then the codec's values of s.
+        As in the module docstring, 5: the body int32 words, padded; a list, the codec's one-list
+        message of (U_r, s); a bitmap, its words and then the codec's values of s.
         """
         owned = self.owned(union.device)[owner]
         count = union.numel()
@@ -252,52 +296,95 @@ class Zen(Synchronizer):
             body = torch.cat([bitmap, _as_bytes(self.codec.encode_values([sums]))])
         else:
             body = listed
-        self._bitmaps += form == BITMAP
         length = body.numel()
         padding = -length % 4
         if padding:
             body = torch.cat([body, body.new_zeros(padding)])
-        head = torch.tensor([form, count, length], dtype=torch.int32, device=union.device)
-        return torch.cat([head, body.view(torch.int32)])
+        return (form, count, length), body.view(torch.int32)
 
-    def _decode(self, owner: int, blob: torch.Tensor) -> tuple:
-        """Return (int32 indices, float32 sums) of owner ``owner``'s blob.
+    def _decode(self, blobs: dict) -> dict:
+        """Return the other owners' ``blobs`` as ``{key: (indices, sums)}``.
+
+        The lists are decoded together (key ``"listed"``), and so are all bitmaps (key
+        ``"bitmaps"``): one read of their set bits for the call.
 
         Raises:
-            RuntimeError: the blob does not fit its header.
+            RuntimeError: a blob does not fit its header.
         """
-        owned = self.owned(blob.device)[owner]
-        form, count, length = blob[:_HEADER].tolist()
-        self._bitmaps += form == BITMAP
-        body = blob[_HEADER:].view(torch.uint8)[:length]
-        if form == BITMAP:
-            width = 4 * bitmap_words(owned.numel())
-            indices = owned.index_select(
-                0, unpack_bits(body[:width].view(torch.int32), owned.numel())
-            )
-            if indices.numel() != count:
-                raise RuntimeError(f"malformed partition of owner {owner}: {count} entries")
-            return indices, self.codec.decode_values(
-                _from_bytes(body[width:], self.codec), [count]
-            )[0]
-        indices, sums = self.codec.decode_one(_from_bytes(body, self.codec))
-        if indices.numel() != count:
-            raise RuntimeError(f"malformed partition of owner {owner}: {count} entries")
-        return indices, sums
+        device = next(iter(blobs.values()))[1].device
+        partitions, bitmaps, listed = {}, [], []
+        for owner, ((form, _, _), _) in blobs.items():
+            if owner != self.rank:
+                self._bitmaps += form == BITMAP
+                (bitmaps if form == BITMAP else listed).append(owner)
+        if listed:  # the lists, decoded together
+            bodies = [
+                _from_bytes(blobs[owner][1].view(torch.uint8)[: blobs[owner][0][2]], self.codec)
+                for owner in listed
+            ]
+            counts = [blobs[owner][0][1] for owner in listed]
+            indices, sums = self.codec.decode_joined(bodies)
+            if indices.numel() != sum(counts):
+                raise RuntimeError(f"malformed partitions of owners {listed}")
+            partitions["listed"] = (indices, sums)
+        if bitmaps:
+            owned = self.owned(device)
+            widths = [4 * bitmap_words(owned[owner].numel()) for owner in bitmaps]
+            words = torch.cat([blobs[o][1][: w // 4] for o, w in zip(bitmaps, widths)])
+            padded = torch.cat([self.padded_owned(device)[owner] for owner in bitmaps])
+            indices = padded.index_select(0, unpack_bits(words, 32 * words.numel()))
+            counts = [blobs[owner][0][1] for owner in bitmaps]
+            if indices.numel() != sum(counts):
+                raise RuntimeError(f"malformed partitions of owners {bitmaps}")
+            if self.codec.compact:
+                sums = torch.cat(
+                    [
+                        self.codec.decode_values(
+                            blobs[o][1].view(torch.uint8)[w : blobs[o][0][2]], [count]
+                        )[0]
+                        for o, w, count in zip(bitmaps, widths, counts)
+                    ]
+                )
+            else:  # the values' words follow the bitmap's
+                sums = torch.cat(
+                    [blobs[o][1][w // 4 : blobs[o][0][2] // 4] for o, w in zip(bitmaps, widths)]
+                ).view(torch.float32)
+                if sums.numel() != indices.numel():
+                    raise RuntimeError(f"malformed partitions of owners {bitmaps}")
+            partitions["bitmaps"] = (indices, sums)
+        return partitions
 
-    def _pull(self, blob: torch.Tensor, device: torch.device, timer) -> dict:
-        """All-gather the partitions' blobs (Bruck); return {owner: (indices, sums)} of others."""
+    def padded_owned(self, device: torch.device) -> tuple:
+        """Return L_0, ..., L_(P-1), each padded with zeros to whole bitmap words, cached."""
+        key = ("padded", str(device))
+        if key not in self._lists:
+            self._lists[key] = tuple(
+                torch.cat([part, part.new_zeros(32 * bitmap_words(part.numel()) - part.numel())])
+                for part in self.owned(device)
+            )
+        return self._lists[key]
+
+    def _pull(self, blob: tuple, device: torch.device, timer) -> dict:
+        """All-gather the partitions' blobs (Bruck); return {owner: (indices, sums)} of others.
+
+        A message is the headers of its blobs, ``[form, count, bytes]`` each, then their
+        bodies: one read of the headers per step.
+        """
         blobs = {self.rank: blob}
 
         def produce(step):
-            return torch.cat([blobs[item] for item in step.send_items])
+            items = [blobs[item] for item in step.send_items]
+            head = torch.tensor([word for header, _ in items for word in header], dtype=torch.int32)
+            return torch.cat([head.to(device), *[body for _, body in items]])
 
         def consume(step, message):
-            start = 0
-            for item in step.recv_items:
-                length = int(message[start + _HEADER - 1])
-                end = start + _HEADER + (length + 3) // 4
-                blobs[item] = message[start:end]
+            head = _HEADER * len(step.recv_items)
+            headers = message[:head].tolist()
+            start = head
+            for number, item in enumerate(step.recv_items):
+                header = tuple(headers[_HEADER * number : _HEADER * number + _HEADER])
+                end = start + (header[2] + 3) // 4
+                blobs[item] = header, message[start:end]
                 start = end
             if start != message.numel():
                 raise RuntimeError(f"malformed pull message: {message.numel()} words")
@@ -306,14 +393,11 @@ class Zen(Synchronizer):
             self.transport, self.pull_steps, produce, consume, device, timer, dtype=torch.int32
         )
         with timer("accumulate"):
-            return {
-                owner: self._decode(owner, blobs[owner])
-                for owner in range(self.size)
-                if owner != self.rank
-            }
+            return self._decode(blobs)
 
     def _count_nonzero(self, result):
-        return self._nnz
+        """The non-zeros of the call's U entries, counted only if ``count_nnz``."""
+        return int(torch.count_nonzero(self._nnz)) if self.count_nnz else None
 
     def _after_call(self) -> None:
         if self.calls > self.dense_warmup:

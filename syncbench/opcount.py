@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 #: ATen operations whose output's size (or a host value) comes from the data: a host sync on a GPU.
@@ -32,11 +33,8 @@ DATA_DEPENDENT = frozenset(
 )
 
 
-class OperationCounter(TorchDispatchMode):
-    """Counts the ATen operations dispatched on this thread while active, by name.
-
-    Boolean-mask indexing (``x[mask]``, ``x[mask] = v``) counts as data-dependent too.
-    """
+class _Dispatched(TorchDispatchMode):
+    """Counts the ATen operations dispatched on this thread, by name, and boolean masks."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -53,15 +51,53 @@ class OperationCounter(TorchDispatchMode):
             self.masked += 1
         return func(*args, **(kwargs or {}))
 
+
+class _ListReads(TorchFunctionMode):
+    """Counts ``Tensor.tolist`` calls, which dispatch no ATen operation on the CPU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.tolist:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+class OperationCounter:
+    """Counts the torch operations run on this thread while the ``with`` block runs.
+
+    ``total``: the ATen operations dispatched (views and slices included, as the dispatcher
+    sees them). ``data_dependent``: those whose result's size or value reaches the host
+    (:data:`DATA_DEPENDENT`, boolean-mask indexing, ``tolist``).
+    """
+
+    def __enter__(self) -> OperationCounter:
+        self._reads, self._dispatched = _ListReads(), _Dispatched()
+        self._reads.__enter__()
+        self._dispatched.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._dispatched.__exit__(*exc)
+        self._reads.__exit__(*exc)
+
+    @property
+    def counts(self) -> collections.Counter:
+        """The dispatched operations by name."""
+        return self._dispatched.counts
+
     @property
     def total(self) -> int:
-        """All operations counted."""
+        """All operations dispatched."""
         return sum(self.counts.values())
 
     @property
     def data_dependent(self) -> int:
         """The operations whose result's size or value reaches the host."""
-        return sum(self.counts[name] for name in DATA_DEPENDENT) + self.masked
+        names = sum(self.counts[name] for name in DATA_DEPENDENT)
+        return names + self._dispatched.masked + self._reads.count
 
 
 def count_call(sync, grad: torch.Tensor) -> dict:

@@ -11,7 +11,7 @@
 - :mod:`.transports`: MPI, torch.distributed and in-process transports.
 """
 
-from .engine import PhaseTimer, allgather_lists, pack, run_schedule, unpack
+from .engine import PhaseTimer, allgather_joined, allgather_lists, pack, run_schedule, unpack
 from .gather import bruck_allgather_schedule
 from .halving import recursive_halving_schedule
 from .regions import RegionReducer, run_windowed
@@ -32,6 +32,7 @@ __all__ = [
     "recursive_halving_schedule",
     "run_schedule",
     "allgather_lists",
+    "allgather_joined",
     "pack",
     "unpack",
     "PhaseTimer",

@@ -153,3 +153,66 @@ def allgather_lists(
         coder.recv_dtype,
     )
     return held
+
+
+def allgather_joined(
+    transport: Transport,
+    steps: Sequence[Step],
+    own: SparseList,
+    fixed_size: int | None,
+    timer: PhaseTimer | None = None,
+    wire: str = "fp32",
+) -> tuple:
+    """All-gather sparse lists along a Bruck schedule, joined in item order.
+
+    As :func:`allgather_lists` with ``own_item`` this rank's position, but the lists are kept
+    joined: ``(indices, values, sizes)``, the items' lists one after another in item order
+    0, 1, ... and their lengths. At fp32 each step costs a fixed number of operations (its
+    message is a prefix of the lists held so far, in the order the schedule holds them: this
+    rank's item first), and a call one host read per step where sizes vary (the counts).
+    """
+    coder = codec(wire)
+    if coder.compact:
+        position = steps[0].send_items[0] if steps else 0
+        held = allgather_lists(transport, steps, position, own, fixed_size, timer, wire=wire)
+        lists = [held[item] for item in sorted(held)]
+        return (
+            torch.cat([i.to(torch.int32) for i, _ in lists]),
+            torch.cat([v for _, v in lists]),
+            [v.numel() for _, v in lists],
+        )
+    joined_indices, joined_values = own[0].to(torch.int32), own[1]
+    sizes = [own[1].numel()]  # in the order held: this rank's item, then item + 1, ...
+
+    def produce(step: Step) -> torch.Tensor:
+        count = len(step.send_items)
+        total = sum(sizes[:count])
+        body = [joined_indices[:total], joined_values[:total].view(torch.int32)]
+        if fixed_size is None:
+            body.insert(0, torch.tensor(sizes[:count], dtype=torch.int32).to(joined_values.device))
+        return torch.cat(body)
+
+    def consume(step: Step, message: torch.Tensor) -> None:
+        nonlocal joined_indices, joined_values
+        count = len(step.recv_items)
+        if fixed_size is None:
+            counts, body = message[:count].tolist(), message[count:]
+        else:
+            counts, body = [fixed_size] * count, message
+        total = sum(counts)
+        if body.numel() != 2 * total:
+            raise RuntimeError(f"malformed message: {body.numel()} words for {total} entries")
+        joined_indices = torch.cat([joined_indices, body[:total]])
+        joined_values = torch.cat([joined_values, body[total:].view(torch.float32)])
+        sizes.extend(counts)
+
+    run_schedule(transport, steps, produce, consume, own[1].device, timer, dtype=coder.recv_dtype)
+    # Held order is item order rotated by this rank's position: rotate back.
+    position = steps[0].send_items[0] if steps else 0
+    split = len(sizes) - position
+    cut = sum(sizes[:split])
+    return (
+        torch.cat([joined_indices[cut:], joined_indices[:cut]]),
+        torch.cat([joined_values[cut:], joined_values[:cut]]),
+        sizes[split:] + sizes[:split],
+    )

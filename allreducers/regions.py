@@ -100,29 +100,26 @@ class RegionReducer:
                 indices, torch.tensor(boundaries, dtype=indices.dtype, device=indices.device)
             ).tolist()
             sums, present = self._buffers(end - start, device)
-            own = slice(positions[self.rank], positions[self.rank + 1])
-            self._add(sums, present, indices[own] - start, values[own])
+        counts = [b - a for a, b in zip(positions[:-1], positions[1:])]
         self.lost = torch.zeros_like(values) if coder.compact else None
-
-        def produce(step):
-            region = step.send_items[0]
-            part = slice(positions[region], positions[region + 1])
-            sent = values[part]
-            if coder.compact:
-                quantized = coder.quantize(sent)
-                torch.sub(sent, quantized, out=self.lost[part])
-                sent = quantized
-            return coder.encode([(indices[part], sent)], with_counts=False)
+        if coder.compact:  # each region's list quantized as its owner decodes it
+            sent = values.clone()
+            for region in range(self.size):
+                if region != self.rank:
+                    part = slice(positions[region], positions[region + 1])
+                    sent[part] = coder.quantize(values[part])
+            torch.sub(values, sent, out=self.lost)
+            values = sent
+        messages = coder.encode_parts(indices, values, counts)
+        received = {self.rank: messages[self.rank]}
 
         def consume(step, message):
-            with timer("accumulate"):
-                received, received_values = coder.decode_one(message)
-                self._add(sums, present, received.long() - start, received_values)
+            received[step.recv_from] = message
 
         run_windowed(
             self.transport,
             self.steps,
-            produce,
+            lambda step: messages[step.send_items[0]],
             consume,
             device,
             timer,
@@ -130,6 +127,23 @@ class RegionReducer:
             coder.recv_dtype,
         )
         with timer("accumulate"):
+            # The own entries first, then the received ones in step order.
+            order = [self.rank] + [step.recv_from for step in self.steps]
+            if coder.compact:  # the own region's values did not travel: as they are
+                own = slice(positions[self.rank], positions[self.rank + 1])
+                pieces = [(indices[own], values[own])]
+                pieces += [coder.decode_one(received[source]) for source in order[1:]]
+            else:
+                pieces = [coder.decode_joined([received[source] for source in order])]
+            if device.type == "cpu":  # adds in order: the same float32 sums
+                local = torch.cat([i.long() for i, _ in pieces]) - start
+                self._add(sums, present, local, torch.cat([v for _, v in pieces]))
+            else:  # atomics: one source at a time, each free of duplicates
+                if not coder.compact:
+                    sizes = [received[source].numel() // 2 for source in order]
+                    pieces = list(zip(*(torch.split(t, sizes) for t in pieces[0])))
+                for piece_indices, piece_values in pieces:
+                    self._add(sums, present, piece_indices.long() - start, piece_values)
             if device.type == "cpu":
                 local = torch.from_numpy(np.flatnonzero(present.numpy()))
             else:

@@ -224,6 +224,30 @@ class Codec:
             return message[:count], message[count:].view(torch.float32)
         return self.decode(message, 1)[0]
 
+    def encode_parts(self, indices: torch.Tensor, values: torch.Tensor, counts: Sequence[int]):
+        """Return one one-list message per part of consecutive entries of sizes ``counts``.
+
+        Part p is entries ``sum(counts[:p]) ..`` of ``(indices, values)``; its message is what
+        :meth:`encode` makes of that list without counts. At fp32 the messages are views of one
+        buffer written in two operations, whatever the number of parts.
+        """
+        bounds = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+        if self.compact:
+            return [
+                self.encode([(indices[a:b], values[a:b])], with_counts=False)
+                for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())
+            ]
+        device = values.device
+        part = np.repeat(np.arange(len(counts)), counts)
+        # Entry j of part p: its index word at 2 s_p + (j - s_p), its value word c_p later.
+        first = torch.from_numpy(bounds[:-1][part]).to(device)
+        width = torch.from_numpy(np.asarray(counts, dtype=np.int64)[part]).to(device)
+        at = torch.arange(values.numel(), device=device) + first
+        buffer = torch.empty(2 * values.numel(), dtype=torch.int32, device=device)
+        buffer[at] = indices.to(torch.int32)
+        buffer.view(torch.float32)[at + width] = values
+        return [buffer[2 * a : 2 * b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+
     def decode_joined(self, messages: Sequence[torch.Tensor]) -> tuple:
         """Return the lists of one-list ``messages`` (:meth:`decode_one`), joined in order.
 

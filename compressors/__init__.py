@@ -190,28 +190,22 @@ def create(name: str, comm, numel: int, density: float = 0.01, **method_options)
     ``allreducers.transports.local_group(P)``). Unknown names, densities outside (0, 1] and
     unknown or invalid options raise ``ValueError`` naming the valid choices.
     """
-    from allreducers.transports import as_transport
-
-    from .agreement import check_agreement
-
-    comm = as_transport(comm)
-    # First, before any check that could fail on some ranks only: the same settings everywhere.
-    check_agreement(
-        comm,
-        {
-            "method": name,
-            "numel": numel,
-            "density": density,
-            "options": sorted((key, normal_value(value)) for key, value in method_options.items()),
-        },
-    )
     cls = resolve(name)
     check_density(density)
     valid = options(name)
     unknown = sorted(set(method_options) - set(valid))
     if unknown:
         raise ValueError(f"unknown option(s) {unknown} for {name!r}; valid: {', '.join(valid)}")
-    return cls(comm, numel=numel, density=density, **method_options)
+    sync = cls(comm, numel=numel, density=density, **method_options)
+    # What every rank must share: compared in one small collective at the first call
+    # (compressors.agreement), so that ranks that differ get one clear error each.
+    sync.agreement = {
+        "method": name,
+        "numel": numel,
+        "density": density,
+        "options": sorted((key, normal_value(value)) for key, value in method_options.items()),
+    }
+    return sync
 
 
 from . import dense, gaussiank, gtopk, oktopk, spardl, topk, topkdsa, zen  # noqa: E402,F401 - the methods register themselves on import, after register exists

@@ -1,10 +1,11 @@
-"""One small collective at creation: every rank must build the same synchronizer.
+"""One small collective at the first call: every rank must have built the same synchronizer.
 
 Fixed message sizes follow from the configuration, so ranks with different settings would
 exchange messages of different sizes: at best an abort deep inside a call, at worst results of
 different lengths on different ranks. :func:`check_agreement` compares the settings of all ranks
 in one all-reduce of P x S numbers and raises the same ``ValueError`` on every rank, naming the
-setting and the ranks that differ.
+setting and the ranks that differ. ``compressors.create`` records the settings and the first
+``allreduce`` (or SparDL's ``choose``) compares them, so creating a synchronizer stays local.
 """
 
 from __future__ import annotations

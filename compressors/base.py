@@ -17,6 +17,7 @@ import torch
 from allreducers import PhaseTimer, check_wire, codec
 from allreducers.transports import Transport, as_transport
 
+from .agreement import check_agreement
 from .sparse_ops import budget, count_nonzero, zero_
 
 
@@ -134,6 +135,9 @@ class Synchronizer(abc.ABC):
         self.dense_warmup = check_int("dense_warmup", dense_warmup, minimum=0)
         self.calls = 0
         self.count_nnz = True
+        #: Settings every rank must share (``compressors.create`` sets them), compared with the
+        #: other ranks' in one small collective at the first call; ``None``: nothing to check.
+        self.agreement = None
         self._residual = torch.zeros(numel)
         self._out = None
         self.stats: dict = {
@@ -176,6 +180,7 @@ class Synchronizer(abc.ABC):
                 residual holds NaN or inf.
         """
         self._check_gradient(grad)
+        self.check_agreement()
         grad = grad.detach()  # a tensor that requires grad is read as data: no graph, no history
         if out is not None:
             self._check_gradient(out, "out")
@@ -218,6 +223,16 @@ class Synchronizer(abc.ABC):
         }
         self._after_call()
         return result
+
+    def check_agreement(self) -> None:
+        """Compare :attr:`agreement` with every other rank's, once (a collective).
+
+        Raises:
+            ValueError: the ranks differ, on every rank, naming the setting and the ranks.
+        """
+        if self.agreement is not None:
+            settings, self.agreement = self.agreement, None
+            check_agreement(self.transport, settings)
 
     @abc.abstractmethod
     def _synchronize(self, accumulated: torch.Tensor, timer: PhaseTimer):

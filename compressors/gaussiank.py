@@ -25,13 +25,13 @@ import statistics
 
 import torch
 
-from allreducers import allgather_lists, bruck_allgather_schedule
+from allreducers import allgather_joined, bruck_allgather_schedule
 
 from . import register
 from .base import Synchronizer, check_int
 from .oktopk import _TINY, check_scale
 from .selection import Selector
-from .sparse_ops import budget, entries_at_least, put_, scatter_average_in_order
+from .sparse_ops import budget, entries_at_least, put_, scatter_average_joined
 
 
 @register(
@@ -81,18 +81,12 @@ class GaussianK(Synchronizer):
                 values = sent
             else:
                 put_(accumulated, chosen, 0.0)
-        lists = allgather_lists(
-            self.transport,
-            self.gather_steps,
-            self.rank,
-            (chosen, values),
-            None,
-            timer,
-            wire=self.wire,
+        indices, values, sizes = allgather_joined(
+            self.transport, self.gather_steps, (chosen, values), None, timer, wire=self.wire
         )
         with timer("accumulate"):
             result = self._new_result(accumulated.device)
-            scatter_average_in_order(result, [lists[rank] for rank in range(self.size)], self.size)
+            scatter_average_joined(result, indices, values, sizes, self.size)
         return result, accumulated
 
     def _select(self, accumulated) -> tuple:

@@ -51,7 +51,7 @@ import numbers
 
 import torch
 
-from allreducers import RegionReducer, allgather_lists, bruck_allgather_schedule
+from allreducers import RegionReducer, allgather_joined, bruck_allgather_schedule
 
 from . import register
 from .base import Synchronizer, check_int
@@ -185,7 +185,7 @@ class OkTopK(Synchronizer):
                 indices = indices.long()
                 kept = is_member(kept_indices, indices)
                 accumulated.index_add_(0, indices[kept], loss[kept])
-            self._nnz = int(torch.count_nonzero(kept_values))
+            self._nnz = kept_values
         self._counts = {"selected": count, "kept": kept_values.numel()}
         self.step += 1
         return result, accumulated
@@ -252,12 +252,9 @@ class OkTopK(Synchronizer):
                 sent = self.codec.quantize(own[1])
                 owned_loss.append((own[0], own[1] - sent))
                 own = (own[0], sent)
-        lists = allgather_lists(
-            self.transport, self.gather_steps, self.rank, own, None, timer, wire=self.wire
+        indices, values, _ = allgather_joined(
+            self.transport, self.gather_steps, own, None, timer, wire=self.wire
         )
-        with timer("accumulate"):
-            indices = torch.cat([lists[rank][0] for rank in range(self.size)])
-            values = torch.cat([lists[rank][1] for rank in range(self.size)])
         kept = values.numel()
         if exact and not self.everything:
             if kept > self.k:
@@ -274,7 +271,7 @@ class OkTopK(Synchronizer):
         return indices, values
 
     def _count_nonzero(self, result):
-        return self._nnz
+        return int(torch.count_nonzero(self._nnz)) if self.count_nnz else None
 
     def _after_call(self) -> None:
         if self.calls > self.dense_warmup:

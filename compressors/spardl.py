@@ -312,6 +312,7 @@ class SparDL(Synchronizer):
         if not self._pending:
             return self.auto
         self._check_gradient(grad)
+        self.check_agreement()
 
         def build(candidate):
             sync = SparDL(

@@ -149,6 +149,25 @@ def is_member(sorted_set: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
     return sorted_set[position] == query
 
 
+def scatter_average_joined(
+    result: torch.Tensor,
+    indices: torch.Tensor,
+    values: torch.Tensor,
+    sizes: Sequence[int],
+    workers: int,
+) -> None:
+    """:func:`scatter_average_in_order` of lists given joined: ``sizes`` are their lengths.
+
+    On the CPU one ``index_add_`` over all of them (it adds in order: the same bits); on a GPU,
+    whose ``index_add_`` adds duplicates in any order, one list at a time.
+    """
+    if result.device.type == "cpu":
+        result.index_add_(0, indices.long(), values / workers)
+        return
+    pairs = zip(torch.split(indices.long(), list(sizes)), torch.split(values, list(sizes)))
+    scatter_average_in_order(result, list(pairs), workers)
+
+
 def scatter_average_in_order(result: torch.Tensor, lists: Sequence[tuple], workers: int) -> None:
     """Add the (indices, values) lists, each value divided by ``workers``, into ``result``.
 

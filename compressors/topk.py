@@ -15,12 +15,12 @@ One synchronization of worker w (Aji & Heafield 2017; the TopkA baseline of Ok-T
 
 from __future__ import annotations
 
-from allreducers import allgather_lists, bruck_allgather_schedule
+from allreducers import allgather_joined, bruck_allgather_schedule
 
 from . import register
 from .base import Synchronizer
 from .selection import Selector
-from .sparse_ops import budget, put_, scatter_average_in_order
+from .sparse_ops import budget, put_, scatter_average_joined
 
 
 @register("topk", "topkA", description="TopkA: local top-k, all-gather of indices and values, / P")
@@ -53,16 +53,10 @@ class TopK(Synchronizer):
                 sent = self.codec.quantize(values)
                 put_(accumulated, chosen, values - sent)  # what the wire removes stays
                 values = sent
-        lists = allgather_lists(
-            self.transport,
-            self.gather_steps,
-            self.rank,
-            (chosen, values),
-            self.k,
-            timer,
-            wire=self.wire,
+        indices, values, sizes = allgather_joined(
+            self.transport, self.gather_steps, (chosen, values), self.k, timer, wire=self.wire
         )
         with timer("accumulate"):
             result = self._new_result(accumulated.device)
-            scatter_average_in_order(result, [lists[rank] for rank in range(self.size)], self.size)
+            scatter_average_joined(result, indices, values, sizes, self.size)
         return result, accumulated

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from allreducers import RegionReducer, allgather_lists, bruck_allgather_schedule, run_schedule
+from allreducers import RegionReducer, allgather_joined, bruck_allgather_schedule, run_schedule
 
 from . import register
 from .base import Synchronizer
@@ -101,20 +101,12 @@ class TopkDSA(Synchronizer):
                     sent = self.codec.quantize(sums)
                     accumulated.index_add_(0, candidates.long(), sums - sent)
                     sums = sent
-            lists = allgather_lists(
-                self.transport,
-                self.gather_steps,
-                self.rank,
-                (candidates, sums),
-                None,
-                timer,
-                wire=self.wire,
+            indices, kept, _ = allgather_joined(
+                self.transport, self.gather_steps, (candidates, sums), None, timer, wire=self.wire
             )
             with timer("accumulate"):
-                indices = torch.cat([lists[rank][0] for rank in range(self.size)])
-                kept = torch.cat([lists[rank][1] for rank in range(self.size)])
                 put_(result, indices.long(), kept / self.size)
-                self._nnz = int(torch.count_nonzero(kept))
+                self._nnz = kept
         return result, accumulated
 
     def _gather_dense(self, result, timer) -> None:
@@ -176,4 +168,6 @@ class TopkDSA(Synchronizer):
         return [min(_PIECE, size - start) for start in range(0, size, _PIECE)]
 
     def _count_nonzero(self, result):
-        return super()._count_nonzero(result) if self._nnz is None else self._nnz
+        if self._nnz is None:  # dense: a pass over the result
+            return super()._count_nonzero(result)
+        return int(torch.count_nonzero(self._nnz)) if self.count_nnz else None

@@ -168,7 +168,7 @@ class Zen(Synchronizer):
         self._bitmaps = 0
         with timer("select"):
             chosen, values = self.selector.take(accumulated, self.k, addend=grad, key="accumulated")
-            chosen, values, owners, counts = self._sort_by_owner(chosen, values)
+            chosen, values, counts = self._sort_by_owner(chosen, values)
             if compact:
                 parts = list(zip(torch.split(chosen, counts), torch.split(values, counts)))
                 for owner in range(size):
@@ -178,7 +178,7 @@ class Zen(Synchronizer):
                         parts[owner] = (indices, sent)
                 messages = [self.codec.encode([part], with_counts=False) for part in parts]
             elif size > 1:
-                messages = self._push_messages(chosen, values, owners, counts)
+                messages = self.codec.encode_parts(chosen, values, counts)
             else:
                 messages = []
         own = _span(counts, self.rank)
@@ -227,38 +227,17 @@ class Zen(Synchronizer):
         return result, accumulated
 
     def _sort_by_owner(self, chosen: torch.Tensor, values: torch.Tensor) -> tuple:
-        """Return this rank's selection ordered by owner, the entries' owners and P counts.
+        """Return this rank's selection ordered by owner, and the P owners' counts.
 
         Within an owner the entries stay ascending. One host read: the counts, which size the
         messages.
         """
         if self.size == 1:
-            return chosen, values, torch.zeros_like(chosen), [chosen.numel()]
+            return chosen, values, [chosen.numel()]
         owners = hash_owner(chosen, self.size)
         order = torch.argsort(owners, stable=True)
         counts = torch.bincount(owners, minlength=self.size).tolist()
-        pick = lambda tensor: tensor.index_select(0, order)  # noqa: E731
-        return pick(chosen), pick(values), pick(owners), counts
-
-    def _push_messages(
-        self, chosen: torch.Tensor, values: torch.Tensor, owners: torch.Tensor, counts: list
-    ) -> list:
-        """Return the P fp32 push messages ``indices | value bits``, as views of one buffer.
-
-        Entry j of the owner-ordered selection, owner o's q-th, goes to word 2 s_o + q and its
-        value to 2 s_o + c_o + q (s_o: the entries before owner o, c_o: owner o's): two writes
-        for all owners.
-        """
-        device = values.device
-        starts = [0]
-        for count in counts:
-            starts.append(starts[-1] + count)
-        table = torch.tensor([starts[:-1], starts[1:]], dtype=torch.int64).to(device)
-        at = torch.arange(chosen.numel(), device=device) + table[:, owners]
-        buffer = torch.empty(2 * chosen.numel(), dtype=torch.int32, device=device)
-        buffer[at[0]] = chosen.to(torch.int32)
-        buffer.view(torch.float32)[at[1]] = values
-        return [buffer[2 * starts[o] : 2 * starts[o + 1]] for o in range(self.size)]
+        return chosen.index_select(0, order), values.index_select(0, order), counts
 
     def _push(self, messages: list, device: torch.device, timer) -> dict:
         """Send each owner its message (rotation); return {source: message received}."""

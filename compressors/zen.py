@@ -15,14 +15,15 @@ synchronization of worker w among P:
    the sums s over U_r, the union of the indices it received (ascending). Nothing is selected
    again: every pushed value arrives in the sum.
 5. Pull (ceil(log2 P) rounds, Bruck all-gather of the P partitions): owner r encodes
-   (U_r, s) once as a blob of int32 words ``[form, count, bytes] | body``, the body padded to
-   whole words. A list (COO, form 0) is the codec's one-list message of (U_r, s): 2 words an
+   (U_r, s) once as a header ``[form, count, bytes]`` and a body of int32 words, padded to
+   whole words; a message carries the headers of its partitions first, then their bodies
+   (one read of the headers per step). A list (COO, form 0) is the codec's one-list message of (U_r, s): 2 words an
    entry at fp32. A bitmap (form 1) is ceil(|L_r| / 32) words over L_r, the indices of
    [0, n) that r owns in ascending order (bit j set where L_r[j] is in U_r), then the codec's
    values of s. With ``pull_index="auto"`` an owner sends the bitmap exactly when its bytes
    are fewer than the list's (at fp32: ceil(|L_r| / 32) < |U_r|, an aggregated density above
    about 1/32); the bit marks presence, so a sum that cancels to 0.0 is sent like any other.
-   Blobs are forwarded as they are. About (P-1)/P * (U + n/32) words per worker with bitmaps,
+   Partitions are forwarded as they are. About (P-1)/P * (U + n/32) words per worker with bitmaps,
    2U(P-1)/P with lists, U = sum_r |U_r| between k and min(n, P k).
 6. result = s / P at U_r for every r (every rank, owner included, divides the owner's sums):
    the same bits on every rank, U entries present. Nothing is lost: sum_w a_w = P * result +

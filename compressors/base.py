@@ -227,6 +227,9 @@ class Synchronizer(abc.ABC):
     def check_agreement(self) -> None:
         """Compare :attr:`agreement` with every other rank's, once (a collective).
 
+        The first :meth:`allreduce` does it, outside that call's ``stats`` (its bytes are not
+        counted there); calling it right after ``compressors.create`` does it at creation.
+
         Raises:
             ValueError: the ranks differ, on every rank, naming the setting and the ranks.
         """

@@ -77,6 +77,7 @@ def check(method, wire, numel, density, calls=3):
     transport = Counting(world)
     options = dict(OPTIONS.get(method, {}), wire=wire)
     sync = compressors.create(method, transport, numel=numel, density=density, **options)
+    sync.check_agreement()  # the ranks' one-time agreement, outside every call's stats
     for call in range(calls):
         rng = np.random.default_rng(1000 * call + numel)
         grads = torch.from_numpy(rng.standard_t(3, (workers, numel)).astype(np.float32))

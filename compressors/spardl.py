@@ -23,7 +23,7 @@ from allreducers import (
 from . import register
 from .base import Synchronizer
 from .selection import Selector
-from .sparse_ops import is_member, put_, search_sorted
+from .sparse_ops import flat_nonzero, is_member, put_, search_sorted
 from .teams import AUTO, Candidate, candidates, check_layout, probe, team_groups
 
 SAG_VARIANTS = ("bruck", "recursive")
@@ -812,13 +812,24 @@ class _Call:
             seen = self.work.index_select(0, flat.view(-1)).view(flat.shape)
             magnitude = seen.abs()
             level = self.levels[rows].view(-1, 1)
-            # Row r's columns + r * B ascend across the rows: one search for all of them.
+            passed_on = magnitude > level
+            tied = magnitude == level
+            # Row r's columns + r * B ascend across the rows: one search serves all of them.
             offsets = self.offsets[rows]
             chosen = (self.chosen[rows] + offsets).view(-1)
+            if self.lost is None and self.work.device.type == "cpu":
+                # Only entries at their row's level can be either: on the CPU, where a
+                # data-dependent size costs no wait, look up just those (usually a few).
+                at = flat_nonzero(tied.view(-1))
+                query = (columns.reshape(-1) + offsets.expand_as(columns).reshape(-1))[at]
+                place = search_sorted(chosen, query).clamp_(max=chosen.numel() - 1)
+                passed_on.view(-1)[at] = chosen[place] == query
+                self.new_values[rows] = seen.masked_fill_(passed_on, 0.0)
+                return
             query = (columns + offsets).view(-1)
             place = search_sorted(chosen, query).clamp_(max=chosen.numel() - 1)
             member = (chosen.index_select(0, place) == query).view(columns.shape)
-            passed_on = (magnitude > level) | ((magnitude == level) & member)
+            passed_on |= tied & member
             # What stays of an entry sent on: nothing, or what quantization took off it.
             if self.lost is None:
                 self.new_values[rows] = seen.masked_fill_(passed_on, 0.0)

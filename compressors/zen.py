@@ -17,14 +17,15 @@ synchronization of worker w among P:
 5. Pull (ceil(log2 P) rounds, Bruck all-gather of the P partitions): owner r encodes
    (U_r, s) once as a header ``[form, count, bytes]`` and a body of int32 words, padded to
    whole words; a message carries the headers of its partitions first, then their bodies
-   (one read of the headers per step). A list (COO, form 0) is the codec's one-list message of (U_r, s): 2 words an
-   entry at fp32. A bitmap (form 1) is ceil(|L_r| / 32) words over L_r, the indices of
-   [0, n) that r owns in ascending order (bit j set where L_r[j] is in U_r), then the codec's
-   values of s. With ``pull_index="auto"`` an owner sends the bitmap exactly when its bytes
-   are fewer than the list's (at fp32: ceil(|L_r| / 32) < |U_r|, an aggregated density above
-   about 1/32); the bit marks presence, so a sum that cancels to 0.0 is sent like any other.
-   Partitions are forwarded as they are. About (P-1)/P * (U + n/32) words per worker with bitmaps,
-   2U(P-1)/P with lists, U = sum_r |U_r| between k and min(n, P k).
+   (one read of the headers per step). A list (COO, form 0) is the codec's one-list message
+   of (U_r, s): 2 words an entry at fp32. A bitmap (form 1) is ceil(|L_r| / 32) words over
+   L_r, the indices of [0, n) that r owns in ascending order (bit j set where L_r[j] is in
+   U_r), then the codec's values of s. With ``pull_index="auto"`` an owner sends the bitmap
+   exactly when its bytes are fewer than the list's (at fp32: ceil(|L_r| / 32) < |U_r|, an
+   aggregated density above about 1/32); the bit marks presence, so a sum that cancels to 0.0
+   is sent like any other. Partitions are forwarded as they are. About (P-1)/P * (U + n/32)
+   words per worker with bitmaps, 2U(P-1)/P with lists, U = sum_r |U_r| between k and
+   min(n, P k).
 6. result = s / P at U_r for every r (every rank, owner included, divides the owner's sums):
    the same bits on every rank, U entries present. Nothing is lost: sum_w a_w = P * result +
    sum_w residual_w.
@@ -311,7 +312,7 @@ class Zen(Synchronizer):
             owned = self.owned(device)
             widths = [4 * bitmap_words(owned[owner].numel()) for owner in bitmaps]
             words = torch.cat([blobs[o][1][: w // 4] for o, w in zip(bitmaps, widths)])
-            padded = torch.cat([self.padded_owned(device)[owner] for owner in bitmaps])
+            padded = self.joined_owned(device, tuple(bitmaps))
             indices = padded.index_select(0, unpack_bits(words, 32 * words.numel()))
             counts = [blobs[owner][0][1] for owner in bitmaps]
             if indices.numel() != sum(counts):
@@ -333,6 +334,19 @@ class Zen(Synchronizer):
                     raise RuntimeError(f"malformed partitions of owners {bitmaps}")
             partitions["bitmaps"] = (indices, sums)
         return partitions
+
+    def joined_owned(self, device: torch.device, owners: tuple) -> torch.Tensor:
+        """Return the padded L_r of ``owners`` joined (:meth:`padded_owned`).
+
+        Kept for the last set of owners asked for, usually the same call after call: a copy of
+        about n entries saved per call.
+        """
+        key = ("joined", str(device))
+        kept = self._lists.get(key)
+        if kept is None or kept[0] != owners:
+            padded = self.padded_owned(device)
+            kept = self._lists[key] = (owners, torch.cat([padded[owner] for owner in owners]))
+        return kept[1]
 
     def padded_owned(self, device: torch.device) -> tuple:
         """Return L_0, ..., L_(P-1), each padded with zeros to whole bitmap words, cached."""

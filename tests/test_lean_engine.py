@@ -95,3 +95,26 @@ def test_ranks_that_agree_build_as_before():
         )
     )
     assert sizes == [999, 999, 999]
+
+
+@pytest.mark.parametrize("method", ["zen", "oktopk", "topk"])
+def test_other_methods_grow_at_most_threefold_from_4_to_16_workers(method):
+    """Their per-peer loops are batched: from P = 4 to 16 (twice the rounds of a Bruck
+    all-gather, four times the peers) the operations at most triple."""
+    ops = {p: _count(method, p)["ops"] for p in (4, 16)}
+    assert ops[16] <= 3 * ops[4], ops
+
+
+def test_bench_count_ops_adds_the_counts_to_every_method_row(tmp_path):
+    import json
+
+    from entry_points import load_script
+
+    bench = load_script("bench_allreduce")
+    path = tmp_path / "rows.json"
+    argv = ["--replay", "2", "--numel", "600", "--methods", "spardl,zen", "--iters", "1"]
+    bench.main([*argv, "--warmup", "0", "--count-ops", "--json", str(path)])
+    rows = {row["method"]: row for row in json.loads(path.read_text())}
+    assert rows["spardl"]["ops"] > 0 and rows["spardl"]["data_dependent_ops"] == 0
+    assert rows["zen"]["ops"] > 0 and rows["zen"]["data_dependent_ops"] >= 1
+    assert "ops" not in rows["floor"]

@@ -49,6 +49,7 @@ def run_schedule(
     timer: PhaseTimer | None = None,
     meanwhile: Callable | None = None,
     dtype: torch.dtype = torch.int32,
+    recv_numel: Callable | None = None,
 ) -> None:
     """Run ``steps`` over ``transport``, one message out and one in per step.
 
@@ -66,6 +67,10 @@ def run_schedule(
         meanwhile: ``meanwhile(step)`` runs between the send and the receive: work that needs
             neither message then fills the time the received one takes to arrive.
         dtype: the dtype messages are received as (the codec's ``recv_dtype``).
+        recv_numel: ``recv_numel(step)``, the length of the message ``step`` receives, where
+            every rank knows it (fixed-size messages): the sends go ``sized`` and a transport
+            that frames messages sends no length (no read of it from a GPU). ``None``: any
+            length.
     """
     timer = timer if timer is not None else PhaseTimer()
     for number, step in enumerate(steps):
@@ -73,12 +78,14 @@ def run_schedule(
         if step.send_to is not None:
             message = produce(step)
             with timer("comm"):
-                handles.append(transport.isend(message, step.send_to, number))
+                sized = recv_numel is not None
+                handles.append(transport.isend(message, step.send_to, number, sized))
         if meanwhile is not None:
             meanwhile(step)
         if step.recv_from is not None:
+            numel = None if recv_numel is None else recv_numel(step)
             with timer("comm"):
-                received = transport.recv(step.recv_from, number, dtype, device)
+                received = transport.recv(step.recv_from, number, dtype, device, numel)
             consume(step, received)
         with timer("comm"):
             transport.waitall(handles)
@@ -206,7 +213,17 @@ def allgather_joined(
         joined_values = torch.cat([joined_values, body[total:].view(torch.float32)])
         sizes.extend(counts)
 
-    run_schedule(transport, steps, produce, consume, own[1].device, timer, dtype=coder.recv_dtype)
+    sized = None if fixed_size is None else lambda step: 2 * fixed_size * len(step.recv_items)
+    run_schedule(
+        transport,
+        steps,
+        produce,
+        consume,
+        own[1].device,
+        timer,
+        dtype=coder.recv_dtype,
+        recv_numel=sized,
+    )
     # Held order is item order rotated by this rank's position: rotate back.
     position = steps[0].send_items[0] if steps else 0
     split = len(sizes) - position

@@ -544,6 +544,7 @@ class _Call:
             self.work.device,
             timer,
             dtype=sync.codec.recv_dtype,
+            recv_numel=self.rows_numel(),
         )
         own = self.select_own_block()  # step 3
         if sync.teams > 1:  # step 4
@@ -556,6 +557,12 @@ class _Call:
             if self.shares and sync.residuals == "global":
                 _keep_shares(self.blocks[sync.position], own[0].long(), self.shares)
         return self.result
+
+    def rows_numel(self):
+        """The length of a message of k_b-entry lists, per step, where it is fixed (fp32)."""
+        if self.sync.codec.compact:
+            return None
+        return lambda step: 2 * self.sync.block_budget * len(step.recv_items)
 
     def rows(self, items) -> slice:
         """Return the rows of the blocks ``items``, which are consecutive rows."""
@@ -770,6 +777,7 @@ class _Call:
             # at least half of them, in a fixed number of operations.
             meanwhile=lambda step: step is sync.gather_steps[-1] and self.collect(held[0]),
             dtype=sync.codec.recv_dtype,
+            recv_numel=self.rows_numel(),
         )
         self.collect(sync.team_size)
 

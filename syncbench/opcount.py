@@ -11,6 +11,7 @@ grows with its rounds, not with P (docs/PERFORMANCE.md, "Operations per call").
 from __future__ import annotations
 
 import collections
+import warnings
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -103,12 +104,32 @@ class OperationCounter:
 def count_call(sync, grad: torch.Tensor) -> dict:
     """Run ``sync.allreduce(grad)`` once and return ``{"ops", "data_dependent_ops"}``.
 
+    With a CUDA ``grad`` also ``host_sync_ops``: the host synchronizations of the call
+    (``torch.cuda.set_sync_debug_mode``).
+
     A collective like the call itself: every rank calls it; each counts its own thread's
     operations.
     """
-    with OperationCounter() as counter:
-        sync.allreduce(grad)
-    return {"ops": counter.total, "data_dependent_ops": counter.data_dependent}
+    if not grad.is_cuda:
+        with OperationCounter() as counter:
+            sync.allreduce(grad)
+        return {"ops": counter.total, "data_dependent_ops": counter.data_dependent}
+    # On a GPU also the host synchronizations, as CUDA's sync debug mode reports them.
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with OperationCounter() as counter:
+                sync.allreduce(grad)
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    syncs = sum("synchroniz" in str(warning.message) for warning in caught)
+    return {
+        "ops": counter.total,
+        "data_dependent_ops": counter.data_dependent,
+        "host_sync_ops": syncs,
+    }
 
 
 def count_method(transport, name: str, numel: int, density: float, gradient, **options) -> dict:

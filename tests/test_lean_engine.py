@@ -118,3 +118,18 @@ def test_bench_count_ops_adds_the_counts_to_every_method_row(tmp_path):
     assert rows["spardl"]["ops"] > 0 and rows["spardl"]["data_dependent_ops"] == 0
     assert rows["zen"]["ops"] > 0 and rows["zen"]["data_dependent_ops"] >= 1
     assert "ops" not in rows["floor"]
+
+
+def test_a_sized_receive_refuses_a_message_of_another_length():
+    def body(transport):
+        peer = 1 - transport.rank
+        handle = transport.isend(torch.ones(3), peer, 0, sized=True)
+        try:
+            transport.recv(peer, 0, torch.float32, torch.device("cpu"), numel=4)
+        except RuntimeError as error:
+            return str(error)
+        finally:
+            transport.waitall([handle])
+
+    messages = local_group(2).run(body)
+    assert all("3 elements, expected 4" in m for m in messages), messages

@@ -59,20 +59,52 @@ class Transport(abc.ABC):
     def __init__(self) -> None:
         self.traffic = Traffic()
 
-    def isend(self, tensor: torch.Tensor, dest: int, tag: int):
+    def isend(self, tensor: torch.Tensor, dest: int, tag: int, sized: bool = False):
         """Start sending the contiguous 1-D ``tensor`` to ``dest``; return a handle.
 
         The buffer must stay untouched until :meth:`waitall` returns for the handle.
+        ``sized``: the receiver knows the length and passes it to :meth:`recv` (``numel``), so
+        a transport that must frame messages (torch.distributed) sends no length header and
+        its receiver reads none back from the device.
         """
         self.traffic.bytes_sent += tensor.numel() * tensor.element_size()
         self.traffic.messages += 1
+        if sized:
+            return self._isend_sized(tensor, dest, tag)
         return self._isend(tensor, dest, tag)
 
-    def recv(self, source: int, tag: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    def recv(
+        self,
+        source: int,
+        tag: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        numel: int | None = None,
+    ) -> torch.Tensor:
         """Receive one message from ``source`` as a new 1-D tensor of ``dtype`` on ``device``.
 
-        Its length is whatever was sent.
+        Its length is whatever was sent; ``numel``: the length the sender's ``isend`` promised
+        with ``sized`` (its sends and these receives must agree).
+
+        Raises:
+            RuntimeError: the message does not have ``numel`` elements.
         """
+        if numel is None:
+            return self._recv(source, tag, dtype, device)
+        message = self._recv_sized(source, tag, dtype, device, numel)
+        if message.numel() != numel:
+            raise RuntimeError(
+                f"malformed message from rank {source}: {message.numel()} elements, "
+                f"expected {numel}"
+            )
+        return message
+
+    def _isend_sized(self, tensor, dest, tag):
+        """Send a message whose length the receiver knows (default: as any other)."""
+        return self._isend(tensor, dest, tag)
+
+    def _recv_sized(self, source, tag, dtype, device, numel):
+        """Receive a message of known length ``numel`` (default: as any other)."""
         return self._recv(source, tag, dtype, device)
 
     def irecv(self, source: int, tag: int, dtype: torch.dtype, device: torch.device):

@@ -67,7 +67,7 @@ class RecordingTransport(Transport):
         events, self.events = self.events, []
         return events
 
-    def isend(self, tensor, dest, tag):
+    def isend(self, tensor, dest, tag, sized=False):
         """Log the send, then send as the base class does."""
         self.events.append(
             Event(
@@ -78,11 +78,11 @@ class RecordingTransport(Transport):
                 tensor.dtype,
             )
         )
-        return super().isend(tensor, dest, tag)
+        return super().isend(tensor, dest, tag, sized)
 
-    def recv(self, source, tag, dtype, device):
+    def recv(self, source, tag, dtype, device, numel=None):
         """Receive as the base class does, and log the message."""
-        return self._log_recv(super().recv(source, tag, dtype, device), source, dtype)
+        return self._log_recv(super().recv(source, tag, dtype, device, numel), source, dtype)
 
     def irecv(self, source, tag, dtype, device):
         """Start a receive; it is logged when :meth:`wait_recv` hands the message over."""
@@ -147,6 +147,12 @@ class RecordingTransport(Transport):
 
     def _recv(self, source, tag, dtype, device):
         return self.inner._recv(source, tag, dtype, device)
+
+    def _isend_sized(self, tensor, dest, tag):
+        return self.inner._isend_sized(tensor, dest, tag)
+
+    def _recv_sized(self, source, tag, dtype, device, numel):
+        return self.inner._recv_sized(source, tag, dtype, device, numel)
 
     def _waitall(self, handles):
         return self.inner._waitall(handles)

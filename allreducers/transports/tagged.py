@@ -81,14 +81,20 @@ class TaggedTransport(Transport):
             raise ValueError(f"tag {tag} outside this view's range 0..{self.stride - 1}")
         return self.offset + tag
 
-    def isend(self, tensor: torch.Tensor, dest: int, tag: int):
+    def isend(self, tensor: torch.Tensor, dest: int, tag: int, sized: bool = False):
         """Start sending ``tensor`` to ``dest`` with this view's ``tag``; return a handle.
 
         Raises:
             ValueError: ``tag`` is outside ``0 .. stride - 1`` (nothing is counted or sent).
         """
         self._tag(tag)
-        return super().isend(tensor, dest, tag)
+        return super().isend(tensor, dest, tag, sized)
+
+    def _isend_sized(self, tensor, dest, tag):
+        return self.base._isend_sized(tensor, dest, self._tag(tag))
+
+    def _recv_sized(self, source, tag, dtype, device, numel):
+        return self.base._recv_sized(source, self._tag(tag), dtype, device, numel)
 
     def _isend(self, tensor, dest, tag):
         return self.base._isend(tensor, dest, self._tag(tag))

@@ -45,6 +45,16 @@ class TorchDistributedTransport(Transport):
         ]
         return handles, header, tensor
 
+    def _isend_sized(self, tensor, dest, tag):
+        """No length header: the receiver knows the length (no read of it from the device)."""
+        handle = dist.isend(tensor, self._global[dest], group=self.group, tag=tag)
+        return [handle], None, tensor
+
+    def _recv_sized(self, source, tag, dtype, device, numel):
+        out = torch.empty(numel, dtype=dtype, device=device)
+        dist.recv(out, self._global[source], group=self.group, tag=tag)
+        return out
+
     def _recv(self, source, tag, dtype, device):
         peer = self._global[source]
         header = torch.empty(1, dtype=torch.int64, device=device)

@@ -11,6 +11,8 @@ error feedback means with momentum; how residuals follow their parameters when D
 buckets is there and in docs/DESIGN.md, section "The DDP communication hook".
 """
 
+from __future__ import annotations
+
 import numbers
 
 import torch

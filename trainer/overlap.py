@@ -9,6 +9,8 @@ docs/DESIGN.md, section "Overlap"); residuals belong to parameters, so checkpoin
 whatever the bucket layout.
 """
 
+from __future__ import annotations
+
 from compressors.buckets import GradientBuckets
 from compressors.pipeline import BucketPipeline
 

@@ -13,6 +13,8 @@ asked before it starts: ``MPI_LOCALNRANKS`` (MPICH's Hydra), ``OMPI_COMM_WORLD_L
 else 1 (started without a launcher).
 """
 
+from __future__ import annotations
+
 import json
 import os
 import sys

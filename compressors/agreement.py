@@ -55,11 +55,11 @@ def check_agreement(transport, settings: dict) -> None:
             groups.setdefault(value, []).append(rank)
         mine = groups[values[transport.rank]]
         others = sorted(set(range(size)) - set(mine))
+        holders = f"rank {mine[0]} has" if len(mine) == 1 else f"ranks {_ranks(mine)} have"
         raise ValueError(
-            f"the ranks do not agree on {name}: rank {transport.rank} has "
-            f"{name}={normal_value(settings[name])!r}, as do ranks {_ranks(mine)}; ranks "
-            f"{_ranks(others)} differ. Every rank must create the synchronizer with the same "
-            "method, numel, density and options"
+            f"the ranks do not agree on {name}: {holders} "
+            f"{name}={normal_value(settings[name])!r}; ranks {_ranks(others)} differ. Every rank "
+            "must create the synchronizer with the same method, numel, density and options"
         )
 
 

@@ -78,14 +78,19 @@ def run_schedule(
         if step.send_to is not None:
             message = produce(step)
             with timer("comm"):
-                sized = recv_numel is not None
-                handles.append(transport.isend(message, step.send_to, number, sized))
+                if recv_numel is None:  # (transports of other code may not take ``sized``)
+                    handles.append(transport.isend(message, step.send_to, number))
+                else:
+                    handles.append(transport.isend(message, step.send_to, number, sized=True))
         if meanwhile is not None:
             meanwhile(step)
         if step.recv_from is not None:
-            numel = None if recv_numel is None else recv_numel(step)
             with timer("comm"):
-                received = transport.recv(step.recv_from, number, dtype, device, numel)
+                if recv_numel is None:
+                    received = transport.recv(step.recv_from, number, dtype, device)
+                else:
+                    numel = recv_numel(step)
+                    received = transport.recv(step.recv_from, number, dtype, device, numel=numel)
             consume(step, received)
         with timer("comm"):
             transport.waitall(handles)

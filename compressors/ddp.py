@@ -11,8 +11,6 @@ error feedback means with momentum; how residuals follow their parameters when D
 buckets is there and in docs/DESIGN.md, section "The DDP communication hook".
 """
 
-from __future__ import annotations
-
 import numbers
 
 import torch
@@ -188,7 +186,7 @@ class SparDLState:
         )
         return live.sync, live.out
 
-    def _number(self, parameter) -> int | str:
+    def _number(self, parameter) -> "int | str":  # quoted: DDP reads the hook's annotations
         """Return how this state knows ``parameter``.
 
         Its name with ``model=``, else the order in which the state first saw it.

@@ -11,7 +11,15 @@
 - :mod:`.transports`: MPI, torch.distributed and in-process transports.
 """
 
-from .engine import PhaseTimer, allgather_joined, allgather_lists, pack, run_schedule, unpack
+from .engine import (
+    PhaseTimer,
+    allgather_joined,
+    allgather_lists,
+    index_add_in_order,
+    pack,
+    run_schedule,
+    unpack,
+)
 from .gather import bruck_allgather_schedule
 from .halving import recursive_halving_schedule
 from .regions import RegionReducer, run_windowed
@@ -33,6 +41,7 @@ __all__ = [
     "run_schedule",
     "allgather_lists",
     "allgather_joined",
+    "index_add_in_order",
     "pack",
     "unpack",
     "PhaseTimer",

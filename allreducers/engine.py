@@ -40,6 +40,24 @@ class _Phase:
         self.timer[self.phase] = self.timer.get(self.phase, 0.0) + time.perf_counter() - self.start
 
 
+def index_add_in_order(
+    target: torch.Tensor, indices: torch.Tensor, values: torch.Tensor, sizes: Sequence[int]
+) -> None:
+    """Add joined lists into ``target`` one list after the other; ``sizes``: their lengths.
+
+    Each list must hold distinct indices; lists may share them. On the CPU one ``index_add_``
+    over all of them (it adds index by index, in order: the bits of one call per list); on a
+    GPU, whose ``index_add_`` adds duplicates in any order, one list at a time.
+    """
+    if target.device.type == "cpu":
+        target.index_add_(0, indices.long(), values)
+        return
+    for part, part_values in zip(
+        torch.split(indices.long(), list(sizes)), torch.split(values, list(sizes))
+    ):
+        target.index_add_(0, part, part_values)
+
+
 def run_schedule(
     transport: Transport,
     steps: Sequence[Step],
@@ -184,8 +202,8 @@ def allgather_joined(
     rank's item first), and a call one host read per step where sizes vary (the counts).
     """
     coder = codec(wire)
+    position = steps[0].send_items[0] if steps else 0  # Bruck: this rank's item goes first
     if coder.compact:
-        position = steps[0].send_items[0] if steps else 0
         held = allgather_lists(transport, steps, position, own, fixed_size, timer, wire=wire)
         lists = [held[item] for item in sorted(held)]
         return (
@@ -193,19 +211,30 @@ def allgather_joined(
             torch.cat([v for _, v in lists]),
             [v.numel() for _, v in lists],
         )
-    joined_indices, joined_values = own[0].to(torch.int32), own[1]
-    sizes = [own[1].numel()]  # in the order held: this rank's item, then item + 1, ...
+    # The lists held, in the order held (this rank's item, then item + 1, ...), as blocks of
+    # int32 words: one block of indices and one of value bits per step, no copy until needed.
+    index_blocks, value_blocks = [own[0].to(torch.int32)], [own[1].view(torch.int32)]
+    sizes = [own[1].numel()]
+
+    def prefix(blocks: list, total: int) -> list:
+        """The first ``total`` words of ``blocks``, as views."""
+        taken = []
+        for block in blocks:
+            if total <= 0:
+                break
+            taken.append(block[:total])
+            total -= block.numel()
+        return taken
 
     def produce(step: Step) -> torch.Tensor:
         count = len(step.send_items)
         total = sum(sizes[:count])
-        body = [joined_indices[:total], joined_values[:total].view(torch.int32)]
+        body = prefix(index_blocks, total) + prefix(value_blocks, total)
         if fixed_size is None:
-            body.insert(0, torch.tensor(sizes[:count], dtype=torch.int32).to(joined_values.device))
+            body.insert(0, torch.tensor(sizes[:count], dtype=torch.int32).to(own[1].device))
         return torch.cat(body)
 
     def consume(step: Step, message: torch.Tensor) -> None:
-        nonlocal joined_indices, joined_values
         count = len(step.recv_items)
         if fixed_size is None:
             counts, body = message[:count].tolist(), message[count:]
@@ -214,8 +243,8 @@ def allgather_joined(
         total = sum(counts)
         if body.numel() != 2 * total:
             raise RuntimeError(f"malformed message: {body.numel()} words for {total} entries")
-        joined_indices = torch.cat([joined_indices, body[:total]])
-        joined_values = torch.cat([joined_values, body[total:].view(torch.float32)])
+        index_blocks.append(body[:total])
+        value_blocks.append(body[total:])
         sizes.extend(counts)
 
     sized = None if fixed_size is None else lambda step: 2 * fixed_size * len(step.recv_items)
@@ -229,12 +258,23 @@ def allgather_joined(
         dtype=coder.recv_dtype,
         recv_numel=sized,
     )
-    # Held order is item order rotated by this rank's position: rotate back.
-    position = steps[0].send_items[0] if steps else 0
+    # Held order is item order rotated by this rank's position: rotate back, in one copy.
     split = len(sizes) - position
-    cut = sum(sizes[:split])
+    cut, total = sum(sizes[:split]), sum(sizes)
+
+    def rotated(blocks: list) -> torch.Tensor:
+        tail, head, start = [], [], 0
+        for block in blocks:
+            end = start + block.numel()
+            if start < cut:
+                head.append(block[: cut - start])
+            if end > cut:
+                tail.append(block[max(0, cut - start) :])
+            start = end
+        return torch.cat(tail + head) if total else blocks[0]
+
     return (
-        torch.cat([joined_indices[cut:], joined_indices[:cut]]),
-        torch.cat([joined_values[cut:], joined_values[:cut]]),
+        rotated(index_blocks),
+        rotated(value_blocks).view(torch.float32),
         sizes[split:] + sizes[:split],
     )

@@ -12,6 +12,7 @@ from collections import deque
 import numpy as np
 import torch
 
+from .engine import index_add_in_order
 from .rotation import rotation_schedule
 from .wire import codec
 
@@ -101,17 +102,12 @@ class RegionReducer:
             ).tolist()
             sums, present = self._buffers(end - start, device)
         counts = [b - a for a, b in zip(positions[:-1], positions[1:])]
-        self.lost = torch.zeros_like(values) if coder.compact else None
-        if coder.compact:  # each region's list quantized as its owner decodes it
-            sent = values.clone()
-            for region in range(self.size):
-                if region != self.rank:
-                    part = slice(positions[region], positions[region + 1])
-                    sent[part] = coder.quantize(values[part])
-            torch.sub(values, sent, out=self.lost)
-            values = sent
-        messages = coder.encode_parts(indices, values, counts)
-        received = {self.rank: messages[self.rank]}
+        # Each region's list as its owner decodes it; the own one stays as it is.
+        sent = coder.quantize_parts(values, counts, self.rank)
+        self.lost = values - sent if coder.compact else None
+        messages = coder.encode_parts(indices, sent, counts, self.rank)
+        own = slice(positions[self.rank], positions[self.rank + 1])
+        received = {self.rank: (indices[own], values[own])}
 
         def consume(step, message):
             received[step.recv_from] = message
@@ -129,21 +125,10 @@ class RegionReducer:
         with timer("accumulate"):
             # The own entries first, then the received ones in step order.
             order = [self.rank] + [step.recv_from for step in self.steps]
-            if coder.compact:  # the own region's values did not travel: as they are
-                own = slice(positions[self.rank], positions[self.rank + 1])
-                pieces = [(indices[own], values[own])]
-                pieces += [coder.decode_one(received[source]) for source in order[1:]]
-            else:
-                pieces = [coder.decode_joined([received[source] for source in order])]
-            if device.type == "cpu":  # adds in order: the same float32 sums
-                local = torch.cat([i.long() for i, _ in pieces]) - start
-                self._add(sums, present, local, torch.cat([v for _, v in pieces]))
-            else:  # atomics: one source at a time, each free of duplicates
-                if not coder.compact:
-                    sizes = [received[source].numel() // 2 for source in order]
-                    pieces = list(zip(*(torch.split(t, sizes) for t in pieces[0])))
-                for piece_indices, piece_values in pieces:
-                    self._add(sums, present, piece_indices.long() - start, piece_values)
+            joined, summands, sizes = coder.decode_joined([received[s] for s in order])
+            local = joined.long() - start
+            index_add_in_order(sums, local, summands, sizes)
+            present.index_fill_(0, local, True)
             if device.type == "cpu":
                 local = torch.from_numpy(np.flatnonzero(present.numpy()))
             else:
@@ -162,8 +147,3 @@ class RegionReducer:
         sums.zero_()
         present.zero_()
         return sums, present
-
-    @staticmethod
-    def _add(sums, present, local, values) -> None:
-        sums.index_add_(0, local, values)
-        present.index_fill_(0, local, True)

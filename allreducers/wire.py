@@ -224,39 +224,69 @@ class Codec:
             return message[:count], message[count:].view(torch.float32)
         return self.decode(message, 1)[0]
 
-    def encode_parts(self, indices: torch.Tensor, values: torch.Tensor, counts: Sequence[int]):
+    def quantize_parts(self, values: torch.Tensor, counts: Sequence[int], kept: int):
+        """Return ``values`` with every part but part ``kept`` quantized as it travels alone.
+
+        Parts are consecutive entries of sizes ``counts``; part ``kept`` stays home, as it is.
+        ``values`` itself at fp32.
+        """
+        if not self.compact:
+            return values
+        bounds = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).tolist()
+        sent = values.clone()
+        for part, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+            if part != kept:
+                sent[a:b] = self.quantize(values[a:b])
+        return sent
+
+    def encode_parts(
+        self, indices: torch.Tensor, values: torch.Tensor, counts: Sequence[int], home: int
+    ) -> list:
         """Return one one-list message per part of consecutive entries of sizes ``counts``.
 
         Part p is entries ``sum(counts[:p]) ..`` of ``(indices, values)``; its message is what
-        :meth:`encode` makes of that list without counts. At fp32 the messages are views of one
-        buffer made by one ``cat`` of the parts' slices (views, no copies) after one conversion
-        of the indices: two kernels on a GPU, whatever the number of parts.
+        :meth:`encode` makes of that list without counts. Part ``home`` does not travel: a
+        compact codec encodes nothing for it (``None``). At fp32 the messages are views of one
+        buffer made by one ``cat`` of the parts' slices after one conversion of the indices:
+        two kernels on a GPU, whatever the number of parts.
         """
         bounds = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).tolist()
         spans = list(zip(bounds[:-1], bounds[1:]))
         if self.compact:
-            return [self.encode([(indices[a:b], values[a:b])], with_counts=False) for a, b in spans]
+            return [
+                None if part == home else self.encode([(indices[a:b], values[a:b])], False)
+                for part, (a, b) in enumerate(spans)
+            ]
         words, bits = indices.to(torch.int32), values.view(torch.int32)
         buffer = torch.cat([piece for a, b in spans for piece in (words[a:b], bits[a:b])])
         return [buffer[2 * a : 2 * b] for a, b in spans]
 
-    def decode_joined(self, messages: Sequence[torch.Tensor]) -> tuple:
-        """Return the lists of one-list ``messages`` (:meth:`decode_one`), joined in order.
+    def decode_joined(self, items: Sequence) -> tuple:
+        """Return the lists of ``items``, joined in order, and their lengths.
 
-        ``(int32 indices, float32 values)``: at fp32 two ``cat`` of the messages' halves (views),
-        sized by the messages' lengths (no read of the data).
+        An item is a one-list message (:meth:`decode_one`) or an ``(indices, values)`` list that
+        did not travel. Returns ``(int32 indices, float32 values, sizes)``; at fp32 two ``cat``
+        of the items' halves (views), sized by the messages' lengths (no read of the data).
+
+        Raises:
+            RuntimeError: an fp32 message of an odd number of words.
         """
-        if self.compact or not messages:
-            lists = [self.decode_one(message) for message in messages]
-            if not lists:
-                return torch.empty(0, dtype=torch.int32), torch.empty(0)
-            return torch.cat([i for i, _ in lists]), torch.cat([v for _, v in lists])
-        halves = [message.numel() // 2 for message in messages]
-        if any(2 * half != message.numel() for half, message in zip(halves, messages)):
-            raise RuntimeError("malformed message: an odd number of words")
-        indices = torch.cat([m[:h] for m, h in zip(messages, halves)])
-        values = torch.cat([m[h:] for m, h in zip(messages, halves)]).view(torch.float32)
-        return indices, values
+        indices, words = [], []  # words: the values' bits, as int32
+        for item in items:
+            if not isinstance(item, tuple) and not self.compact:  # int32 words already
+                half = item.numel() // 2
+                if 2 * half != item.numel():
+                    raise RuntimeError(f"malformed message: {item.numel()} words")
+                indices.append(item[:half])
+                words.append(item[half:])
+                continue
+            listed, item_values = item if isinstance(item, tuple) else self.decode_one(item)
+            indices.append(listed.to(torch.int32))
+            words.append(item_values.view(torch.int32))
+        if not indices:
+            return torch.empty(0, dtype=torch.int32), torch.empty(0), []
+        sizes = [part.numel() for part in indices]
+        return torch.cat(indices), torch.cat(words).view(torch.float32), sizes
 
     # Dense values ---------------------------------------------------------------------------
 

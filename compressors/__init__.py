@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 
+from . import agreement
 from .base import Synchronizer, check_density
 from .selection import Selector
 
@@ -199,17 +200,11 @@ def create(name: str, comm, numel: int, density: float = 0.01, **method_options)
     sync = cls(comm, numel=numel, density=density, **method_options)
     # What every rank must share: compared in one small collective at the first call
     # (compressors.agreement), so that ranks that differ get one clear error each.
-    sync.agreement = {
-        "method": name,
-        "numel": numel,
-        "density": density,
-        "options": sorted((key, normal_value(value)) for key, value in method_options.items()),
-    }
+    sync.agreement = agreement.settings(name, numel, density, method_options)
     return sync
 
 
 from . import dense, gaussiank, gtopk, oktopk, spardl, topk, topkdsa, zen  # noqa: E402,F401 - the methods register themselves on import, after register exists
-from .agreement import normal_value  # noqa: E402
 
 __all__ = [
     "Synchronizer",

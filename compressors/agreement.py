@@ -30,6 +30,16 @@ def _fingerprint(value) -> float:
     return float(1 + zlib.crc32(repr(normal_value(value)).encode()))
 
 
+def settings(name: str, numel, density, options: dict) -> dict:
+    """Return what every rank must share for a synchronizer: method, numel, density, options."""
+    return {
+        "method": name,
+        "numel": numel,
+        "density": density,
+        "options": sorted((key, normal_value(value)) for key, value in options.items()),
+    }
+
+
 def check_agreement(transport, settings: dict) -> None:
     """Raise ``ValueError`` on every rank unless all ranks pass equal ``settings``.
 

@@ -279,7 +279,7 @@ class SparDL(Synchronizer):
             min(self.block_size, max(0, self.numel - block * self.block_size))
             for block in self.row_blocks
         ]
-        self._row_bases = {}
+        self._tables = {}  # per device: what a call uses (tables)
 
     def _start_auto(self) -> None:
         """Set up ``teams="auto"`` before its choice: one team for now, the probe pending.
@@ -371,42 +371,31 @@ class SparDL(Synchronizer):
         return padded
 
     def tables(self, device: torch.device) -> dict:
-        """Return the (m, k_b) tables a call fills (``_Call``), made once per device."""
-        if getattr(self, "_tables_device", None) != device or self._tables["chosen"].shape != (
-            self.team_size,
-            self.block_budget,
-        ):
-            shape = (self.team_size, self.block_budget)
-            index = {"dtype": torch.int64, "device": device}
-            self._tables = {
-                "chosen": torch.empty(shape, **index),
+        """Return what a call (``_Call``) uses on ``device``, made once per configuration.
+
+        The (m, k_b) tables it fills; per row (see ``row_blocks``) ``bases``, the flat start of
+        its block, ``offsets``, row * B (keys that keep the rows' columns in order), and
+        ``limits``, ``row_limits`` (each int64 of shape (m, 1)); ``places``, 0 .. k_b-1.
+        """
+        tables = self._tables.get(device)
+        if tables is None:
+            shape, index = (self.team_size, self.block_budget), torch.int64
+            rows = torch.arange(self.team_size, dtype=index)
+            tables = self._tables[device] = {
+                "chosen": torch.empty(shape, dtype=index, device=device),
                 "levels": torch.empty(shape[0], device=device),
                 "sent": torch.empty(shape, device=device),
                 "lost": torch.empty(shape, device=device),
-                "final_columns": torch.empty(shape, **index),
+                "final_columns": torch.empty(shape, dtype=index, device=device),
                 "final_values": torch.empty(shape, device=device),
-                "final_flat": torch.empty(shape, **index),
+                "final_flat": torch.empty(shape, dtype=index, device=device),
                 "new_values": torch.empty(shape, device=device),
+                "bases": (torch.tensor(self.row_blocks) * self.block_size).to(device).view(-1, 1),
+                "offsets": (rows * self.block_size).to(device).view(-1, 1),
+                "limits": torch.tensor(self.row_limits, dtype=index).to(device).view(-1, 1),
+                "places": torch.arange(shape[1], dtype=index).to(device).view(1, -1),
             }
-            self._tables_device = device
-        return self._tables
-
-    def row_offsets(self, device: torch.device) -> torch.Tensor:
-        """Return row * B per row (int64, (m, 1)): keys that keep rows' columns in order."""
-        key = ("offsets", device)
-        offsets = self._row_bases.get(key)
-        if offsets is None:
-            offsets = torch.arange(self.team_size, dtype=torch.int64) * self.block_size
-            offsets = self._row_bases[key] = offsets.to(device).view(-1, 1)
-        return offsets
-
-    def row_bases(self, device: torch.device) -> torch.Tensor:
-        """Return, per row (see ``row_blocks``), the flat start of its block (int64, (m, 1))."""
-        bases = self._row_bases.get(device)
-        if bases is None:
-            starts = torch.tensor(self.row_blocks, dtype=torch.int64) * self.block_size
-            bases = self._row_bases[device] = starts.to(device).view(-1, 1)
-        return bases
+        return tables
 
     def _count_nonzero(self, result):
         """The final lists' non-zeros inside the vector, counted only if ``count_nnz``."""
@@ -507,8 +496,9 @@ class _Call:
             self.work = sync._padded_work(sync._residual)
         m, device = sync.team_size, self.work.device
         self.blocks = self.work.view(m, sync.block_size)
-        self.bases = sync.row_bases(device)
-        self.offsets = sync.row_offsets(device)
+        tables = sync.tables(device)
+        self.tables = tables
+        self.bases, self.offsets = tables["bases"], tables["offsets"]
         self.pending = set(range(m))  # blocks still without the gradient (step 1)
         # Receives reduce blocks in place, so a_w survives only where nothing was added: each
         # receive first saves the values it overwrites, (flat positions, values), O(k) a call.
@@ -516,7 +506,6 @@ class _Call:
         # Per row, its selection's columns (ascending; a shorter selection repeats its last
         # column), k-th largest |x|, the values as they travel and (at a 16-bit wire) what
         # quantization took off them: step 6 tells from these what the selection sent on.
-        tables = sync.tables(device)
         self.chosen, self.levels, self.sent = tables["chosen"], tables["levels"], tables["sent"]
         # Lists travel quantized only where something travels.
         self.coder = sync.codec if sync.codec.compact and sync.size > 1 else None
@@ -787,14 +776,16 @@ class _Call:
         A shorter list repeats its last entry: writes at a repeated column write the same value
         again, and ``valid`` keeps repeated entries out of the non-zero count.
         """
-        budget, device = self.sync.block_budget, self.work.device
         lengths = [columns.numel() for columns, _ in lists]
-        starts = torch.tensor([0, *lengths[:-1]], device=device).cumsum(0).view(-1, 1)
-        last = torch.tensor(lengths, device=device).view(-1, 1) - 1
-        place = starts + torch.minimum(torch.arange(budget, device=device).view(1, -1), last)
+        starts = [sum(lengths[:row]) for row in range(len(lengths))]
+        # Per row its first entry and its last, from the lengths the host knows.
+        ends = torch.tensor([starts, lengths], dtype=torch.int64).to(self.work.device)
+        first, last = ends[0].view(-1, 1), ends[1].view(-1, 1) - 1
+        places = self.tables["places"]
+        place = first + torch.minimum(places, last)
         self.final_columns.copy_(torch.cat([columns.long() for columns, _ in lists])[place])
         self.final_values.copy_(torch.cat([values for _, values in lists])[place])
-        self.valid = torch.arange(budget, device=device).view(1, -1) <= last
+        self.valid = places <= last
 
     def collect(self, held: int) -> None:
         """Steps 5 and 6 for rows ``collected .. held-1``, whose final lists are here.
@@ -851,23 +842,19 @@ class _Call:
         Rows of padding only are left out; in a row that ends in padding, the padding columns
         (a suffix of the list) are redirected to the row's last entry inside the vector.
         """
-        sync = self.sync
+        sync, tables = self.sync, self.tables
         limits = sync.row_limits[first:held]
-        bases = self.bases[first:held]
-        if min(limits) == 0:
-            inside = torch.tensor(
-                [row for row, limit in enumerate(limits) if limit],
-                dtype=torch.int64,
-                device=columns.device,
+        bases, bound = tables["bases"][first:held], tables["limits"][first:held]
+        if min(limits) == 0:  # only when n < (m - 1) B
+            inside = [row for row, limit in enumerate(limits) if limit]
+            inside = torch.tensor(inside, dtype=torch.int64).to(columns.device)
+            columns, values, bases, bound = (
+                t.index_select(0, inside) for t in (columns, values, bases, bound)
             )
-            columns, values, bases = (t.index_select(0, inside) for t in (columns, values, bases))
             limits = [limit for limit in limits if limit]
         if min(limits, default=sync.block_size) < sync.block_size:
-            bound = torch.tensor(limits, device=columns.device).view(-1, 1)
             last = torch.searchsorted(columns, bound) - 1  # at least 0: see DESIGN.md
-            place = torch.minimum(
-                torch.arange(columns.shape[1], device=columns.device).view(1, -1), last
-            )
+            place = torch.minimum(tables["places"], last)
             columns, values = columns.gather(1, place), values.gather(1, place)
         if columns.numel():
             put_(self.result, (bases + columns).view(-1), (values / sync.size).view(-1))

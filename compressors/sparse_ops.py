@@ -13,6 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from allreducers import index_add_in_order
+
 
 def flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
     """Return the positions (int64, ascending) of the true entries of the 1-D boolean ``mask``.
@@ -156,16 +158,8 @@ def scatter_average_joined(
     sizes: Sequence[int],
     workers: int,
 ) -> None:
-    """:func:`scatter_average_in_order` of lists given joined: ``sizes`` are their lengths.
-
-    On the CPU one ``index_add_`` over all of them (it adds in order: the same bits); on a GPU,
-    whose ``index_add_`` adds duplicates in any order, one list at a time.
-    """
-    if result.device.type == "cpu":
-        result.index_add_(0, indices.long(), values / workers)
-        return
-    pairs = zip(torch.split(indices.long(), list(sizes)), torch.split(values, list(sizes)))
-    scatter_average_in_order(result, list(pairs), workers)
+    """:func:`scatter_average_in_order` of lists given joined: ``sizes`` are their lengths."""
+    index_add_in_order(result, indices, values / workers, sizes)
 
 
 def scatter_average_in_order(result: torch.Tensor, lists: Sequence[tuple], workers: int) -> None:

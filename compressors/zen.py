@@ -48,7 +48,7 @@ from allreducers.hashing import hash_owner, partition_lists
 from . import register
 from .base import Synchronizer
 from .selection import Selector
-from .sparse_ops import budget, put_
+from .sparse_ops import budget, index_add_in_order, put_
 
 #: Blob forms: the index section is a list (COO) or a bitmap over L_r.
 COO, BITMAP = 0, 1
@@ -171,43 +171,21 @@ class Zen(Synchronizer):
         with timer("select"):
             chosen, values = self.selector.take(accumulated, self.k, addend=grad, key="accumulated")
             chosen, values, counts = self._sort_by_owner(chosen, values)
-            if compact:
-                parts = list(zip(torch.split(chosen, counts), torch.split(values, counts)))
-                for owner in range(size):
-                    if owner != self.rank:
-                        indices, sent = parts[owner][0], self.codec.quantize(parts[owner][1])
-                        put_(accumulated, indices, parts[owner][1] - sent)  # the wire's loss
-                        parts[owner] = (indices, sent)
-                messages = [self.codec.encode([part], with_counts=False) for part in parts]
-            elif size > 1:
-                messages = self.codec.encode_parts(chosen, values, counts)
-            else:
-                messages = []
+            messages = []
+            if size > 1:
+                sent = self.codec.quantize_parts(values, counts, self.rank)
+                if compact:
+                    put_(accumulated, chosen, values - sent)  # the wire's loss (own part: 0)
+                messages = self.codec.encode_parts(chosen, sent, counts, self.rank)
         own = _span(counts, self.rank)
         held = self._push(messages, device, timer)
         with timer("accumulate"):
             result = self._new_result(device)
-            if size == 1:
-                pieces = [(chosen, values)]
-            elif compact:  # the own part did not travel: it is not quantized
-                pieces = [
-                    (chosen[own], values[own])
-                    if source == self.rank
-                    else self.codec.decode_one(held[source])
-                    for source in range(size)
-                ]
-            else:
-                arrived = [messages[s] if s == self.rank else held[s] for s in range(size)]
-                pieces = [self.codec.decode_joined(arrived)]
-            everything = torch.cat([indices.long() for indices, _ in pieces])
-            if device.type == "cpu":  # one pass, in rank order: the same float32 sums
-                result.index_add_(0, everything, torch.cat([v for _, v in pieces]))
-            else:  # atomics: one source at a time, each free of duplicates
-                if not compact and size > 1:  # the sources' lists again
-                    sizes = [message.numel() // 2 for message in arrived]
-                    pieces = list(zip(*(torch.split(t, sizes) for t in pieces[0])))
-                for indices, part_values in pieces:
-                    result.index_add_(0, indices.long(), part_values)
+            # The parts in rank order (the own part as it is): the same float32 sums anywhere.
+            items = [(chosen[own], values[own]) if s == self.rank else held[s] for s in range(size)]
+            everything, summands, sizes = self.codec.decode_joined(items)
+            everything = everything.long()
+            index_add_in_order(result, everything, summands, sizes)
             union = torch.unique(everything)
             sums = result.index_select(0, union)
             if compact:
@@ -304,7 +282,7 @@ class Zen(Synchronizer):
                 for owner in listed
             ]
             counts = [blobs[owner][0][1] for owner in listed]
-            indices, sums = self.codec.decode_joined(bodies)
+            indices, sums, _ = self.codec.decode_joined(bodies)
             if indices.numel() != sum(counts):
                 raise RuntimeError(f"malformed partitions of owners {listed}")
             partitions["listed"] = (indices, sums)

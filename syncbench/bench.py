@@ -148,6 +148,28 @@ def spardl_columns(options: dict, auto) -> dict:
     return columns
 
 
+def operation_counts(args, runs: list, run_on) -> list:
+    """With ``--count-ops``, per run the operations of one call on rank 0 (else ``[]``).
+
+    ``run_on(count)`` runs ``count(transport)`` on every rank (a collective) and returns rank
+    0's result: a fresh synchronizer's second call (:func:`syncbench.opcount.count_method`).
+    """
+    if not getattr(args, "count_ops", False):
+        return []
+    source = args.source
+
+    def counter(name, options):
+        def count(transport):
+            def gradient(call):
+                return source.get(transport.rank, call)
+
+            return count_method(transport, name, source.numel, args.density, gradient, **options)
+
+        return count
+
+    return [run_on(counter(name, options)) for _, name, options in runs]
+
+
 def mpi_rows(args) -> list:
     """Time every row under MPI on ``MPI.COMM_WORLD``.
 
@@ -187,19 +209,7 @@ def mpi_rows(args) -> list:
     gradient, chosen = mpi_gradients(comm, source), {}
     factories = noting_choices(runs, factories, chosen, gradient)
     records = time_runs(factories, gradient, args.warmup + args.iters, args.sequential)
-    counts = []
-    if getattr(args, "count_ops", False):
-        counts = [
-            count_method(
-                MPITransport(comm),
-                name,
-                source.numel,
-                args.density,
-                lambda call: source.get(comm.Get_rank(), call),
-                **options,
-            )
-            for _, name, options in runs
-        ]
+    counts = operation_counts(args, runs, lambda count: count(MPITransport(comm)))
     rows = []
     for index, ((label, name, options), run_records) in enumerate(zip(runs + FLOOR_RUNS, records)):
         per_rank = comm.gather(run_records[args.warmup :], root=0)
@@ -239,21 +249,7 @@ def replay_rows(args) -> list:
         args.warmup + args.iters,
         args.sequential,
     )
-    counts = []
-    if getattr(args, "count_ops", False):
-        counts = [
-            local_group(args.replay).run(
-                lambda transport, name=name, options=options: count_method(
-                    transport,
-                    name,
-                    source.numel,
-                    args.density,
-                    lambda call: source.get(transport.rank, call),
-                    **options,
-                )
-            )[0]
-            for _, name, options in runs
-        ]
+    counts = operation_counts(args, runs, lambda count: local_group(args.replay).run(count)[0])
     rows = []
     for index, ((label, name, options), run_records) in enumerate(zip(runs + FLOOR_RUNS, records)):
         row = dict(

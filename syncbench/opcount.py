@@ -143,3 +143,58 @@ def count_method(transport, name: str, numel: int, density: float, gradient, **o
     sync.count_nnz = False
     sync.allreduce(gradient(0))
     return count_call(sync, gradient(1))
+
+
+def count_table(methods: list, workers: list, numel: int, density: float, seed: int = 0) -> list:
+    """Return the operations table: a row per method and group size.
+
+    Each row ``{method, workers, numel, density, ops, data_dependent_ops}``: rank 0's second
+    call of the method on an in-process group of that size (seeded normal gradients).
+    """
+    from allreducers.transports import local_group
+
+    rows = []
+    for method in methods:
+        for size in workers:
+
+            def count(transport, method=method):
+                def gradient(call):
+                    generator = torch.Generator().manual_seed(seed + 1000 * call + transport.rank)
+                    return torch.randn(numel, generator=generator)
+
+                return count_method(transport, method, numel, density, gradient)
+
+            counts = local_group(size).run(count)[0]
+            rows.append(
+                {"method": method, "workers": size, "numel": numel, "density": density, **counts}
+            )
+    return rows
+
+
+def main(argv=None) -> list:
+    """``python -m syncbench.opcount``: the operations table of docs/PERFORMANCE.md."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m syncbench.opcount", description=__doc__)
+    parser.add_argument("--methods", default="spardl,topk,zen,oktopk,gaussiank,topkdsa,gtopk")
+    parser.add_argument("--workers", default="2,4,8,16,32", help="comma-separated P")
+    parser.add_argument("--numel", type=int, default=100_000)
+    parser.add_argument("--density", type=float, default=0.01)
+    parser.add_argument("--json", metavar="FILE", help="write the rows as a JSON list")
+    args = parser.parse_args(argv)
+    try:
+        workers = [int(p) for p in args.workers.split(",")]
+    except ValueError:
+        parser.error(f"--workers takes comma-separated integers, got {args.workers!r}")
+    rows = count_table(args.methods.split(","), workers, args.numel, args.density)
+    for row in rows:
+        print(f"{row['method']:10} P={row['workers']:<3} {row['ops']}/{row['data_dependent_ops']}")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(rows, handle, indent=1)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -133,3 +133,16 @@ def test_a_sized_receive_refuses_a_message_of_another_length():
 
     messages = local_group(2).run(body)
     assert all("3 elements, expected 4" in m for m in messages), messages
+
+
+def test_the_operations_table_command_writes_its_rows(tmp_path):
+    import json
+
+    from syncbench import opcount
+
+    path = tmp_path / "ops.json"
+    argv = ["--methods", "topk", "--workers", "2,4", "--numel", "1000", "--json", str(path)]
+    opcount.main(argv)
+    rows = json.loads(path.read_text())
+    assert [(row["method"], row["workers"]) for row in rows] == [("topk", 2), ("topk", 4)]
+    assert all(row["ops"] > 0 for row in rows)

@@ -166,7 +166,18 @@ def build_parser(rank=0):
         "--max-iters",
         type=int,
         metavar="I",
-        help="at most this many iterations per epoch (quick runs; default: all)",
+        help="at most this many iterations per epoch: each epoch's first I batches of its own "
+        "shuffle (quick runs; default: all, one pass over the data); for evaluations within a "
+        "full epoch use --eval-every",
+    )
+    training.add_argument(
+        "--eval-every",
+        type=int,
+        metavar="I",
+        default=0,
+        help="also evaluate (and log a row) after every I-th iteration of the run within an "
+        "epoch; it does not change training: the same batches, the same weights (default 0: "
+        "after each epoch only)",
     )
     training.add_argument(
         "--warmup-epochs",
@@ -551,6 +562,7 @@ def _range_problems(args, settings, size):
             args.max_iters is None or args.max_iters >= 1,
             f"--max-iters must be at least 1, got {args.max_iters}",
         ),
+        (args.eval_every >= 0, f"--eval-every must be at least 0, got {args.eval_every}"),
         (
             args.dense_warmup is None or args.dense_warmup >= 0,
             f"--dense-warmup must be at least 0, got {args.dense_warmup}",
@@ -970,6 +982,7 @@ def build_trainer(argv, comm):
         run_info=run_info,
         checkpoints=checkpoints,
         clip_grad_norm=settings["clip_grad_norm"],
+        eval_every=args.eval_every,
     )
     if state is not None:
         resume(trainer, epoch, state, args, comm, log)

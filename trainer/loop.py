@@ -37,7 +37,12 @@ class Trainer:
     Between steps 2 and 3 the ranks agree whether to stop (``trainer.stopping``): on Ctrl-C, or
     when any loss or gradient is not finite, every rank raises ``Stopped`` at the same step.
     After each epoch, rank 0's buffers (batch-norm statistics) are copied to all ranks, the test
-    set is evaluated once across ranks, a row is logged and, with ``checkpoints``, saved.
+    set is evaluated once across ranks, a row is logged and, with ``checkpoints``, saved. With
+    ``eval_every`` N, the same is done (without the checkpoint) after every N-th iteration of the
+    run within an epoch, each row covering the iterations since the last one. Evaluating does
+    not change training: the data order depends only on the seed and the epoch, and every
+    random generator is restored after an evaluation (a test loader draws from torch's), so two
+    runs that differ only in ``eval_every`` train on the same batches into the same weights.
 
     That is the blocking (flat) mode, the authors' (``--no-overlap``). With an overlapped
     ``synchronizer`` (:class:`trainer.overlap.OverlappedSync`, the default) steps 2-4 happen
@@ -72,6 +77,7 @@ class Trainer:
         run_info,
         checkpoints=None,
         clip_grad_norm=0.0,
+        eval_every=0,
     ):
         self.model = model
         self.train_loader = train_loader
@@ -87,6 +93,7 @@ class Trainer:
         self.run_info = run_info
         self.checkpoints = checkpoints
         self.clip_grad_norm = clip_grad_norm
+        self.eval_every = eval_every
         # Overlapped (trainer.overlap.OverlappedSync): buckets were averaged during backward.
         self.overlapped = hasattr(synchronizer, "finish")
         # DDP methods (trainer.torch_ddp.DDPSync): the training forward goes through DDP.
@@ -121,40 +128,52 @@ class Trainer:
             self.train_loader.sampler.set_epoch(epoch)
             self.model.train()
             meter, last_lr = self._train_epoch(epoch)
-            row = meter.summary(self.comm)
-            # Batch-norm statistics drift apart per rank (each sees its own data): use rank 0's.
-            broadcast_tensors(list(self.model.buffers()), self.comm)
-            started = time.perf_counter()
-            test_loss, test_acc = evaluate(self.model, self.test_loader, self.device, self.comm)
             self.epoch = epoch + 1
-            row = {
-                "epoch": self.epoch,
-                "max_epochs": self.max_epochs,
-                "iters": self.global_step,
-                **row,
-                "test_loss": test_loss,
-                "test_acc": test_acc,
-                "lr": last_lr,
-                "eval_seconds": time.perf_counter() - started,
-                **self.run_info,
-            }
-            if self.run_info.get("task") == "masked-lm":
-                row["test_perplexity"] = math.exp(test_loss)
-            auto = self.synchronizer.stats.get("auto")
-            if auto is not None:  # teams="auto": what SparDL chose (per bucket when overlapped)
-                row["auto"] = auto
-            self.log.log(row)
+            self._log_row(meter, last_lr, self.epoch)
             if self.checkpoints is not None:
                 self.checkpoints.save(self.epoch, self.state_dict())
                 self.saved_epoch = self.epoch
             if self.epoch < self.max_epochs:  # a Ctrl-C during evaluation stops here
                 self._agree(f"the end of epoch {self.epoch}")
 
+    def _log_row(self, meter, last_lr, epoch, within=False):
+        """Evaluate and log the row of ``meter``'s iterations (collective), in epoch ``epoch``
+        (1-based); ``within``: an evaluation inside the epoch (``eval_every``), after which the
+        random generators are as before it."""
+        row = meter.summary(self.comm)
+        saved = rng_state() if within else None
+        # Batch-norm statistics drift apart per rank (each sees its own data): use rank 0's.
+        broadcast_tensors(list(self.model.buffers()), self.comm)
+        started = time.perf_counter()
+        test_loss, test_acc = evaluate(self.model, self.test_loader, self.device, self.comm)
+        row = {
+            "epoch": epoch,
+            "max_epochs": self.max_epochs,
+            "iters": self.global_step,
+            **row,
+            "test_loss": test_loss,
+            "test_acc": test_acc,
+            "lr": last_lr,
+            "eval_seconds": time.perf_counter() - started,
+            **self.run_info,
+        }
+        if within:
+            row["within_epoch"] = True
+        if self.run_info.get("task") == "masked-lm":
+            row["test_perplexity"] = math.exp(test_loss)
+        auto = self.synchronizer.stats.get("auto")
+        if auto is not None:  # teams="auto": what SparDL chose (per bucket when overlapped)
+            row["auto"] = auto
+        self.log.log(row)
+        if saved is not None:
+            restore_rng(saved)
+
     def _train_epoch(self, epoch):
         # Every rank starts the epoch's clock together: otherwise the time rank 0 spent logging
         # and the others spent waiting for it would count as the others' synchronization.
         self.comm.Barrier()
         meter = EpochMeter()
+        done = 0  # iterations of this epoch logged in rows within it (eval_every)
         epoch_start = last_line = time.perf_counter()
         batches = itertools.islice(self.train_loader, self.iters_per_epoch)
         last_lr = self.optimizer.param_groups[0]["lr"]
@@ -170,7 +189,7 @@ class Trainer:
             loss = prediction_loss(self.forward_model(images), labels)
             self.optimizer.zero_grad()
             loss.backward()
-            position = f"epoch {epoch + 1}, iteration {meter.iterations + 1}"
+            position = f"epoch {epoch + 1}, iteration {done + meter.iterations + 1}"
             if self.overlapped:
                 computed = self._now()
                 value = loss.item()
@@ -208,11 +227,22 @@ class Trainer:
                 self.synchronizer.stats,
                 exposed,
             )
+            if (
+                self.eval_every
+                and self.global_step % self.eval_every == 0
+                and meter.iterations < self.iters_per_epoch - done
+            ):  # an evaluation within the epoch (the epoch's last iteration logs its own row)
+                done += meter.iterations
+                self._log_row(meter, last_lr, epoch + 1, within=True)
+                self.model.train()
+                self.comm.Barrier()  # the next row's clock starts together, as an epoch's
+                meter = EpochMeter()
             if self.progress_lines and synchronized - last_line >= PROGRESS_SECONDS:
                 last_line = synchronized
+                finished = done + meter.iterations
                 print(
-                    f"epoch {epoch + 1}: {meter.iterations}/{self.iters_per_epoch} iterations, "
-                    f"{(synchronized - epoch_start) / meter.iterations * 1e3:.0f} ms each, "
+                    f"epoch {epoch + 1}: {finished}/{self.iters_per_epoch} iterations, "
+                    f"{(synchronized - epoch_start) / finished * 1e3:.0f} ms each, "
                     f"loss {value:.4f}",
                     flush=True,
                 )

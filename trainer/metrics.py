@@ -110,7 +110,11 @@ class MetricsLog:
             print(message, flush=True)
 
     def log(self, row):
-        """Record one epoch's ``row`` (a dict of JSON-serialisable values, with ``epoch``)."""
+        """Record one epoch's ``row`` (a dict of JSON-serialisable values, with ``epoch``).
+
+        A row of an evaluation within an epoch (``within_epoch``, ``--eval-every``) goes to
+        ``metrics.jsonl`` and the screen, not to TensorBoard, whose curves are per epoch.
+        """
         if not self.active:
             return
         print(format_row(row), flush=True)
@@ -119,6 +123,8 @@ class MetricsLog:
                 self._open_writer()
             with open(self.path, "a") as stream:
                 stream.write(json.dumps(row) + "\n")
+            if row.get("within_epoch"):  # TensorBoard's curves are per epoch: its rows only
+                return
             for key, value in row.items():
                 if isinstance(value, (int, float)) and key != "epoch":
                     self.writer.add_scalar(key, value, row["epoch"])
@@ -160,8 +166,9 @@ def _epoch_of(line):
 
 def format_row(row):
     """One human-readable line for an epoch row."""
+    where = f" (iteration {row['iters']})" if row.get("within_epoch") else ""
     return (
-        f"epoch {row['epoch']:>3}/{row['max_epochs']}  train loss {row['train_loss']:.4f}  "
+        f"epoch {row['epoch']:>3}/{row['max_epochs']}{where}  train loss {row['train_loss']:.4f}  "
         f"test loss {row['test_loss']:.4f}  test acc {100 * row['test_acc']:.2f}%  "
         f"lr {row['lr']:.4g}  {format_seconds(row['epoch_seconds'])} "
         f"(compute {format_seconds(row['compute_seconds'])}, "

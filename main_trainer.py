@@ -881,6 +881,22 @@ def _misfit(epoch, args, differ):
     )
 
 
+def _optimizer_momentum(args, settings, comm):
+    """SGD's momentum: ``--momentum``, or 0 with momentum correction (the method's ``momentum``
+    option), which applies momentum per entry inside the synchronizer instead."""
+    corrected = args.method_options.get("momentum", 0.0)
+    if not corrected:
+        return settings["momentum"]
+    if settings["momentum"]:
+        _note(
+            comm,
+            f"momentum correction (momentum={corrected:g}) applies momentum inside the "
+            f"synchronizer, before sparsification: SGD runs without it (--momentum "
+            f"{settings['momentum']:g} unused)",
+        )
+    return 0.0
+
+
 def build_trainer(argv, comm):
     """Parse, validate and build everything; return a ready ``Trainer`` or raise UsageError."""
     args, settings = parse_settings(argv, comm)
@@ -955,7 +971,7 @@ def build_trainer(argv, comm):
     optimizer = torch.optim.SGD(
         model.parameters(),
         lr=settings["lr"],
-        momentum=settings["momentum"],
+        momentum=_optimizer_momentum(args, settings, comm),
         weight_decay=settings["weight_decay"],
     )
     scheduler = make_scheduler(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 
 from . import agreement
-from .base import Synchronizer, check_density
+from .base import FEEDBACK_OPTIONS, Synchronizer, check_density
 from .selection import Selector
 
 _REGISTRY: dict = {}
@@ -56,15 +56,25 @@ def resolve(name: str) -> type:
 
 
 def options(name: str) -> list:
-    """The keyword options that method ``name`` accepts besides comm, numel and density."""
-    parameters = inspect.signature(resolve(name).__init__).parameters
-    return [p for p in parameters if p not in ("self", "comm", "numel", "density")]
+    """The keyword options that method ``name`` accepts besides comm, numel and density.
+
+    Its constructor's, then (error-feedback methods) ``FEEDBACK_OPTIONS``: ``momentum``,
+    ``nesterov`` and ``density_warmup``.
+    """
+    return list(option_defaults(name))
 
 
 def option_defaults(name: str) -> dict:
     """The default value of each option of method ``name`` (see :func:`options`)."""
-    parameters = inspect.signature(resolve(name).__init__).parameters
-    return {option: parameters[option].default for option in options(name)}
+    cls = resolve(name)
+    parameters = inspect.signature(cls.__init__).parameters
+    defaults = {
+        key: parameter.default
+        for key, parameter in parameters.items()
+        if key not in ("self", "comm", "numel", "density")
+        and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
+    }
+    return {**defaults, **(FEEDBACK_OPTIONS if cls.uses_residual else {})}
 
 
 def option_choices(name: str) -> dict:
@@ -197,7 +207,18 @@ def create(name: str, comm, numel: int, density: float = 0.01, **method_options)
     unknown = sorted(set(method_options) - set(valid))
     if unknown:
         raise ValueError(f"unknown option(s) {unknown} for {name!r}; valid: {', '.join(valid)}")
-    sync = cls(comm, numel=numel, density=density, **method_options)
+    own = {key: value for key, value in method_options.items() if key not in FEEDBACK_OPTIONS}
+    sync = cls(comm, numel=numel, density=density, **own)
+    feedback = {key: value for key, value in method_options.items() if key in FEEDBACK_OPTIONS}
+    if feedback:  # DGC's momentum correction and density warm-up (Synchronizer.set_feedback)
+        transport = sync.transport
+
+        def rebuild(stage_density):
+            stage = cls(transport, numel=numel, density=stage_density, **own)
+            stage.count_nnz = sync.count_nnz
+            return stage
+
+        sync.set_feedback(**feedback, rebuild=rebuild)
     # What every rank must share: compared in one small collective at the first call
     # (compressors.agreement), so that ranks that differ get one clear error each.
     sync.agreement = agreement.settings(name, numel, density, method_options)

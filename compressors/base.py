@@ -3,7 +3,8 @@
 A method subclasses :class:`Synchronizer` and implements ``_synchronize(accumulated)``, where
 ``accumulated`` is ``grad + residual`` (error feedback is written once, here). It returns the
 averaged result and the new residual. Everything else (checking the gradient, timing, traffic,
-``state_dict``) lives in this class.
+``state_dict``) lives in this class, and so do the options every error-feedback method takes
+(:data:`FEEDBACK_OPTIONS`): DGC's momentum correction and density warm-up.
 """
 
 from __future__ import annotations
@@ -44,6 +45,44 @@ def check_int(name: str, value, minimum: int = 1) -> int:
     return int(value)
 
 
+#: The options every error-feedback method takes besides its own, with their defaults
+#: (``compressors.create`` applies them by :meth:`Synchronizer.set_feedback`).
+FEEDBACK_OPTIONS = {"momentum": 0.0, "nesterov": False, "density_warmup": 0}
+
+#: DGC's density warm-up (Lin et al., ICLR 2018): the densities of its four stages, each a
+#: quarter of the warm-up, before the method's own (the larger of the two is used).
+WARMUP_DENSITIES = (0.25, 0.0625, 0.015625, 0.00390625)
+
+
+def check_feedback(momentum=0.0, nesterov=False, density_warmup=0) -> dict:
+    """Return the feedback options checked and typed; ``ValueError`` naming a bad one."""
+    try:
+        if isinstance(momentum, (str, bytes, bool)):
+            raise TypeError
+        value = float(momentum)
+    except (TypeError, ValueError):
+        raise ValueError(f"momentum must be a number in [0, 1), got {momentum!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"momentum must lie in [0, 1), got {momentum}")
+    if not isinstance(nesterov, bool):
+        raise ValueError(f"nesterov must be true or false, got {nesterov!r}")
+    if nesterov and value == 0.0:
+        raise ValueError("nesterov=true needs momentum > 0")
+    warmup = check_int("density_warmup", density_warmup, minimum=0)
+    return {"momentum": value, "nesterov": nesterov, "density_warmup": warmup}
+
+
+def warmup_density(call: int, warmup: int, density: float) -> float:
+    """The density of sparse call ``call`` (0-based) under a density warm-up of ``warmup`` calls.
+
+    Stage ``4 * call // warmup`` of :data:`WARMUP_DENSITIES` while ``call < warmup``, never below
+    ``density``; ``density`` itself afterwards.
+    """
+    if call >= warmup:
+        return density
+    return max(density, WARMUP_DENSITIES[4 * call // warmup])
+
+
 class Synchronizer(abc.ABC):
     """Averages one flat gradient over all ranks, keeping its own error-feedback residual.
 
@@ -59,6 +98,10 @@ class Synchronizer(abc.ABC):
         wire: how values travel: ``"fp32"`` (default), ``"fp16"`` or ``"bf16"``
             (:mod:`allreducers.wire`). At a 16-bit wire every sender keeps what quantization
             took off a value it sent in its residual.
+
+    Error-feedback methods (``uses_residual``) also take :data:`FEEDBACK_OPTIONS` through
+    ``compressors.create`` (:meth:`set_feedback`): ``momentum`` and ``nesterov`` (DGC's
+    momentum correction) and ``density_warmup`` (DGC's exponential density schedule).
 
     Attributes:
         stats: the last call's ``bytes_sent``, ``messages``, ``rounds``, ``nnz`` and
@@ -114,6 +157,15 @@ class Synchronizer(abc.ABC):
                 raise ValueError(f"{key}={options[key]!r} is invalid; valid: {', '.join(valid)}")
         if "wire" in options:
             check_wire(options["wire"])
+        feedback = {key: options[key] for key in FEEDBACK_OPTIONS if key in options}
+        if feedback:
+            if not cls.uses_residual:
+                raise ValueError(
+                    f"{', '.join(feedback)}: only error-feedback methods take "
+                    f"{', '.join(FEEDBACK_OPTIONS)}"
+                )
+            checked = check_feedback(**feedback)
+            options = dict(options, **{key: checked[key] for key in feedback})
         return options
 
     def __init__(
@@ -140,6 +192,11 @@ class Synchronizer(abc.ABC):
         self.agreement = None
         self._residual = torch.zeros(numel)
         self._out = None
+        self.momentum, self.nesterov, self.density_warmup = 0.0, False, 0
+        self._velocity = None  # u of momentum correction
+        self._scratch = None  # v before the call (to mask u by), and Nesterov's direction
+        self._rebuild = None  # builds the synchronizer of a density warm-up stage
+        self._stage = None  # (density, synchronizer) of the current warm-up stage
         self.stats: dict = {
             "bytes_sent": 0,
             "messages": 0,
@@ -152,6 +209,42 @@ class Synchronizer(abc.ABC):
     def residual(self) -> torch.Tensor:
         """This rank's error-feedback residual after the last call (zeros if unused)."""
         return self._residual
+
+    @property
+    def velocity(self) -> torch.Tensor | None:
+        """Momentum correction's velocity u (``None`` without ``momentum``)."""
+        return self._velocity
+
+    def set_feedback(self, momentum=0.0, nesterov=False, density_warmup=0, rebuild=None) -> None:
+        """Turn on DGC's momentum correction and density warm-up (``compressors.create`` does).
+
+        Momentum correction (``momentum`` m > 0) moves SGD's momentum into the synchronizer, per
+        entry and before the sparsification: each call updates the velocity u <- m u + g (with
+        ``nesterov``, u <- m (u + g), and the call synchronizes u + g), the residual accumulates
+        v <- v + u, the method selects from v, and u is zeroed wherever this rank's entry of v
+        left its residual (momentum-factor masking: its residual entry is zero after the call,
+        or at a 16-bit wire at most its value's rounding error). The optimizer then runs
+        without momentum. Mass is conserved in v exactly as the method conserves it in
+        gradient + residual; u is not mass. Dense warm-up calls average u densely (momentum SGD).
+
+        Density warm-up (``density_warmup`` N > 0): the first N sparse calls run at the
+        densities of :func:`warmup_density` (25%, 6.25%, 1.56%, 0.39%, each for N/4 calls,
+        never below the method's density) by a synchronizer of that density built by
+        ``rebuild(density)``, which this one lends its residual for the call.
+
+        Raises:
+            ValueError: an invalid value, or a method without error feedback.
+        """
+        feedback = check_feedback(momentum, nesterov, density_warmup)
+        if not self.uses_residual and (feedback["momentum"] or feedback["density_warmup"]):
+            raise ValueError(
+                f"{self.name} keeps no residual: momentum and density_warmup need error feedback"
+            )
+        if feedback["density_warmup"] and rebuild is None:
+            raise ValueError("density_warmup needs rebuild, to build the stages' synchronizers")
+        self.momentum, self.nesterov = feedback["momentum"], feedback["nesterov"]
+        self.density_warmup, self._rebuild = feedback["density_warmup"], rebuild
+        self._velocity = torch.zeros(self.numel) if self.momentum else None
 
     @property
     def effective_density(self) -> float:
@@ -199,15 +292,29 @@ class Synchronizer(abc.ABC):
         start = time.perf_counter()
         self.transport.traffic.reset()
         timer = PhaseTimer(select=0.0, comm=0.0, accumulate=0.0)
+        if self.momentum:
+            with timer("accumulate"):
+                grad = self._momentum_step(grad)
         if self.calls < self.dense_warmup:
             result = self._dense_average(grad, timer)
             nnz = Synchronizer._count_nonzero(self, result)
         else:
-            if self.uses_residual and not self.adds_residual:
+            if self.momentum:  # v = residual + u, to find the entries whose v left
                 with timer("accumulate"):
-                    grad = self._residual.add_(grad)  # grad + residual, in place: no allocation
-            result, self._residual = self._synchronize(grad, timer)
-            nnz = self._count_nonzero(result)
+                    before = torch.add(self._residual, grad, out=self._scratch[0])
+            sync = self._warmup_stage(grad.device)
+            if sync is self:
+                result = self._sparse_call(grad, timer)
+            else:  # a density warm-up stage, with this synchronizer's residual
+                sync._residual.copy_(self._residual)
+                sync._out, sync.count_nnz = self._out, self.count_nnz
+                result = sync._sparse_call(grad, timer)
+                self._residual.copy_(sync._residual)
+                sync._out = None
+            nnz = sync._count_nonzero(result)
+            if self.momentum:
+                with timer("accumulate"):
+                    self._mask_velocity(before)
         if out is not None and result is not out:
             result = out.copy_(result)
         self._out = None
@@ -223,6 +330,46 @@ class Synchronizer(abc.ABC):
         }
         self._after_call()
         return result
+
+    def _sparse_call(self, grad: torch.Tensor, timer: PhaseTimer) -> torch.Tensor:
+        """Return the method's average of ``grad`` with error feedback (a sparse call)."""
+        if self.uses_residual and not self.adds_residual:
+            with timer("accumulate"):
+                grad = self._residual.add_(grad)  # grad + residual, in place: no allocation
+        result, self._residual = self._synchronize(grad, timer)
+        return result
+
+    def _momentum_step(self, grad: torch.Tensor) -> torch.Tensor:
+        """Update the velocity u by ``grad``; return what the call synchronizes (u, or u + g)."""
+        if self._velocity.device != grad.device:
+            self._velocity = self._velocity.to(grad.device)
+        if self._scratch is None or self._scratch.device != grad.device:
+            self._scratch = torch.empty((1 + self.nesterov, self.numel), device=grad.device)
+        if not self.nesterov:
+            return self._velocity.mul_(self.momentum).add_(grad)
+        self._velocity.add_(grad).mul_(self.momentum)
+        return torch.add(self._velocity, grad, out=self._scratch[1])
+
+    def _mask_velocity(self, before: torch.Tensor) -> None:
+        """Zero u where this rank's v (``before`` the call) left its residual."""
+        tolerance = {"fp32": 0.0, "fp16": 2.0**-11, "bf16": 2.0**-8}[self.wire]
+        left = before.abs_().mul_(tolerance) if tolerance else before.zero_()
+        self._velocity.masked_fill_(self._residual.abs() <= left, 0.0)
+
+    def _warmup_stage(self, device: torch.device) -> Synchronizer:
+        """Return the synchronizer of this call's density: this one, or a warm-up stage's."""
+        sparse_calls = self.calls - self.dense_warmup
+        if sparse_calls >= self.density_warmup:
+            self._stage = None
+            return self
+        density = warmup_density(sparse_calls, self.density_warmup, self.density)
+        if density == self.density:
+            return self
+        if self._stage is None or self._stage[0] != density:
+            stage = self._rebuild(density)
+            stage._residual = stage._residual.to(device)
+            self._stage = (density, stage)
+        return self._stage[1]
 
     def check_agreement(self) -> None:
         """Compare :attr:`agreement` with every other rank's, once (a collective).
@@ -321,6 +468,7 @@ class Synchronizer(abc.ABC):
             "config": self._config(),
             "calls": self.calls,
             "residual": self._residual.detach().cpu().clone(),
+            **({"velocity": self._velocity.cpu().clone()} if self.momentum else {}),
             **self._extra_state(),
         }
 
@@ -365,6 +513,12 @@ class Synchronizer(abc.ABC):
         # In place: a method may keep its residual as a view of a buffer of its own (spardl's
         # padded blocks), which a new tensor would cost a copy on the next call.
         self._residual.copy_(state["residual"])
+        if self.momentum:  # a state saved without momentum correction starts from u = 0
+            velocity = state.get("velocity")
+            if velocity is None:
+                self._velocity.zero_()
+            else:
+                self._velocity.copy_(velocity)
         self._load_extra_state(state)
 
     def _config(self) -> dict:

@@ -280,9 +280,9 @@ def spardl_hook(state: SparDLState, bucket: dist.GradBucket) -> torch.futures.Fu
 
     Raises:
         ValueError: a bucket of sparse gradients, or (with ``model=``) a parameter the model
-            does not have. Errors of the synchronization itself (without ``skip_nonfinite``, a
-            bucket holding NaN or inf: ``ValueError``) come back in the future, and DDP raises
-            them from backward.
+            does not have; errors of the synchronization itself (without ``skip_nonfinite``, a
+            bucket holding NaN or inf: ``ValueError``), raised by the iteration's last bucket's
+            call, once every bucket is done, so that DDP's backward raises them as they are.
     """
     flat = bucket.buffer()
     if flat.is_sparse:
@@ -292,4 +292,10 @@ def spardl_hook(state: SparDLState, bucket: dist.GradBucket) -> torch.futures.Fu
         )
     parameters = bucket.parameters()
     sizes = [p.numel() for p in parameters]
-    return state.pipeline.submit(state.keys(bucket), sizes, flat, space=bucket.index())
+    future = state.pipeline.submit(state.keys(bucket), sizes, flat, space=bucket.index())
+    if bucket.is_last():
+        # DDP waits for every future right after this call anyway, but it reads an error held
+        # in one as "Unable to cast <message> to Tensor": wait here, and raise a bucket's error
+        # as itself (a ValueError for NaN or inf) from backward.
+        state.pipeline.wait()
+    return future

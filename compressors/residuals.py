@@ -14,6 +14,8 @@ own residual back. :class:`ResidualStore` is that bookkeeping, in one place:
   belongs to any more are dropped.
 
 Parameters are known by a key the caller chooses (a name, or a number), the same in every run.
+With momentum correction a parameter's velocity (``sync.velocity``) is per entry too, and
+follows it in the same way (:data:`BUFFERS`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 import torch
+
+#: The per-entry buffers of a synchronizer that belong to parameters: the residual, and with
+#: momentum correction the velocity (``None`` on synchronizers without it).
+BUFFERS = ("residual", "velocity")
 
 
 class Layout(NamedTuple):
@@ -78,13 +84,14 @@ class ResidualStore:
             return live
         keys, sizes = list(keys), [int(size) for size in sizes]
         for key, size in zip(keys, sizes):
-            slot = self._slot(key)
-            if slot is not None and slot.numel() != size:
-                raise ValueError(
-                    f"the loaded hook state holds {slot.numel()} residual entries for "
-                    f"parameter #{key}, which has {size}: it was saved for another "
-                    "set of trainable parameters; start from a fresh state"
-                )
+            for buffer in BUFFERS:
+                slot = self._slot(key, buffer)
+                if slot is not None and slot.numel() != size:
+                    raise ValueError(
+                        f"the loaded hook state holds {slot.numel()} {buffer} entries for "
+                        f"parameter #{key}, which has {size}: it was saved for another "
+                        "set of trainable parameters; start from a fresh state"
+                    )
         sync = build(sum(sizes))
         saved = self._saved.pop(name, None)
         if saved is not None:
@@ -99,13 +106,19 @@ class ResidualStore:
                 if not set(keys).isdisjoint(other["numbers"])
             ]
         )
-        residual = sync.residual
+        for buffer in BUFFERS:
+            target = getattr(sync, buffer)
+            if target is None:  # a velocity without momentum correction: none to take
+                continue
+            offset = 0
+            for key, size in zip(keys, sizes):
+                slot = self._slot(key, buffer)
+                if slot is not None:  # moved, so that it counts once
+                    target[offset : offset + size].copy_(slot)
+                    slot.zero_()
+                offset += size
         offset = 0
         for key, size in zip(keys, sizes):
-            slot = self._slot(key)
-            if slot is not None:  # moved, so that it counts once
-                residual[offset : offset + size].copy_(slot)
-                slot.zero_()
             self._owner[key] = (name, offset, size)
             offset += size
         self.layouts[name] = Layout(keys, sizes, sync, torch.empty(sum(sizes), device=device))
@@ -117,16 +130,21 @@ class ResidualStore:
     def _owners_of(self, keys) -> set:
         return {self._owner[key][0] for key in keys if key in self._owner}
 
-    def _slot(self, key):
-        """Return where parameter ``key``'s residual lives, as a flat view; None if nowhere."""
+    def _slot(self, key, buffer="residual"):
+        """Return where parameter ``key``'s ``buffer`` lives, as a flat view; None if nowhere.
+
+        ``buffer``: one of :data:`BUFFERS`.
+        """
         if key in self._owner:
             name, offset, size = self._owner[key]
-            return self.layouts[name].sync.residual[offset : offset + size]
+            live = getattr(self.layouts[name].sync, buffer)
+            return None if live is None else live[offset : offset + size]
         for saved in self._saved.values():
             if key in saved["numbers"]:
                 at = saved["numbers"].index(key)
                 offset = sum(saved["sizes"][:at])
-                return saved["state"]["residual"][offset : offset + saved["sizes"][at]]
+                held = saved["state"].get(buffer)
+                return None if held is None else held[offset : offset + saved["sizes"][at]]
         return None
 
     def residual(self, key):
@@ -180,11 +198,10 @@ class ResidualStore:
                     f"saved bucket {name!r}: {residual.numel()} residual entries for "
                     f"{len(numbers)} parameters of {sum(sizes)}"
                 )
-            saved[name] = {
-                "numbers": numbers,
-                "sizes": sizes,
-                "state": dict(entry["state"], residual=residual.clone()),
-            }
+            state = dict(entry["state"], residual=residual.clone())
+            if isinstance(state.get("velocity"), torch.Tensor):
+                state["velocity"] = state["velocity"].clone()
+            saved[name] = {"numbers": numbers, "sizes": sizes, "state": state}
         self._saved = saved
         self.layouts.clear()
         self._owner.clear()

@@ -1,4 +1,5 @@
-"""Evaluating within epochs (--eval-every) does not change what the run trains on."""
+"""What the trainer learns from: evaluations within epochs (--eval-every) do not change it, and
+momentum correction takes SGD's momentum into the synchronizer."""
 
 import json
 import pickle
@@ -83,3 +84,35 @@ def test_eval_every_below_zero_is_a_usage_error(tmp_path):
     result = mpiexec(1, "main_trainer.py", "--eval-every", "-1", "--log-dir", str(tmp_path))
     assert result.returncode == 2
     assert "--eval-every must be at least 0, got -1" in result.stderr
+
+
+def test_momentum_correction_moves_sgds_momentum_into_the_synchronizer(tmp_path):
+    result = mpiexec(
+        2,
+        "main_trainer.py",
+        "--max-epochs",
+        "1",
+        "--max-iters",
+        "3",
+        "--momentum",
+        "0.9",
+        "--compression",
+        "--compressor",
+        "spardl",
+        "--density",
+        "0.05",
+        "--method-option",
+        "momentum=0.9",
+        "--log-dir",
+        str(tmp_path / "log"),
+        "--checkpoint-dir",
+        str(tmp_path / "ckpt"),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "SGD runs without it (--momentum 0.9 unused)" in result.stderr
+    (row,) = [json.loads(line) for line in (tmp_path / "log" / "metrics.jsonl").open()]
+    assert row["momentum"] == 0.9 and row["nesterov"] is False
+    state = torch.load(tmp_path / "ckpt" / "epoch-0001" / "rank-0000.pt", weights_only=True)
+    assert state["optimizer"]["param_groups"][0]["momentum"] == 0.0
+    buckets = state["synchronizer"]["buckets"].values()
+    assert all(bucket["state"]["velocity"].abs().sum() > 0 for bucket in buckets)

@@ -34,6 +34,8 @@ ORDER = (
     "zen",
     "spardl",
     "spardl_fp16",
+    "spardl_mc",
+    "spardl_fp16_mc",
     "spardl_local",
 )
 #: What each label ran, for the table.
@@ -48,6 +50,8 @@ DESCRIPTIONS = {
     "zen": "ZEN",
     "spardl": "SparDL",
     "spardl_fp16": "SparDL, fp16 wire",
+    "spardl_mc": "SparDL, momentum correction 0.9",
+    "spardl_fp16_mc": "SparDL, fp16 wire, momentum correction 0.9",
     "spardl_local": "SparDL, local residuals",
 }
 #: The exit status of ``timeout``: the run was stopped at its time cap.
@@ -191,6 +195,59 @@ def tta_table(out: str, targets) -> str:
                 + " | ".join(cells)
                 + f" | {_number(last.get('test_acc'), 2, 100)}% | "
                 f"{_number(last.get('test_loss'), 3)} | {trial.ending()} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _spread(values: list, digits: int = 1, scale: float = 1.0) -> str:
+    """``mean (min-max)`` of ``values``; ``-`` for none."""
+    if not values:
+        return "-"
+    low, mean, high = (
+        _number(value, digits, scale)
+        for value in (min(values), sum(values) / len(values), max(values))
+    )
+    return f"{mean} ({low}-{high})"
+
+
+def seeds_table(out: str, targets) -> str:
+    """Time to accuracy over seeds: per rate and method, runs in ``OUT/RATE/LABEL/seedN``.
+
+    Per target: how many seeds reached it, and the mean (min-max) of their training seconds and
+    iterations; then the mean (min-max) of the final test accuracy, ms and MB per iteration.
+    """
+    targets = [targets] if isinstance(targets, float) else list(targets)
+    lines = []
+    for rate in rates(out):
+        reach = "".join(
+            f" reached {t:g} | train s to {t:g} | iterations to {t:g} |" for t in targets
+        )
+        lines += [
+            f"### {rate}\n",
+            f"| method | seeds | iterations | ms/iter | MB/iter/rank |{reach} final test acc % |",
+            "|---|---:|---:|---:|---:|" + "---:|---:|---:|" * len(targets) + "---:|",
+        ]
+        for group in _trials(os.path.join(out, rate)):
+            trials = [t for t in _trials(group.path) if t.label.startswith("seed") and t.rows]
+            if not trials:
+                continue
+            cells = []
+            for target in targets:
+                reached = [t.time_to(target) for t in trials]
+                reached = [r for r in reached if r is not None]
+                cells += [
+                    f"{len(reached)}/{len(trials)}",
+                    _spread([r[1] for r in reached]),
+                    _spread([r[0] for r in reached], 0),
+                ]
+            lines.append(
+                f"| {DESCRIPTIONS.get(group.label, group.label)} | {len(trials)} | "
+                f"{_spread([t.iterations for t in trials], 0)} | "
+                f"{_spread([t.per_iteration('epoch_seconds') for t in trials], 0, 1e3)} | "
+                f"{_spread([t.per_iteration('bytes_sent_per_rank') for t in trials], 3, 1e-6)} | "
+                + " | ".join(cells)
+                + f" | {_spread([t.rows[-1]['test_acc'] for t in trials], 2, 100)} |"
             )
         lines.append("")
     return "\n".join(lines)
@@ -343,12 +400,12 @@ def plot_curves(groups: dict, path: str) -> str:
 def main(argv=None) -> str:
     """Print one experiment's table (``--out FILE``: also write it there); return it."""
     parser = argparse.ArgumentParser(prog="python -m trainreport.experiments", description=__doc__)
-    parser.add_argument("kind", choices=("tta", "residuals", "sweep", "scaling"))
+    parser.add_argument("kind", choices=("tta", "seeds", "residuals", "sweep", "scaling"))
     parser.add_argument("root", metavar="OUT", help="the experiment scripts' output folder")
     parser.add_argument(
         "--target",
         default="0.7,0.75",
-        help="tta: test accuracy targets, comma-separated (default: %(default)s)",
+        help="tta, seeds: test accuracy targets, comma-separated (default: %(default)s)",
     )
     parser.add_argument("--rate", default="1gbit", help="residuals: the network folder")
     parser.add_argument("--out", metavar="FILE", help="also write the Markdown here")
@@ -356,11 +413,14 @@ def main(argv=None) -> str:
     args = parser.parse_args(argv)
     if not os.path.isdir(args.root):
         parser.exit(2, f"experiments: {args.root}: no such folder\n")
-    if args.kind == "tta":
+    if args.kind in ("tta", "seeds"):
         try:
             targets = [float(t) for t in args.target.split(",")]
         except ValueError:
             parser.exit(2, f"experiments: --target {args.target}: not comma-separated numbers\n")
+    if args.kind == "seeds":
+        text, groups, figure = seeds_table(args.root, targets), {}, None
+    elif args.kind == "tta":
         text = tta_table(args.root, targets)
         groups = {r: _trials(os.path.join(args.root, r)) for r in rates(args.root)}
         figure = os.path.join(args.root, "tta_curves.png")

@@ -63,8 +63,8 @@ PY
 }
 
 # train DIR RATE ITERS EPOCHS [trainer flags...]: one training run into DIR (metrics.jsonl,
-# run.json, log.txt), at most ITERS iterations per epoch (an evaluation after each) and EPOCHS
-# epochs, stopped after CAP seconds. A DIR whose run.json exists is kept: rerunning a script
+# run.json, log.txt), at most ITERS iterations per epoch (empty: all; an evaluation after each
+# epoch) and EPOCHS epochs, stopped after CAP seconds. A DIR whose run.json exists is kept: rerunning a script
 # continues where it stopped (delete the DIR to measure it again).
 train() {
   local dir=$1 rate=$2 iters=$3 epochs=$4
@@ -76,7 +76,8 @@ train() {
   rm -rf "$dir"
   mkdir -p "$dir"
   local command=("$mpiexec" -n "$NWORKERS" "$python" "$root/main_trainer.py" --dnn "$MODEL"
-    --dataset "$DATASET" --max-iters "$iters" --max-epochs "$epochs" --log-dir "$dir" "$@")
+    --dataset "$DATASET" ${iters:+--max-iters "$iters"} --max-epochs "$epochs" --log-dir "$dir"
+    "$@")
   local prefix started status=0
   mapfile -d '' prefix < <(network_prefix "$rate")
   echo "run $dir: ${command[*]} (network $rate, cap ${CAP}s)" >&2

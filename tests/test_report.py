@@ -144,6 +144,16 @@ def test_rows_superseded_by_a_rerun_or_a_resume_are_left_out(tmp_path, capsys):
     assert "3 of 5 rows superseded" in err and "1 of 4 rows superseded" in err
 
 
+def test_rows_within_an_epoch_are_kept_and_a_resume_still_supersedes(tmp_path):
+    def row(epoch, iters, **extra):
+        return {"epoch": epoch, "iters": iters, "epoch_iters": 1, "test_acc": 0.1, **extra}
+
+    within = [row(1, 2, within_epoch=True), row(1, 4), row(2, 6, within_epoch=True), row(2, 8)]
+    assert report_runs.latest_history(within) == within
+    resumed = within + [row(2, 6, test_acc=0.9, within_epoch=True), row(2, 8, test_acc=0.9)]
+    assert report_runs.latest_history(resumed) == within[:2] + resumed[4:]
+
+
 def test_epoch_iters_alone_is_enough_and_bad_rows_name_the_file(tmp_path, capsys):
     rows = [{k: v for k, v in row.items() if k != "iters"} for row in spardl_rows()]
     assert report_runs.load_run(write_rows(tmp_path / "no_iters", rows)).epoch_iters() == [

@@ -179,7 +179,7 @@ def load_run(path: str) -> Run:
     if sum(Run(path, latest).epoch_iters()) < 1:
         raise ValueError(f"{file}: no training iterations logged")
     last = latest[-1]
-    if last.get("max_epochs", last["epoch"]) > last["epoch"]:
+    if last.get("max_epochs", last["epoch"]) > last["epoch"] or last.get("within_epoch"):
         print(
             f"note: {file}: the run stopped after epoch {last['epoch']} of {last['max_epochs']} "
             "(killed, crashed, or still running): its numbers are not final",
@@ -222,12 +222,17 @@ def _check_row(file: str, number: int, row) -> None:
 def latest_history(rows: list) -> list:
     """The rows of the latest run.
 
-    Wherever the epoch number goes back (a new run, or a resume from an earlier checkpoint), the
-    rows it repeats or restarts are dropped.
+    Wherever the position goes back (a new run, or a resume from an earlier checkpoint), the
+    rows it repeats or restarts are dropped. A row's position is its epoch, then its ``iters``:
+    rows of evaluations within an epoch (``--eval-every``) share their epoch's number.
     """
+
+    def position(row):
+        return row["epoch"], row.get("iters", 0)
+
     kept: list = []
     for row in rows:
-        while kept and kept[-1]["epoch"] >= row["epoch"]:
+        while kept and position(kept[-1]) >= position(row):
             kept.pop()
         kept.append(row)
     return kept

@@ -318,6 +318,11 @@ class Synchronizer(abc.ABC):
         if out is not None and result is not out:
             result = out.copy_(result)
         self._out = None
+        self._finish_call(timer, start, nnz)
+        return result
+
+    def _finish_call(self, timer: PhaseTimer, start: float, nnz) -> None:
+        """Count the call and set :attr:`stats` from the transport's traffic and ``timer``."""
         self.calls += 1
         traffic = self.transport.traffic
         timer["total"] = time.perf_counter() - start
@@ -329,7 +334,37 @@ class Synchronizer(abc.ABC):
             "seconds": dict(timer),
         }
         self._after_call()
-        return result
+
+    def reduce_scatter(self, grad: torch.Tensor, out: torch.Tensor = None) -> torch.Tensor:
+        """Return this rank's shard of the average of ``grad`` over all ranks (a collective).
+
+        The vector is P equal shards, rank r's shard entries r*n/P .. (r+1)*n/P - 1 (FSDP's
+        layout: ``compressors.fsdp``). Here: :meth:`allreduce`, then the own shard; SparDL
+        overrides it with its Spar-Reduce-Scatter alone. ``out``: a float32 tensor of n/P
+        entries that receives the shard.
+
+        Raises:
+            ValueError: n is not a multiple of P, ``out`` has another shape, or as
+                :meth:`allreduce`.
+        """
+        shard = self._shard_numel(out)
+        average = self.allreduce(grad)
+        own = average[self.rank * shard : (self.rank + 1) * shard]
+        return own.clone() if out is None else out.copy_(own)
+
+    def _shard_numel(self, out) -> int:
+        """Return n / P, checking that it is whole and that ``out`` (if given) has that shape."""
+        if self.numel % self.size:
+            raise ValueError(
+                f"{self.name}: a reduce-scatter needs numel a multiple of the {self.size} "
+                f"ranks, got {self.numel}"
+            )
+        shard = self.numel // self.size
+        if out is not None and (
+            not isinstance(out, torch.Tensor) or out.dtype != torch.float32 or out.numel() != shard
+        ):
+            raise ValueError(f"{self.name}: out must be a float32 tensor of {shard} entries")
+        return shard
 
     def _sparse_call(self, grad: torch.Tensor, timer: PhaseTimer) -> torch.Tensor:
         """Return the method's average of ``grad`` with error feedback (a sparse call)."""

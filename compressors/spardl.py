@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import math
 import numbers
+import time
 
 import torch
 
 from allreducers import (
+    PhaseTimer,
     allgather_lists,
     bruck_allgather_schedule,
     recursive_halving_schedule,
@@ -348,6 +350,45 @@ class SparDL(Synchronizer):
         """
         return min(self.numel, self.block_budget * self.team_size) / self.numel
 
+    def reduce_scatter(self, grad: torch.Tensor, out: torch.Tensor = None) -> torch.Tensor:
+        """Return this rank's shard of the average: Spar-Reduce-Scatter (steps 1-2) alone.
+
+        With one team the SRS blocks are the P shards, rank r ending with block r. The own block
+        is returned dense, every entry that reached it (no step 3 cut), and its residual is
+        emptied; every other block keeps what this rank's cut did not send, received partial
+        sums included (each rank cuts each of them once), so mass is conserved:
+        sum_w (grad_w + residual_w) = P * (the shards joined) + sum_w residual_w after the call.
+        Steps 3-6 (Spar-All-Gather, the final gather) are not needed. With several teams,
+        momentum correction, a density warm-up or during the dense warm-up it falls back to
+        :meth:`allreduce` and the own shard (``Synchronizer.reduce_scatter``).
+        """
+        if (
+            self.teams != 1
+            or self.momentum
+            or self.density_warmup
+            or self.calls < self.dense_warmup
+        ):
+            return super().reduce_scatter(grad, out)
+        self._shard_numel(out)
+        self._check_gradient(grad)
+        self.check_agreement()
+        grad = grad.detach()
+        if self._residual.device != grad.device:
+            self._residual = self._residual.to(grad.device)
+        start = time.perf_counter()
+        self.transport.traffic.reset()
+        timer = PhaseTimer(select=0.0, comm=0.0, accumulate=0.0)
+        call = _Call(self, grad, timer)
+        shard = call.reduce_scatter()
+        self._residual = call.work[: self.numel]
+        with timer("accumulate"):
+            shard.div_(self.size)
+            if out is not None:
+                shard = out.copy_(shard)
+        self._nnz = None
+        self._finish_call(timer, start, None)
+        return shard
+
     def _synchronize(self, grad, timer):
         call = _Call(self, grad, timer)
         result = call.run()
@@ -546,6 +587,29 @@ class _Call:
             if self.shares and sync.residuals == "global":
                 _keep_shares(self.blocks[sync.position], own[0].long(), self.shares)
         return self.result
+
+    def reduce_scatter(self) -> torch.Tensor:
+        """Steps 1-2 only (one team): return the own block's dense sum, ``work`` the residual."""
+        sync, timer = self.sync, self.timer
+        run_schedule(
+            sync.transport,
+            sync.srs_steps,
+            self.send_blocks,
+            self.receive_blocks,
+            self.work.device,
+            timer,
+            dtype=sync.codec.recv_dtype,
+            recv_numel=self.rows_numel(),
+        )
+        with timer("accumulate"):
+            self.first_touch(sync.position, 1, fuse=False)
+            own = self.blocks[sync.position]
+            shard = own.clone()
+            own.zero_()
+            if sync.team_size > 1:  # rows 1 .. m-1: the blocks this rank cut and sent
+                flat = (self.bases[1:] + self.chosen[1:]).view(-1)
+                put_(self.work, flat, 0.0 if self.lost is None else self.lost[1:].reshape(-1))
+        return shard
 
     def rows_numel(self):
         """The length of a message of k_b-entry lists, per step, where it is fixed (fp32)."""

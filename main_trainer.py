@@ -52,6 +52,7 @@ from trainer.loop import Trainer
 from trainer.metrics import MetricsLog
 from trainer.overlap import OverlappedSync
 from trainer.schedule import make_scheduler
+from trainer.sharded import FSDPSync, ranks_per_host
 from trainer.stopping import INTERRUPTED, Stopped
 from trainer.torch_ddp import METHODS as DDP_METHODS
 from trainer.torch_ddp import DDPSync, is_ddp_method
@@ -326,6 +327,20 @@ def build_parser(rank=0):
         help="the authors' way: one blocking synchronization of the whole flat gradient after "
         "backward (default: buckets overlapped with backward)",
     )
+    sharding = sync.add_mutually_exclusive_group()
+    sharding.add_argument(
+        "--fsdp",
+        action="store_true",
+        help="sharded data parallelism (FSDP2's fully_shard over every rank): natively, or with "
+        "--compression --compressor NAME through the sparse reduce-scatter (docs/FSDP.md)",
+    )
+    sharding.add_argument(
+        "--hsdp",
+        action="store_true",
+        help="hybrid sharding: shards within a host, replicas across hosts (hosts from "
+        "SPARDL_CLUSTER, else the ranks sharing memory); natively, or with --compression "
+        "--compressor NAME averaging the shards across hosts sparsely (docs/FSDP.md)",
+    )
 
     run = parser.add_argument_group("output and devices")
     run.add_argument(
@@ -413,6 +428,7 @@ def parse_settings(argv, comm):
         args.method_options, found, said = _method_options(args, parser.method_flags, size)
         problems += found
         notes += said
+    problems += _sharding_problems(args, size, comm)
     # Collective: a config file or data directory may be missing on one host only.
     agree(comm, "; ".join(problems) or None)
     if args.data_dir and not datasets.reads_files(settings["dataset"]):
@@ -422,6 +438,39 @@ def parse_settings(argv, comm):
     if args.compressor == "dense" or ddp:
         args.density = 1.0  # what a dense run keeps, and what its metrics report
     return args, settings
+
+
+def _sharding_problems(args, size, comm):
+    """Flags ``--fsdp`` and ``--hsdp`` cannot combine with; sets ``args.ranks_per_host``."""
+    args.ranks_per_host = None
+    if not (args.fsdp or args.hsdp):
+        return []
+    flag = "--fsdp" if args.fsdp else "--hsdp"
+    problems = []
+    if size < 2:
+        problems.append(f"{flag} needs at least 2 workers, got {size}")
+    if args.no_overlap:
+        problems.append(
+            f"{flag} with --no-overlap: FSDP reduces each module's gradient in backward"
+        )
+    if is_ddp_method(args.compressor):
+        problems.append(f"{flag} with {args.compressor}: a DDP method; use --fsdp natively instead")
+    if args.resume:
+        problems.append(f"{flag} with --resume: sharded checkpoints are not supported yet")
+    if args.hsdp and not problems:
+        try:
+            per_host = ranks_per_host(comm, cluster_topology())
+        except ValueError:
+            per_host = 0  # reported above
+        hosts = size // per_host if per_host and size % per_host == 0 else 0
+        if hosts < 2:
+            problems.append(
+                f"--hsdp needs at least 2 hosts of equal size; the {size} workers hold "
+                f"{per_host} rank(s) per host (from SPARDL_CLUSTER, else the ranks sharing "
+                "memory): use --fsdp"
+            )
+        args.ranks_per_host = per_host
+    return problems
 
 
 def _ddp_problems(args):
@@ -938,12 +987,32 @@ def build_trainer(argv, comm):
             note=lambda message: _note(comm, message),
         )
         run_info.update(effective_density=1.0, overlap=True, bucket_mb=synchronizer.bucket_mb)
+    elif args.fsdp or args.hsdp:
+        build_synchronizer(args, 1, comm)  # checks the options the constructor checks
+        sparse = args.compressor != "dense"
+        synchronizer = FSDPSync(
+            comm,
+            model,
+            args.compressor if sparse else None,
+            args.density,
+            args.method_options if sparse else {},
+            device,
+            args.ranks_per_host if args.hsdp else None,
+        )
+        run_info.update(
+            effective_density=synchronizer.density,
+            sharding="hsdp" if args.hsdp else "fsdp",
+            ranks_per_host=args.ranks_per_host,
+            overlap=True,
+            bucket_mb=None,
+        )
     else:
         synchronizer = build_synchronizer(
             args, sum(p.numel() for p in model.parameters() if p.requires_grad), comm
         )
         run_info["effective_density"] = effective_density(synchronizer, comm)
-    overlap = not args.no_overlap and not is_ddp_method(args.compressor)
+    sharded = args.fsdp or args.hsdp
+    overlap = not args.no_overlap and not is_ddp_method(args.compressor) and not sharded
     if overlap and settings["clip_grad_norm"]:
         _note(
             comm,
@@ -951,7 +1020,7 @@ def build_trainer(argv, comm):
             "which cannot overlap backward: synchronizing after backward (as --no-overlap)",
         )
         overlap = False
-    if not is_ddp_method(args.compressor):
+    if not is_ddp_method(args.compressor) and not sharded:
         run_info["overlap"], run_info["bucket_mb"] = overlap, args.bucket_mb if overlap else None
     if overlap:  # the flat synchronizer above checked the options and gave the density
         synchronizer = OverlappedSync(

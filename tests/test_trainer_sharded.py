@@ -1,0 +1,58 @@
+"""The trainer's --fsdp and --hsdp, native and sparse, under mpiexec (Gloo, CPU)."""
+
+import json
+
+import pytest
+
+from tests.mpirun import mpiexec
+
+pytestmark = [pytest.mark.mpi, pytest.mark.slow]
+
+FLAGS = ["--max-epochs", "1", "--max-iters", "3"]
+
+
+def train(tmp_path, name, workers, *extra):
+    log = ["--log-dir", str(tmp_path / name)]
+    return mpiexec(workers, "main_trainer.py", *FLAGS, *log, *extra)
+
+
+def row(tmp_path, name):
+    (only,) = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").open()]
+    return only
+
+
+def test_fsdp_sparse_reduce_scatter_at_density_one_trains_as_native_fsdp(tmp_path):
+    native = train(tmp_path, "native", 2, "--fsdp")
+    assert native.returncode == 0, native.stderr
+    sparse = train(tmp_path, "sparse", 2, "--fsdp", "--method", "spardl", "--density", "1")
+    assert sparse.returncode == 0, sparse.stderr
+    first, second = row(tmp_path, "native"), row(tmp_path, "sparse")
+    assert first["sharding"] == second["sharding"] == "fsdp"
+    assert first["compressor"] == "dense" and second["compressor"] == "spardl"
+    assert abs(first["test_loss"] - second["test_loss"]) < 1e-4
+    assert first["bytes_sent_per_rank"] > 0 and second["bytes_sent_per_rank"] > 0
+
+
+def test_hsdp_native_and_with_the_sparse_replica_hook(tmp_path, monkeypatch):
+    # Two emulated hosts of two ranks (as scripts/cluster_network.sh describes them).
+    monkeypatch.setenv("SPARDL_CLUSTER", json.dumps({"hosts": 2, "ranks_per_host": 2}))
+    for name, extra in [("native", []), ("sparse", ["--method", "topk", "--density", "0.05"])]:
+        result = train(tmp_path, name, 4, "--hsdp", *extra)
+        assert result.returncode == 0, result.stderr
+        assert row(tmp_path, name)["sharding"] == "hsdp"
+        assert row(tmp_path, name)["ranks_per_host"] == 2
+
+
+@pytest.mark.parametrize(
+    ("workers", "extra", "message"),
+    [
+        (1, ["--fsdp"], "--fsdp needs at least 2 workers, got 1"),
+        (2, ["--fsdp", "--no-overlap"], "--fsdp with --no-overlap"),
+        (2, ["--hsdp"], "--hsdp needs at least 2 hosts"),
+        (2, ["--fsdp", "--hsdp"], "not allowed with argument"),
+    ],
+)
+def test_flags_that_cannot_combine_exit_2_with_one_line(tmp_path, workers, extra, message):
+    result = train(tmp_path, "bad", workers, *extra)
+    assert result.returncode == 2
+    assert message in result.stderr

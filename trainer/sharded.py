@@ -1,0 +1,221 @@
+"""The trainer's sharded data parallelism: FSDP2, native or sparse, and hybrid sharding.
+
+:class:`FSDPSync` shards the model with ``fully_shard`` (each child module with parameters,
+then the root) and stands where the trainer's overlapped synchronizer stands (``finish`` after
+backward, ``stats``, ``state_dict``, ``state_mismatch``), as ``DDPSync`` does for DDP.
+
+* ``--fsdp``: shards over every rank; with a method, each FSDP module reduces its gradient
+  through a ``compressors.fsdp.SparseReduceScatter`` (SparDL: Spar-Reduce-Scatter alone).
+* ``--hsdp``: shards within a host and replicates across hosts. Natively FSDP2's 2-D mesh
+  (reduce-scatter in the host, all-reduce across); with a method, FSDP shards over the host
+  and ``compressors.fsdp.sparse_replica_hook`` averages each shard across the hosts.
+
+How it measures: the gradient reductions run inside backward (on the CPU nothing overlaps
+them), so a step's synchronization is the time spent in them, timed around each reduce-scatter
+and replica all-reduce, and compute is backward's time without it. Bytes are the gradient
+reductions' (a sparse method's own count; natively (P - 1)/P of each reduce-scatter input and
+an all-reduce's 2 (R - 1)/R of each shard across R hosts); the parameter all-gathers, the same
+for every method, are not counted.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import FSDPModule, fully_shard
+
+from compressors.fsdp import ReduceScatter, SparseReduceScatter, host_groups, sparse_replica_hook
+from trainer.torch_ddp import allreduce_bytes, start_group
+
+
+class _Clock:
+    """Seconds and bytes of one step's gradient reductions."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.bytes_sent = 0.0
+
+    def timed(self, action, sent):
+        """Run ``action()``, adding its time and ``sent()``'s bytes."""
+        started = time.perf_counter()
+        result = action()
+        self.seconds += time.perf_counter() - started
+        self.bytes_sent += sent()
+        return result
+
+
+class _NativeReduceScatter(ReduceScatter):
+    """FSDP's own reduce-scatter (``reduce_scatter_single``, as FSDP's default), timed."""
+
+    def __init__(self, clock: _Clock) -> None:
+        self.clock = clock
+
+    def allocate(self, size, *, dtype, device):
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(
+        self, output_tensor, input_tensor, group=None, op=dist.ReduceOp.AVG, async_op=False
+    ):
+        size = dist.get_world_size(group)
+        self.clock.timed(
+            lambda: dist.reduce_scatter_single(output_tensor, input_tensor, op=op, group=group),
+            lambda: input_tensor.numel() * input_tensor.element_size() * (size - 1) / size,
+        )
+        return None
+
+
+class _TimedReduceScatter(_NativeReduceScatter):
+    """A :class:`SparseReduceScatter`, timed and counted."""
+
+    def __init__(self, inner: SparseReduceScatter, clock: _Clock) -> None:
+        self.inner, self.clock = inner, clock
+
+    def __call__(
+        self, output_tensor, input_tensor, group=None, op=dist.ReduceOp.AVG, async_op=False
+    ):
+        self.clock.timed(
+            lambda: self.inner(output_tensor, input_tensor, group, op),
+            lambda: self.inner.synchronizers[input_tensor.numel()].stats["bytes_sent"],
+        )
+
+
+def _timed_hook(hook, clock: _Clock):
+    """A sparse replica hook, timed and counted."""
+
+    def timed(reduce_output):
+        clock.timed(
+            lambda: hook(reduce_output),
+            lambda: hook.synchronizers[reduce_output.numel()].stats["bytes_sent"],
+        )
+
+    return timed
+
+
+def ranks_per_host(comm, topology) -> int:
+    """The ranks of one host: the cluster topology's, else the launcher's ranks sharing memory."""
+    if topology and topology.get("ranks_per_host"):
+        return int(topology["ranks_per_host"])
+    from mpi4py import MPI
+
+    return comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
+
+
+class FSDPSync:
+    """The model sharded by FSDP2, natively or with a sparse method; the trainer's synchronizer.
+
+    Args:
+        comm: the ``mpi4py`` communicator (its ranks become the ``torch.distributed`` group).
+        model: the module on ``device``, with rank 0's weights on every rank; sharded in place.
+        method: a registered method's name, or ``None`` for FSDP's own reduction.
+        density, options: the method's density and options.
+        device: the rank's device.
+        per_host: ``None`` for ``--fsdp``; for ``--hsdp``, the ranks of one host.
+
+    Attributes:
+        numel, name, density, stats: as the trainer's other synchronizers.
+    """
+
+    def __init__(self, comm, model, method, density, options, device, per_host=None) -> None:
+        start_group(comm, device)
+        self.name = method or "native"
+        self.density = density if method else 1.0
+        self.options = dict(options or {})
+        self.size = comm.Get_size()
+        self.per_host = per_host
+        self._parameters = [p for p in model.parameters() if p.requires_grad]
+        self.numel = sum(p.numel() for p in self._parameters)
+        self._clock = _Clock()
+        mesh, replica_group = None, None
+        if per_host is not None:
+            hosts = self.size // per_host
+            if method is None:  # FSDP2's own HSDP: (replicate, shard)
+                mesh = init_device_mesh(device.type, (hosts, per_host), mesh_dim_names=("r", "s"))
+            else:
+                shard_group, replica_group = host_groups(per_host)
+                mesh = DeviceMesh.from_group(shard_group, device.type)
+        for child in model.children():
+            if any(p.requires_grad for p in child.parameters()):
+                fully_shard(child, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        self.comms = {}
+        for name, module in model.named_modules():
+            if not isinstance(module, FSDPModule):
+                continue
+            if method is None:
+                module.set_custom_reduce_scatter(_NativeReduceScatter(self._clock))
+                if per_host is not None:
+                    module.set_all_reduce_hook(self._native_replica_bytes(hosts))
+            elif per_host is None:
+                comm_ = SparseReduceScatter(method, None, density, **self.options)
+                module.set_custom_reduce_scatter(_TimedReduceScatter(comm_, self._clock))
+                self.comms[name] = comm_
+            else:
+                module.set_custom_reduce_scatter(_NativeReduceScatter(self._clock))
+                hook = sparse_replica_hook(method, replica_group, density, **self.options)
+                module.set_all_reduce_hook(_timed_hook(hook, self._clock))
+                self.comms[name] = hook
+        self.stats = self._stats(None)
+
+    def _native_replica_bytes(self, hosts):
+        """Count native HSDP's all-reduce across the hosts (it runs inside FSDP, untimed)."""
+
+        def count(reduce_output):
+            self._clock.bytes_sent += allreduce_bytes(
+                reduce_output.numel(), reduce_output.element_size(), hosts
+            )
+
+        return count
+
+    def _stats(self, compute_end) -> dict:
+        clock = self._clock
+        return {
+            "bytes_sent": clock.bytes_sent,
+            "seconds": {"select": 0.0, "comm": clock.seconds, "accumulate": 0.0},
+            "sync_seconds": clock.seconds,
+            "compute_end": compute_end,
+        }
+
+    def finish(self) -> bool:
+        """After backward (every shard's gradient reduced): take the step's stats.
+
+        Returns:
+            Whether every rank's gradient shards are finite (one small all-reduce: shards
+            differ per rank).
+        """
+        now = time.perf_counter()
+        self.stats = self._stats(now - self._clock.seconds)
+        self._clock.seconds, self._clock.bytes_sent = 0.0, 0.0
+        grads = [p.grad.to_local() for p in self._parameters if p.grad is not None]
+        finite = torch.tensor(
+            [float(all(bool(torch.isfinite(g).all()) for g in grads))], dtype=torch.float32
+        )
+        dist.all_reduce(finite, op=dist.ReduceOp.MIN)
+        return bool(finite.item())
+
+    def state_dict(self) -> dict:
+        """The mode, the method and each FSDP module's residuals (sparse methods)."""
+        return {
+            "overlap": True,
+            "fsdp": "hsdp" if self.per_host else "fsdp",
+            "method": self.name,
+            "numel": self.numel,
+            "comms": {name: comm.state_dict() for name, comm in self.comms.items()},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s residuals."""
+        for name, comm in self.comms.items():
+            if name in state.get("comms", {}):
+                comm.load_state_dict(state["comms"][name])
+
+    def state_mismatch(self, state) -> str | None:
+        """Why ``state`` cannot be loaded here, or ``None``."""
+        mode = "hsdp" if self.per_host else "fsdp"
+        if not isinstance(state, dict) or state.get("fsdp") != mode:
+            return f"a synchronizer state of a run without --{mode}"
+        if state.get("method") != self.name:
+            return f"the method {state.get('method')!r} (here {self.name!r})"
+        return None

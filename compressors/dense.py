@@ -11,8 +11,8 @@ import torch
 
 from allreducers import bruck_allgather_schedule, rotation_schedule, run_schedule
 
-from . import register
 from .base import Synchronizer
+from .registry import register
 from .sparse_ops import equal_cuts
 
 _PIECE = 1 << 16  # values per exponent of a dense message at a 16-bit wire

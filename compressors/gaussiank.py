@@ -27,9 +27,9 @@ import torch
 
 from allreducers import allgather_joined, bruck_allgather_schedule
 
-from . import register
 from .base import Synchronizer, check_int
 from .oktopk import _TINY, check_scale
+from .registry import register
 from .selection import Selector
 from .sparse_ops import budget, entries_at_least, put_, scatter_average_joined
 

@@ -40,8 +40,8 @@ import torch
 
 from allreducers import binomial_broadcast_schedule, binomial_reduce_schedule, run_schedule
 
-from . import register
 from .base import Synchronizer
+from .registry import register
 from .selection import Selector
 from .sparse_ops import budget, is_member, put_
 

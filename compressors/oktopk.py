@@ -53,8 +53,8 @@ import torch
 
 from allreducers import RegionReducer, allgather_joined, bruck_allgather_schedule
 
-from . import register
 from .base import Synchronizer, check_int
+from .registry import register
 from .selection import Selector
 from .sparse_ops import budget, entries_at_least, equal_cuts, is_member, put_
 

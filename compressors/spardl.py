@@ -22,8 +22,8 @@ from allreducers import (
     srs_schedule,
 )
 
-from . import register
 from .base import Synchronizer
+from .registry import register
 from .selection import Selector
 from .sparse_ops import flat_nonzero, is_member, put_, search_sorted
 from .teams import AUTO, Candidate, candidates, check_layout, probe, team_groups

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from allreducers import allgather_joined, bruck_allgather_schedule
 
-from . import register
 from .base import Synchronizer
+from .registry import register
 from .selection import Selector
 from .sparse_ops import budget, put_, scatter_average_joined
 

@@ -25,8 +25,8 @@ import torch
 
 from allreducers import RegionReducer, allgather_joined, bruck_allgather_schedule, run_schedule
 
-from . import register
 from .base import Synchronizer
+from .registry import register
 from .selection import Selector
 from .sparse_ops import budget, equal_cuts, put_
 

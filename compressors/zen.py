@@ -45,8 +45,8 @@ import torch
 from allreducers import bruck_allgather_schedule, rotation_schedule, run_schedule
 from allreducers.hashing import hash_owner, partition_lists
 
-from . import register
 from .base import Synchronizer
+from .registry import register
 from .selection import Selector
 from .sparse_ops import budget, index_add_in_order, put_
 

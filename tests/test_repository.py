@@ -67,3 +67,12 @@ def test_the_checks_find_what_they_look_for():
         len(_hits(SYS_PATH, [("x", "sys." + "path.insert(0, ROOT)\nsys." + "path += [d]\n")])) == 2
     )
     assert _hits(SYS_PATH, [("x", "print(sys." + "path)\n")]) == []
+
+
+def test_the_registry_lives_in_its_own_module_and_the_methods_import_it_there():
+    import compressors
+    from compressors import registry
+
+    assert compressors.create is registry.create and compressors.register is registry.register
+    for path in (ROOT / "compressors").glob("*.py"):
+        assert "from . import register" not in path.read_text(), path.name

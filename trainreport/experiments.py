@@ -146,7 +146,7 @@ def _trials(folder: str) -> list:
 
 def rates(out: str) -> list:
     """The network folders of ``out`` holding training runs, fastest first (``1gbit`` ...)."""
-    skip = {"sweep", "scaling"}
+    skip = {"sweep", "scaling", "seeds"}
     names = [n for n in os.listdir(out) if os.path.isdir(os.path.join(out, n)) and n not in skip]
     return sorted(names, key=_bits_per_second, reverse=True)
 

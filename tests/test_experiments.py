@@ -128,3 +128,12 @@ def test_widemlp_has_over_ten_million_parameters():
 
     model = models.create("widemlp", num_classes=10, input_shape=(1, 28, 28))
     assert sum(p.numel() for p in model.parameters()) == 10_020_874
+
+
+def test_sharding(tmp_path, env):
+    out = tmp_path / "out"
+    text, _ = run("sharding.sh", out, env)
+    labels = [r.split(" | ")[0] for r in table_rows(text)[1:]]
+    assert labels == ["| fsdp_native", "| fsdp_spardl", "| hsdp_native", "| hsdp_spardl"]
+    info = json.loads((out / "1gbit" / "hsdp_spardl" / "run.json").read_text())
+    assert "--hsdp --method spardl --density 0.01" in info["command"]

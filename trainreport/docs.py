@@ -48,10 +48,10 @@ def _quiet(make: Callable[[], str]) -> str:
         return make()
 
 
-def _tta(rate: str) -> Callable[[str], str]:
+def _tta(rate: str, folder: str = "", targets=(0.7, 0.75)) -> Callable[[str], str]:
     def make(root: str) -> str:
-        folder = os.path.join(root, "runs", "experiments")
-        return _section(_quiet(lambda: experiments.tta_table(folder, [0.7, 0.75])), rate)
+        runs = os.path.join(root, "runs", "experiments", folder)
+        return _section(_quiet(lambda: experiments.tta_table(runs, list(targets))), rate)
 
     return make
 
@@ -144,6 +144,18 @@ TABLES = {
         "## d. ZEN, SparDL and TopkA",
         "runs/experiments/scaling",
         _experiment("scaling"),
+    ),
+    "sharding-100mbit": Table(
+        "docs/FSDP.md",
+        "### 100 Mbit/s",
+        "runs/experiments/sharding/100mbit",
+        _tta("100mbit", "sharding", (0.7,)),
+    ),
+    "sharding-1gbit": Table(
+        "docs/FSDP.md",
+        "### 1 Gbit/s",
+        "runs/experiments/sharding/1gbit",
+        _tta("1gbit", "sharding", (0.7,)),
     ),
     "hook-momentum": Table(
         "docs/DDP_HOOK.md",

@@ -12,6 +12,8 @@
 #               a run still going then is stopped with SIGINT after its current iteration, and
 #               the tables report it as capped
 #   SHAPE       0: run on the unshaped loopback (no root needed); default 1
+#   HOSTS       with SHAPE=1: emulate that many hosts (scripts/cluster_network.sh, NWORKERS/HOSTS
+#               ranks each, every host's link at the rate) instead of one shaped loopback
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -42,7 +44,10 @@ locked() {
 # network_prefix RATE: print (NUL-separated) the command prefix that runs a command on a
 # loopback shaped to RATE (or unshaped with SHAPE=0, the rows still recording RATE).
 network_prefix() {
-  if [ "$SHAPE" = 1 ]; then
+  if [ "$SHAPE" = 1 ] && [ -n "${HOSTS:-}" ]; then
+    printf '%s\0' "$root/scripts/cluster_network.sh" --hosts "$HOSTS" \
+      --ranks-per-host $((NWORKERS / HOSTS)) --rate "$1" --
+  elif [ "$SHAPE" = 1 ]; then
     printf '%s\0' "$root/scripts/shaped_network.sh" --rate "$1" --
   else
     printf '%s\0' env "SPARDL_NETWORK_RATE=$1"

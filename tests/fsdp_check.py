@@ -2,8 +2,10 @@
 
 ``torchrun --standalone --nproc-per-node 4 tests/fsdp_check.py`` (2 or 4 ranks): at density 1
 every registered method's reduce-scatter gives FSDP's own gradients, with FSDP's AVG and with
-sums forced; the replica hook over 2 "hosts" of 2 ranks gives plain FSDP's over all 4; a sparse
-run learns with the same weights on every rank; states round-trip. Rank 0 prints "passed".
+sums forced (the model has 3 parameter groups and, at P = 4, a bias of 3 entries, fewer than
+P); the replica hook over 2 "hosts" of 2 ranks gives plain FSDP's over all 4 and leaves the
+replicas with the same bits; a sparse run learns with the same weights on every rank; states
+round-trip; FSDP2's mixed precision (bf16 parameters, fp32 reduction) works. Rank 0 prints "passed".
 """
 
 import io
@@ -86,6 +88,19 @@ try:
 except ValueError as error:
     assert "unknown option" in str(error)
 
+# FSDP2 mixed precision (bf16 parameters, fp32 reduction): the sparse reduce-scatter gets fp32.
+from torch.distributed.fsdp import MixedPrecisionPolicy  # noqa: E402
+
+torch.manual_seed(0)
+mixed = torch.nn.Sequential(torch.nn.Linear(12, 20), torch.nn.ReLU(), torch.nn.Linear(20, 3))
+policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+for layer in (mixed[0], mixed[2]):
+    fully_shard(layer, mp_policy=policy)
+fully_shard(mixed, mp_policy=policy)
+attach(mixed, "spardl", density=0.5)
+grads = gradients(mixed)
+assert all(torch.isfinite(g).all() for g in grads), "mixed precision gave a non-finite gradient"
+
 if world == 4:  # sparse hybrid sharding: 2 hosts of 2 ranks
     shard_group, replica_group = host_groups(2)
     for method in ("spardl", "topk"):
@@ -96,6 +111,11 @@ if world == 4:  # sparse hybrid sharding: 2 hosts of 2 ranks
     hooks = attach(net, "spardl", density=0.1, replica_group=replica_group)
     gradients(net, steps=3, optimizer=torch.optim.SGD(net.parameters(), lr=0.05))
     assert all(isinstance(h, type(sparse_replica_hook())) for h in hooks.values())
+    for parameter in net.parameters():  # the replicas of a shard hold the same bits
+        shard = parameter.to_local().contiguous()
+        copies = [torch.empty_like(shard) for _ in range(2)]
+        dist.all_gather(copies, shard, group=replica_group)
+        assert torch.equal(copies[0], copies[1]), "replicas differ after the replica hook"
 
 dist.barrier()
 if rank == 0:

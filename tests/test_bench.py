@@ -289,7 +289,7 @@ def test_floor_with_error_feedback_does_what_every_residual_method_does():
         (
             ["--method-option", "nope=1", "--methods", "topk,oktopk"],
             "--method-option nope=1: no method of --methods \\(topk, oktopk\\) takes 'nope'; "
-            "valid keys: dense_warmup, global_interval, global_scale, in_flight, ",
+            "valid keys: dense_warmup, density_warmup, global_interval, global_scale, in_flight, ",
         ),
         (
             ["--method-option", "in_flight=x"],

@@ -22,6 +22,7 @@ Two models of a rank's local work (``scripts/simulate.py --local-work``):
 from __future__ import annotations
 
 import statistics
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,10 +38,15 @@ FRACTION = 4
 
 @dataclass(frozen=True)
 class LinearFit:
-    """``fixed`` seconds per call plus ``per_entry`` seconds per gradient entry."""
+    """``fixed`` seconds per call plus ``per_entry`` seconds per gradient entry.
+
+    ``failed``: the points gave a negative slope (the larger size ran faster), so the line is
+    only their mean: a guess, not a fit.
+    """
 
     fixed: float
     per_entry: float
+    failed: bool = False
 
     def seconds(self, numel: float) -> float:
         """The fitted seconds of a call on ``numel`` entries."""
@@ -51,15 +57,24 @@ def fit(points) -> LinearFit:
     """The least-squares line ``fixed + per_entry * n`` through ``(n, seconds)`` points.
 
     Exact through two of them, kept non-negative: a negative fixed part (noise) refits the line
-    through the origin, a negative slope leaves the mean seconds as a fixed part. Points all at one
-    n give a line through the origin.
+    through the origin, a negative slope leaves the mean seconds as a fixed part, marked
+    ``failed`` and said in a warning (the predictions built on it are then a flat guess). Points
+    all at one n give a line through the origin.
     """
     n, seconds = (np.array(column, dtype=float) for column in zip(*points))
     if np.ptp(n) == 0:
         return LinearFit(0.0, float(seconds.mean() / n[0]))
     per_entry, fixed = np.polyfit(n, seconds, 1)
-    if per_entry < 0:
+    if per_entry < 0 and -per_entry * np.ptp(n) <= 1e-6 * seconds.mean():  # flat, to rounding
         return LinearFit(float(seconds.mean()), 0.0)
+    if per_entry < 0:
+        warnings.warn(
+            f"local-work fit failed: the larger sizes ran faster (slope {per_entry:.3g} s per "
+            f"entry over {len(n)} points); using their mean, {seconds.mean():.3g} s, for every "
+            "size",
+            stacklevel=2,
+        )
+        return LinearFit(float(seconds.mean()), 0.0, failed=True)
     if fixed < 0:
         return LinearFit(0.0, float((n * seconds).sum() / (n * n).sum()))
     return LinearFit(float(fixed), float(per_entry))

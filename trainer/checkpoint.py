@@ -101,6 +101,17 @@ class Checkpoints:
             pass
 
 
+def mode_mismatch(state, key: str, value, mode: str, method: str) -> str | None:
+    """Why a synchronizer ``state`` does not fit, or ``None``: the trainer's synchronizers (the
+    overlapped buckets, DDP, FSDP) each save ``{key: value, "method": ...}``; ``mode`` names the
+    run that saves no such ``key`` value, ``method`` this run's method."""
+    if not isinstance(state, dict) or state.get(key) != value:
+        return f"a synchronizer state of {mode}"
+    if state.get("method") != method:
+        return f"the method {state.get('method')!r} (here {method!r})"
+    return None
+
+
 def rng_state():
     """Every random generator the training touches: torch (CPU and CUDA), python, numpy; as
     tensors and plain values (NumPy's key array as an int64 tensor)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from compressors.buckets import GradientBuckets
 from compressors.pipeline import BucketPipeline
+from trainer.checkpoint import mode_mismatch
 
 
 class OverlappedSync:
@@ -67,11 +68,8 @@ class OverlappedSync:
 
     def state_mismatch(self, state) -> str | None:
         """Return why ``state`` cannot be loaded here, or ``None``."""
-        if not isinstance(state, dict) or not state.get("overlap"):
-            return "a synchronizer state of a --no-overlap run (resume it with --no-overlap)"
-        if state.get("method") != self.name:
-            return f"the method {state.get('method')!r} (here {self.name!r})"
-        return None
+        mode = "a --no-overlap run (resume it with --no-overlap)"
+        return mode_mismatch(state, "overlap", True, mode, self.name)
 
 
 def _stats(taken: dict) -> dict:

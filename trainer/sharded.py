@@ -28,6 +28,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from compressors.fsdp import ReduceScatter, SparseReduceScatter, host_groups, sparse_replica_hook
+from trainer.checkpoint import mode_mismatch
 from trainer.torch_ddp import allreduce_bytes, start_group
 
 
@@ -214,8 +215,4 @@ class FSDPSync:
     def state_mismatch(self, state) -> str | None:
         """Why ``state`` cannot be loaded here, or ``None``."""
         mode = "hsdp" if self.per_host else "fsdp"
-        if not isinstance(state, dict) or state.get("fsdp") != mode:
-            return f"a synchronizer state of a run without --{mode}"
-        if state.get("method") != self.name:
-            return f"the method {state.get('method')!r} (here {self.name!r})"
-        return None
+        return mode_mismatch(state, "fsdp", mode, f"a run without --{mode}", self.name)

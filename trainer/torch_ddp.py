@@ -36,6 +36,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 from torch.nn.parallel import DistributedDataParallel
 
+from trainer.checkpoint import mode_mismatch
+
 #: The DDP methods and their options with defaults (``--method-option KEY=VALUE``).
 #: ``start_iter`` 2: the first iteration torch allows with error feedback (DDP rebuilds its
 #: buckets after the first), as the sparse methods compress from the start (``dense_warmup`` 0).
@@ -365,8 +367,4 @@ class DDPSync:
 
     def state_mismatch(self, state) -> str | None:
         """Why ``state`` cannot be loaded here, or ``None``."""
-        if not isinstance(state, dict) or not state.get("ddp"):
-            return "a synchronizer state of a run without a DDP method"
-        if state.get("method") != self.name:
-            return f"the method {state.get('method')!r} (here {self.name!r})"
-        return None
+        return mode_mismatch(state, "ddp", True, "a run without a DDP method", self.name)

@@ -66,7 +66,7 @@ def _experiment(kind: str) -> Callable[[str], str]:
         if kind == "scaling":
             return _quiet(lambda: experiments.scaling_table(folder))
         seeds = os.path.join(folder, "seeds")
-        return _quiet(lambda: experiments.seeds_table(seeds, [0.75, 0.8]))
+        return _section(_quiet(lambda: experiments.seeds_table(seeds, [0.75, 0.8])), kind)
 
     return make
 
@@ -127,8 +127,14 @@ TABLES = {
     "tta-seeds": Table(
         "docs/EXPERIMENTS.md",
         "## a2. Time to accuracy over three seeds",
-        "runs/experiments/seeds",
-        _experiment("seeds"),
+        "runs/experiments/seeds/1gbit",
+        _experiment("1gbit"),
+    ),
+    "tta-seeds-100mbit": Table(
+        "docs/EXPERIMENTS.md",
+        "### a2 at 100 Mbit/s",
+        "runs/experiments/seeds/100mbit",
+        _experiment("100mbit"),
     ),
     "residuals": Table(
         "docs/EXPERIMENTS.md",

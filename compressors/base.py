@@ -273,8 +273,6 @@ class Synchronizer(abc.ABC):
                 residual holds NaN or inf.
         """
         self._check_gradient(grad)
-        self.check_agreement()
-        grad = grad.detach()  # a tensor that requires grad is read as data: no graph, no history
         if out is not None:
             self._check_gradient(out, "out")
             if out.device != grad.device:
@@ -287,11 +285,7 @@ class Synchronizer(abc.ABC):
                     "call updates: pass a buffer of its own"
                 )
         self._out = out
-        if self._residual.device != grad.device:
-            self._residual = self._residual.to(grad.device)
-        start = time.perf_counter()
-        self.transport.traffic.reset()
-        timer = PhaseTimer(select=0.0, comm=0.0, accumulate=0.0)
+        grad, start, timer = self._start_call(grad)
         if self.momentum:
             with timer("accumulate"):
                 grad = self._momentum_step(grad)
@@ -320,6 +314,19 @@ class Synchronizer(abc.ABC):
         self._out = None
         self._finish_call(timer, start, nnz)
         return result
+
+    def _start_call(self, grad: torch.Tensor) -> tuple:
+        """Begin a call on a checked ``grad``; return ``(grad detached, start time, timer)``.
+
+        The ranks' agreement (at the first call), the residual moved to ``grad``'s device, the
+        traffic counters reset.
+        """
+        self.check_agreement()
+        grad = grad.detach()  # a tensor that requires grad is read as data: no graph, no history
+        if self._residual.device != grad.device:
+            self._residual = self._residual.to(grad.device)
+        self.transport.traffic.reset()
+        return grad, time.perf_counter(), PhaseTimer(select=0.0, comm=0.0, accumulate=0.0)
 
     def _finish_call(self, timer: PhaseTimer, start: float, nnz) -> None:
         """Count the call and set :attr:`stats` from the transport's traffic and ``timer``."""

@@ -73,12 +73,7 @@ class SparDLState:
     ) -> None:
         self.method = compressors.resolve(method).name
         self.density = compressors.base.check_density(density)
-        unknown = sorted(set(options) - set(compressors.options(self.method)))
-        if unknown:
-            raise ValueError(
-                f"unknown option(s) {unknown} for {method!r}; "
-                f"valid: {', '.join(compressors.options(self.method))}"
-            )
+        compressors.registry.check_known(self.method, options)
         self.skip_nonfinite = bool(skip_nonfinite)
         self.parameters_by = "order" if model is None else "name"
         self.options = self._settled(self.method, options)

@@ -46,12 +46,7 @@ class _Synchronizers:
     def __init__(self, method: str, group, density: float, options: dict) -> None:
         self.method = compressors.resolve(method).name
         self.density = compressors.base.check_density(density)
-        unknown = sorted(set(options) - set(compressors.options(self.method)))
-        if unknown:
-            raise ValueError(
-                f"unknown option(s) {unknown} for {method!r}; "
-                f"valid: {', '.join(compressors.options(self.method))}"
-            )
+        compressors.registry.check_known(self.method, options)
         self.group = group
         self.options = dict(options)
         self.syncs: dict = {}  # numel -> synchronizer

@@ -78,6 +78,14 @@ def option_choices(name: str) -> dict:
     return dict(resolve(name).choices)
 
 
+def check_known(name: str, method_options) -> None:
+    """Raise ``ValueError`` naming the valid ones unless method ``name`` takes these options."""
+    valid = options(name)
+    unknown = sorted(set(method_options) - set(valid))
+    if unknown:
+        raise ValueError(f"unknown option(s) {unknown} for {name!r}; valid: {', '.join(valid)}")
+
+
 def check_options(name: str, workers: int, **method_options) -> dict:
     """Check method ``name``'s options for a run on ``workers`` ranks, without building it.
 
@@ -87,10 +95,7 @@ def check_options(name: str, workers: int, **method_options) -> dict:
     Raises:
         ValueError: an unknown option (the message names the valid ones) or an invalid value.
     """
-    valid = options(name)
-    unknown = sorted(set(method_options) - set(valid))
-    if unknown:
-        raise ValueError(f"unknown option(s) {unknown} for {name!r}; valid: {', '.join(valid)}")
+    check_known(name, method_options)
     return resolve(name).check_options(workers, **method_options)
 
 
@@ -199,10 +204,7 @@ def create(name: str, comm, numel: int, density: float = 0.01, **method_options)
     """
     cls = resolve(name)
     check_density(density)
-    valid = options(name)
-    unknown = sorted(set(method_options) - set(valid))
-    if unknown:
-        raise ValueError(f"unknown option(s) {unknown} for {name!r}; valid: {', '.join(valid)}")
+    check_known(name, method_options)
     own = {key: value for key, value in method_options.items() if key not in FEEDBACK_OPTIONS}
     sync = cls(comm, numel=numel, density=density, **own)
     feedback = {key: value for key, value in method_options.items() if key in FEEDBACK_OPTIONS}

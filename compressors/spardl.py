@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import math
 import numbers
-import time
 
 import torch
 
 from allreducers import (
-    PhaseTimer,
     allgather_lists,
     bruck_allgather_schedule,
     recursive_halving_schedule,
@@ -371,13 +369,7 @@ class SparDL(Synchronizer):
             return super().reduce_scatter(grad, out)
         self._shard_numel(out)
         self._check_gradient(grad)
-        self.check_agreement()
-        grad = grad.detach()
-        if self._residual.device != grad.device:
-            self._residual = self._residual.to(grad.device)
-        start = time.perf_counter()
-        self.transport.traffic.reset()
-        timer = PhaseTimer(select=0.0, comm=0.0, accumulate=0.0)
+        grad, start, timer = self._start_call(grad)
         call = _Call(self, grad, timer)
         shard = call.reduce_scatter()
         self._residual = call.work[: self.numel]
@@ -565,17 +557,7 @@ class _Call:
     def run(self) -> torch.Tensor:
         """Run steps 1-6 and return the result; ``work`` then holds the new residual."""
         sync, timer = self.sync, self.timer
-        # Step 2; step 1 happens at each block's first touch.
-        run_schedule(
-            sync.transport,
-            sync.srs_steps,
-            self.send_blocks,
-            self.receive_blocks,
-            self.work.device,
-            timer,
-            dtype=sync.codec.recv_dtype,
-            recv_numel=self.rows_numel(),
-        )
+        self.spar_reduce_scatter()
         own = self.select_own_block()  # step 3
         if sync.teams > 1:  # step 4
             own = self.recursive_sag(own) if sync.sag == "recursive" else self.bruck_sag(own)
@@ -591,16 +573,7 @@ class _Call:
     def reduce_scatter(self) -> torch.Tensor:
         """Steps 1-2 only (one team): return the own block's dense sum, ``work`` the residual."""
         sync, timer = self.sync, self.timer
-        run_schedule(
-            sync.transport,
-            sync.srs_steps,
-            self.send_blocks,
-            self.receive_blocks,
-            self.work.device,
-            timer,
-            dtype=sync.codec.recv_dtype,
-            recv_numel=self.rows_numel(),
-        )
+        self.spar_reduce_scatter()
         with timer("accumulate"):
             self.first_touch(sync.position, 1, fuse=False)
             own = self.blocks[sync.position]
@@ -610,6 +583,20 @@ class _Call:
                 flat = (self.bases[1:] + self.chosen[1:]).view(-1)
                 put_(self.work, flat, 0.0 if self.lost is None else self.lost[1:].reshape(-1))
         return shard
+
+    def spar_reduce_scatter(self) -> None:
+        """Step 2 (step 1 happens at each block's first touch)."""
+        sync = self.sync
+        run_schedule(
+            sync.transport,
+            sync.srs_steps,
+            self.send_blocks,
+            self.receive_blocks,
+            self.work.device,
+            self.timer,
+            dtype=sync.codec.recv_dtype,
+            recv_numel=self.rows_numel(),
+        )
 
     def rows_numel(self):
         """The length of a message of k_b-entry lists, per step, where it is fixed (fp32)."""

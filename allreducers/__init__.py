@@ -5,20 +5,20 @@
 - :mod:`.gather`: the Bruck all-gather (the final gather and B-SAG).
 - :mod:`.halving`: recursive-halving pair exchanges (R-SAG).
 - :mod:`.engine`: :func:`run_schedule`, :func:`allgather_lists`.
-- :mod:`.wire`: the codec, which owns the bytes of every message.
+- :mod:`.wire`: the codec, which owns the bytes of every message (ZEN's partitions included).
+- :mod:`.checks`: :func:`check_choice`, the one check of an option that names one of a few.
 - :mod:`.regions`: windowed split-and-reduce over regions (Ok-Topk's second engine).
 - :mod:`.hashing`: ZEN's hash partition of the indices among the ranks.
 - :mod:`.transports`: MPI, torch.distributed and in-process transports.
 """
 
+from .checks import check_choice
 from .engine import (
     PhaseTimer,
     allgather_joined,
     allgather_lists,
     index_add_in_order,
-    pack,
     run_schedule,
-    unpack,
 )
 from .gather import bruck_allgather_schedule
 from .halving import recursive_halving_schedule
@@ -27,7 +27,7 @@ from .rotation import rotation_schedule
 from .schedule import Step, ceil_log2, cyclic
 from .srs import srs_block_schedule, srs_round_shapes, srs_schedule
 from .tree import binomial_broadcast_schedule, binomial_reduce_schedule
-from .wire import WIRES, Codec, check_wire, codec
+from .wire import WIRES, Codec, PartitionCodec, check_wire, codec
 
 __all__ = [
     "Step",
@@ -42,8 +42,6 @@ __all__ = [
     "allgather_lists",
     "allgather_joined",
     "index_add_in_order",
-    "pack",
-    "unpack",
     "PhaseTimer",
     "rotation_schedule",
     "binomial_reduce_schedule",
@@ -54,4 +52,6 @@ __all__ = [
     "Codec",
     "codec",
     "check_wire",
+    "check_choice",
+    "PartitionCodec",
 ]

@@ -115,24 +115,6 @@ def run_schedule(
         transport.traffic.rounds += 1
 
 
-def pack(lists: Sequence[SparseList], with_counts: bool, wire: str = "fp32") -> torch.Tensor:
-    """Return one message holding sparse lists, in wire format ``wire`` (:mod:`.wire`)."""
-    return codec(wire).encode(lists, with_counts)
-
-
-def unpack(
-    message: torch.Tensor, items: int, sizes: Sequence[int] | None = None, wire: str = "fp32"
-) -> list:
-    """Split a message into ``items`` sparse lists (int32 indices, float32 values).
-
-    ``sizes`` gives their lengths when an fp32 message carries no counts.
-
-    Raises:
-        RuntimeError: the message's length does not fit the sizes.
-    """
-    return codec(wire).decode(message, items, sizes)
-
-
 def allgather_lists(
     transport: Transport,
     steps: Sequence[Step],
@@ -211,12 +193,35 @@ def allgather_joined(
             torch.cat([v for _, v in lists]),
             [v.numel() for _, v in lists],
         )
-    # The lists held, in the order held (this rank's item, then item + 1, ...), as blocks of
-    # int32 words: one block of indices and one of value bits per step, no copy until needed.
-    index_blocks, value_blocks = [own[0].to(torch.int32)], [own[1].view(torch.int32)]
-    sizes = [own[1].numel()]
+    blocks = _HeldBlocks(own, fixed_size)
+    sized = None if fixed_size is None else lambda step: 2 * fixed_size * len(step.recv_items)
+    run_schedule(
+        transport,
+        steps,
+        blocks.message,
+        blocks.take,
+        own[1].device,
+        timer,
+        dtype=coder.recv_dtype,
+        recv_numel=sized,
+    )
+    return blocks.in_item_order(position)
 
-    def prefix(blocks: list, total: int) -> list:
+
+class _HeldBlocks:
+    """The fp32 lists :func:`allgather_joined` holds, in the order held, as int32 blocks.
+
+    This rank's item first, then item + 1, ...: one block of indices and one of value bits per
+    step, views of the messages, no copy until :meth:`in_item_order`.
+    """
+
+    def __init__(self, own: SparseList, fixed_size: int | None) -> None:
+        self.device, self.fixed_size = own[1].device, fixed_size
+        self.index_blocks, self.value_blocks = [own[0].to(torch.int32)], [own[1].view(torch.int32)]
+        self.sizes = [own[1].numel()]
+
+    @staticmethod
+    def _prefix(blocks: list, total: int) -> list:
         """The first ``total`` words of ``blocks``, as views."""
         taken = []
         for block in blocks:
@@ -226,43 +231,48 @@ def allgather_joined(
             total -= block.numel()
         return taken
 
-    def produce(step: Step) -> torch.Tensor:
+    def message(self, step: Step) -> torch.Tensor:
+        """The message of ``step``: the first lists held, ``[counts] | indices | value bits``."""
         count = len(step.send_items)
-        total = sum(sizes[:count])
-        body = prefix(index_blocks, total) + prefix(value_blocks, total)
-        if fixed_size is None:
-            body.insert(0, torch.tensor(sizes[:count], dtype=torch.int32).to(own[1].device))
+        total = sum(self.sizes[:count])
+        body = self._prefix(self.index_blocks, total) + self._prefix(self.value_blocks, total)
+        if self.fixed_size is None:
+            body.insert(0, torch.tensor(self.sizes[:count], dtype=torch.int32).to(self.device))
         return torch.cat(body)
 
-    def consume(step: Step, message: torch.Tensor) -> None:
+    def take(self, step: Step, message: torch.Tensor) -> None:
+        """Hold the lists of the ``message`` received in ``step``, after those held.
+
+        Raises:
+            RuntimeError: the message does not fit its counts.
+        """
         count = len(step.recv_items)
-        if fixed_size is None:
+        if self.fixed_size is None:
             counts, body = message[:count].tolist(), message[count:]
         else:
-            counts, body = [fixed_size] * count, message
+            counts, body = [self.fixed_size] * count, message
         total = sum(counts)
         if body.numel() != 2 * total:
             raise RuntimeError(f"malformed message: {body.numel()} words for {total} entries")
-        index_blocks.append(body[:total])
-        value_blocks.append(body[total:])
-        sizes.extend(counts)
+        self.index_blocks.append(body[:total])
+        self.value_blocks.append(body[total:])
+        self.sizes.extend(counts)
 
-    sized = None if fixed_size is None else lambda step: 2 * fixed_size * len(step.recv_items)
-    run_schedule(
-        transport,
-        steps,
-        produce,
-        consume,
-        own[1].device,
-        timer,
-        dtype=coder.recv_dtype,
-        recv_numel=sized,
-    )
-    # Held order is item order rotated by this rank's position: rotate back, in one copy.
-    split = len(sizes) - position
-    cut, total = sum(sizes[:split]), sum(sizes)
+    def in_item_order(self, position: int) -> tuple:
+        """Return ``(int32 indices, float32 values, sizes)`` in item order, in one copy each.
 
-    def rotated(blocks: list) -> torch.Tensor:
+        Held order is item order rotated by this rank's ``position``: rotated back.
+        """
+        sizes = self.sizes
+        split = len(sizes) - position
+        cut, total = sum(sizes[:split]), sum(sizes)
+        indices = self._rotated(self.index_blocks, cut, total)
+        values = self._rotated(self.value_blocks, cut, total)
+        return indices, values.view(torch.float32), sizes[split:] + sizes[:split]
+
+    @staticmethod
+    def _rotated(blocks: list, cut: int, total: int) -> torch.Tensor:
+        """The ``total`` words of ``blocks`` from word ``cut`` on, then those before it."""
         tail, head, start = [], [], 0
         for block in blocks:
             end = start + block.numel()
@@ -272,9 +282,3 @@ def allgather_joined(
                 tail.append(block[max(0, cut - start) :])
             start = end
         return torch.cat(tail + head) if total else blocks[0]
-
-    return (
-        rotated(index_blocks),
-        rotated(value_blocks).view(torch.float32),
-        sizes[split:] + sizes[:split],
-    )

@@ -2,17 +2,23 @@
 
 ``codec(wire)`` returns the :class:`Codec` of a wire format: ``"fp32"`` (int32 indices, float32
 values, the original layout, bit for bit), ``"fp16"`` or ``"bf16"`` (16-bit values, indices as
-16-bit offsets where they fit). Methods hand ``(indices, values)`` lists to the engine; only the
-codec knows the bytes.
+16-bit offsets where they fit). Each format is a class of its own (:class:`Fp32Codec`, and the
+compact :class:`Fp16Codec` and :class:`Bf16Codec`); ``Codec(wire)`` builds the one of
+``wire``. Methods hand ``(indices, values)`` lists to the engine; only the wire knows the
+bytes, also of ZEN's partitions (:class:`PartitionCodec`: an owner's indices as a list or as
+a bitmap over the indices it owns).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
+
+from .checks import check_choice
 
 #: The wire formats, by name.
 WIRES = ("fp32", "fp16", "bf16")
@@ -28,9 +34,7 @@ def check_wire(wire) -> str:
     Raises:
         ValueError: it does not; the message names the valid ones.
     """
-    if not isinstance(wire, str) or wire not in WIRES:
-        raise ValueError(f"wire={wire!r} is not a wire format; valid: {', '.join(WIRES)}")
-    return wire
+    return check_choice("wire", wire, WIRES, "not a wire format")
 
 
 def codec(wire: str = "fp32") -> Codec:
@@ -42,46 +46,54 @@ def codec(wire: str = "fp32") -> Codec:
     return _CODECS[check_wire(wire)]
 
 
+def _spans(counts: Sequence[int]) -> list:
+    """Return the ``(start, end)`` of consecutive parts of sizes ``counts``."""
+    bounds = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).tolist()
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
 class Codec:
     """Encodes sparse lists and dense values into one message and decodes them.
 
-    The fp32 codec's messages are int32 tensors: ``[counts] | indices | value bits``. Compact
-    codecs' messages are uint8 tensors (layout in docs/DESIGN.md, section "The wire").
+    ``Codec(wire)`` returns a new codec of the class of ``wire`` (:class:`Fp32Codec`,
+    :class:`Fp16Codec` or :class:`Bf16Codec`); :func:`codec` returns a shared one. This class
+    holds what they share and the methods' contracts; no method asks which wire it serves.
 
     Args:
         wire: the format's name, one of :data:`WIRES`.
+
+    Raises:
+        ValueError: an unknown wire format.
     """
 
-    def __init__(self, wire: str) -> None:
-        self.wire = check_wire(wire)
-        #: True where values travel in 16 bits (and may change on the way: see quantize).
-        self.compact = wire != "fp32"
-        #: The dtype a receiver asks the transport for.
-        self.recv_dtype = torch.uint8 if self.compact else torch.int32
-        self._half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(wire)
+    #: The format's name, one of :data:`WIRES`.
+    wire: str = ""
+    #: True where values travel in 16 bits (and may change on the way: see quantize).
+    compact = False
+    #: The dtype a receiver asks the transport for.
+    recv_dtype = torch.int32
+
+    def __new__(cls, wire: str | None = None):
+        """Return a new codec of the class of ``wire`` (default: the class's own, or fp32)."""
+        kind = _KINDS[check_wire(wire if wire is not None else cls.wire or "fp32")]
+        if not issubclass(kind, cls):
+            raise ValueError(f"{cls.__name__} is not the codec of wire={wire!r}")
+        return super().__new__(kind)
+
+    def __getnewargs__(self) -> tuple:
+        return (self.wire,)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.wire!r})"
 
     # Values ---------------------------------------------------------------------------------
 
     def exponent(self, values: torch.Tensor) -> int:
         """Return the power of two e by which a list's ``values`` are divided on the wire.
 
-        fp16: the ``e`` that puts the largest magnitude in [2^15, 65504] (at least -125), so
-        nothing overflows and small lists keep their precision; 0 for other formats.
-
-        Raises:
-            ValueError: ``values`` hold NaN or inf.
+        0 but at fp16 (:meth:`Fp16Codec.exponent`).
         """
-        if self.wire != "fp16" or values.numel() == 0:
-            return 0
-        largest = float(values.abs().max())
-        if not math.isfinite(largest):
-            raise ValueError(f"wire={self.wire!r}: a message holds NaN or inf")
-        if largest == 0.0:
-            return 0
-        exponent = math.frexp(largest)[1] - 16
-        if math.ldexp(largest, -exponent) > _FP16_MAX:
-            exponent += 1
-        return max(exponent, _LOWEST_EXPONENT)
+        return 0
 
     def quantize(self, values: torch.Tensor) -> torch.Tensor:
         """Return ``values`` as a receiver decodes them when they travel as one list.
@@ -92,23 +104,15 @@ class Codec:
         Raises:
             ValueError: ``values`` hold NaN or inf (fp16), or a bf16 value overflows.
         """
-        if not self.compact:
-            return values
-        exponent = self.exponent(values)
-        return self._from_half(self._to_half(values, exponent), exponent)
+        raise NotImplementedError
 
-    def _to_half(self, values: torch.Tensor, exponent: int) -> torch.Tensor:
-        if exponent:
-            values = values * math.ldexp(1.0, -exponent)
-        half = values.to(self._half)
-        if self.wire == "bf16" and half.numel() and not bool(torch.isfinite(half).all()):
-            raise ValueError("wire='bf16': a message holds NaN or inf")
-        return half
+    def quantize_parts(self, values: torch.Tensor, counts: Sequence[int], kept: int):
+        """Return ``values`` with every part but part ``kept`` quantized as it travels alone.
 
-    @staticmethod
-    def _from_half(half: torch.Tensor, exponent: int) -> torch.Tensor:
-        values = half.float()
-        return values.mul_(math.ldexp(1.0, exponent)) if exponent else values
+        Parts are consecutive entries of sizes ``counts``; part ``kept`` stays home, as it is.
+        ``values`` itself at fp32.
+        """
+        raise NotImplementedError
 
     # Sparse lists ---------------------------------------------------------------------------
 
@@ -118,8 +122,270 @@ class Codec:
         Indices may be int32 or int64 (each below 2^31); the fp32 codec carries the counts only
         ``with_counts``, compact codecs always.
         """
-        if not self.compact:
-            return _pack_fp32(lists, with_counts)
+        raise NotImplementedError
+
+    def decode(self, message: torch.Tensor, items: int, sizes: Sequence[int] | None = None):
+        """Return the ``items`` (int32 indices, float32 values) lists of a message.
+
+        ``sizes`` gives their lengths where an fp32 message carries no counts (compact messages
+        always carry them; given ``sizes`` are then checked).
+
+        Raises:
+            RuntimeError: the message does not fit.
+        """
+        raise NotImplementedError
+
+    def encode_rows(self, columns: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """Return one message holding the rows of ``(r, w)`` ``columns`` and ``values`` as r lists.
+
+        The same bytes as :meth:`encode` of the r row lists without counts; at fp32 a constant
+        number of operations, whatever r is (a compact codec encodes list by list).
+        """
+        return self.encode(list(zip(columns, values)), with_counts=False)
+
+    def decode_rows(self, message: torch.Tensor, rows: int, width: int) -> tuple:
+        """Return the ``(rows, width)`` (int32 columns, float32 values) of an :meth:`encode_rows`.
+
+        Raises:
+            RuntimeError: the message does not hold ``rows`` lists of ``width`` entries.
+        """
+        lists = self.decode(message, rows, [width] * rows)
+        return (
+            torch.stack([indices for indices, _ in lists]),
+            torch.stack([values for _, values in lists]),
+        )
+
+    def decode_one(self, message: torch.Tensor) -> tuple:
+        """Return the (indices, values) of a message encoded from one list without counts."""
+        return self.decode(message, 1)[0]
+
+    def encode_parts(
+        self, indices: torch.Tensor, values: torch.Tensor, counts: Sequence[int], home: int
+    ) -> list:
+        """Return one one-list message per part of consecutive entries of sizes ``counts``.
+
+        Part p is entries ``sum(counts[:p]) ..`` of ``(indices, values)``; its message is what
+        :meth:`encode` makes of that list without counts. Part ``home`` does not travel: a
+        compact codec encodes nothing for it (``None``). At fp32 the messages are views of one
+        buffer made by one ``cat`` of the parts' slices after one conversion of the indices:
+        two kernels on a GPU, whatever the number of parts.
+        """
+        raise NotImplementedError
+
+    def decode_joined(self, items: Sequence) -> tuple:
+        """Return the lists of ``items``, joined in order, and their lengths.
+
+        An item is a one-list message (:meth:`decode_one`) or an ``(indices, values)`` list that
+        did not travel. Returns ``(int32 indices, float32 values, sizes)``; at fp32 two ``cat``
+        of the items' halves (views), sized by the messages' lengths (no read of the data).
+
+        Raises:
+            RuntimeError: an fp32 message of an odd number of words.
+        """
+        indices, words = [], []  # words: the values' bits, as int32
+        for item in items:
+            item_indices, item_words = self._joinable(item)
+            indices.append(item_indices)
+            words.append(item_words)
+        if not indices:
+            return torch.empty(0, dtype=torch.int32), torch.empty(0), []
+        sizes = [part.numel() for part in indices]
+        return torch.cat(indices), torch.cat(words).view(torch.float32), sizes
+
+    def _joinable(self, item) -> tuple:
+        """Return an item of :meth:`decode_joined` as (int32 indices, int32 value bits)."""
+        listed, item_values = item if isinstance(item, tuple) else self.decode_one(item)
+        return listed.to(torch.int32), item_values.view(torch.int32)
+
+    def message_at(self, words: torch.Tensor, start: int, end: int) -> torch.Tensor:
+        """Return bytes ``start`` to ``end`` of the int32 ``words`` as a message of this codec.
+
+        A view, of the codec's ``recv_dtype``: a message carried inside a larger int32 one.
+        """
+        return words.view(torch.uint8)[start:end]
+
+    # Dense values ---------------------------------------------------------------------------
+
+    def encode_values(self, pieces: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Return one message holding the float32 tensors ``pieces`` (no indices).
+
+        fp32: their bits as int32. Compact: each piece's exponent, then the 16-bit values.
+        """
+        raise NotImplementedError
+
+    def values_bytes(self, sizes: Sequence[int]) -> int:
+        """Return the bytes of an :meth:`encode_values` message of pieces of lengths ``sizes``."""
+        raise NotImplementedError
+
+    def decode_values(self, message: torch.Tensor, sizes: Sequence[int]) -> list:
+        """Return the float32 pieces of lengths ``sizes`` of an :meth:`encode_values` message.
+
+        Raises:
+            RuntimeError: the message does not fit.
+        """
+        raise NotImplementedError
+
+    def decode_values_joined(self, messages: Sequence[torch.Tensor], sizes: Sequence[int]):
+        """Return the float32 values of one-piece :meth:`encode_values` ``messages``, joined.
+
+        Message i holds a piece of ``sizes[i]`` values.
+
+        Raises:
+            RuntimeError: the messages do not fit.
+        """
+        return torch.cat(
+            [self.decode_values(message, [size])[0] for message, size in zip(messages, sizes)]
+        )
+
+
+class Fp32Codec(Codec):
+    """The fp32 wire: int32 messages ``[counts] | indices | value bits``, bit for bit."""
+
+    wire = "fp32"
+
+    def quantize(self, values: torch.Tensor) -> torch.Tensor:
+        """Return ``values`` itself: fp32 carries their bits."""
+        return values
+
+    def quantize_parts(self, values: torch.Tensor, counts: Sequence[int], kept: int):
+        """Return ``values`` itself: fp32 carries their bits."""
+        return values
+
+    def encode(self, lists: Sequence[tuple], with_counts: bool) -> torch.Tensor:
+        """Return the int32 message ``[counts] | indices | value bits`` of ``lists``."""
+        counts = [len(idx) for idx, _ in lists]
+        total = sum(counts)
+        head = len(counts) if with_counts else 0
+        device = lists[0][0].device if lists else torch.device("cpu")
+        message = torch.empty(head + 2 * total, dtype=torch.int32, device=device)
+        if with_counts:
+            message[:head] = torch.tensor(counts, dtype=torch.int32)
+        indices = message[head : head + total]
+        values = message[head + total :].view(torch.float32)
+        start = 0
+        for (idx, val), count in zip(lists, counts):
+            indices[start : start + count] = idx
+            values[start : start + count] = val
+            start += count
+        return message
+
+    def decode(self, message: torch.Tensor, items: int, sizes: Sequence[int] | None = None):
+        """Return the lists of an :meth:`encode` message (views of it)."""
+        if sizes is None:
+            sizes = message[:items].tolist()
+            body = message[items:]
+        else:
+            body = message
+        total = sum(sizes)
+        if body.numel() != 2 * total:
+            raise RuntimeError(f"malformed message: {body.numel()} words for {total} entries")
+        indices, values = body[:total], body[total:].view(torch.float32)
+        lists, start = [], 0
+        for size in sizes:
+            lists.append((indices[start : start + size], values[start : start + size]))
+            start += size
+        return lists
+
+    def encode_rows(self, columns: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """Return the rows' message in two copies, whatever the number of rows."""
+        size = columns.numel()
+        message = torch.empty(2 * size, dtype=torch.int32, device=values.device)
+        message[:size].view(columns.shape).copy_(columns)
+        message[size:].view(torch.float32).view(values.shape).copy_(values)
+        return message
+
+    def decode_rows(self, message: torch.Tensor, rows: int, width: int) -> tuple:
+        """Return the rows of an :meth:`encode_rows` message, as views."""
+        size = rows * width
+        if message.numel() != 2 * size:
+            raise RuntimeError(f"malformed message: {message.numel()} words for {size} entries")
+        values = message[size:].view(torch.float32)
+        return message[:size].view(rows, width), values.view(rows, width)
+
+    def decode_one(self, message: torch.Tensor) -> tuple:
+        """Return the halves of a one-list message without counts, as views."""
+        count = message.numel() // 2
+        return message[:count], message[count:].view(torch.float32)
+
+    def encode_parts(
+        self, indices: torch.Tensor, values: torch.Tensor, counts: Sequence[int], home: int
+    ) -> list:
+        """Return the parts' messages: views of one buffer made by one ``cat``."""
+        spans = _spans(counts)
+        words, bits = indices.to(torch.int32), values.view(torch.int32)
+        buffer = torch.cat([piece for a, b in spans for piece in (words[a:b], bits[a:b])])
+        return [buffer[2 * a : 2 * b] for a, b in spans]
+
+    def _joinable(self, item) -> tuple:
+        if isinstance(item, tuple):
+            return super()._joinable(item)
+        half = item.numel() // 2  # int32 words already: the halves, as views
+        if 2 * half != item.numel():
+            raise RuntimeError(f"malformed message: {item.numel()} words")
+        return item[:half], item[half:]
+
+    def message_at(self, words: torch.Tensor, start: int, end: int) -> torch.Tensor:
+        """Return words ``start // 4`` to ``end // 4`` of ``words`` (a view)."""
+        return words[start // 4 : end // 4]
+
+    def encode_values(self, pieces: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Return the bits of ``pieces``, joined, as int32."""
+        return torch.cat(list(pieces)).view(torch.int32)
+
+    def values_bytes(self, sizes: Sequence[int]) -> int:
+        """Return 4 bytes per value."""
+        return 4 * sum(sizes)
+
+    def decode_values(self, message: torch.Tensor, sizes: Sequence[int]) -> list:
+        """Return the pieces of an :meth:`encode_values` message, as views."""
+        if message.numel() != sum(sizes):
+            raise RuntimeError(f"malformed message: {message.numel()} elements for {sizes}")
+        return list(torch.split(message.view(torch.float32), list(sizes)))
+
+    def decode_values_joined(self, messages: Sequence[torch.Tensor], sizes: Sequence[int]):
+        """Return the messages' words joined, as float32: one ``cat``."""
+        joined = torch.cat(list(messages))  # the values' words, one after another
+        if joined.numel() != sum(sizes):
+            raise RuntimeError(f"malformed message: {joined.numel()} words for {sum(sizes)} values")
+        return joined.view(torch.float32)
+
+
+class CompactCodec(Codec):
+    """A 16-bit wire: uint8 messages (layout in docs/DESIGN.md, section "The wire").
+
+    Its subclasses :class:`Fp16Codec` and :class:`Bf16Codec` differ in the values only.
+    """
+
+    compact = True
+    recv_dtype = torch.uint8
+    #: The values' dtype on the wire.
+    _half: torch.dtype
+
+    def quantize(self, values: torch.Tensor) -> torch.Tensor:
+        """Return ``values`` through 16 bits and back, scaled by the list's exponent."""
+        exponent = self.exponent(values)
+        return self._from_half(self._to_half(values, exponent), exponent)
+
+    def _to_half(self, values: torch.Tensor, exponent: int) -> torch.Tensor:
+        if exponent:
+            values = values * math.ldexp(1.0, -exponent)
+        return values.to(self._half)
+
+    @staticmethod
+    def _from_half(half: torch.Tensor, exponent: int) -> torch.Tensor:
+        values = half.float()
+        return values.mul_(math.ldexp(1.0, exponent)) if exponent else values
+
+    def quantize_parts(self, values: torch.Tensor, counts: Sequence[int], kept: int):
+        """Return a copy of ``values`` with each part but ``kept`` quantized alone."""
+        sent = values.clone()
+        for part, (a, b) in enumerate(_spans(counts)):
+            if part != kept:
+                sent[a:b] = self.quantize(values[a:b])
+        return sent
+
+    def encode(self, lists: Sequence[tuple], with_counts: bool) -> torch.Tensor:
+        """Return the uint8 message of ``lists`` (docs/DESIGN.md, "The wire")."""
         device = lists[0][1].device if lists else torch.device("cpu")
         counts = [int(values.numel()) for _, values in lists]
         exponents = [self.exponent(values) for _, values in lists]
@@ -143,16 +409,7 @@ class Codec:
         return torch.cat([head, index_bytes, halves.view(torch.uint8)])
 
     def decode(self, message: torch.Tensor, items: int, sizes: Sequence[int] | None = None):
-        """Return the ``items`` (int32 indices, float32 values) lists of a message.
-
-        ``sizes`` gives their lengths where an fp32 message carries no counts (compact messages
-        always carry them; given ``sizes`` are then checked).
-
-        Raises:
-            RuntimeError: the message does not fit.
-        """
-        if not self.compact:
-            return _unpack_fp32(message, items, sizes)
+        """Return the lists of an :meth:`encode` message, values as float32."""
         words = message[:12].view(torch.int32).tolist() if message.numel() >= 12 else []
         if len(words) != 3 or words[0] != items:
             raise RuntimeError(f"malformed message: expected {items} lists")
@@ -185,135 +442,32 @@ class Codec:
             first += count
         return lists
 
-    def encode_rows(self, columns: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        """Return one message holding the rows of ``(r, w)`` ``columns`` and ``values`` as r lists.
-
-        The same bytes as :meth:`encode` of the r row lists without counts; at fp32 a constant
-        number of operations, whatever r is (a compact codec encodes list by list).
-        """
-        if self.compact:
-            return self.encode(list(zip(columns, values)), with_counts=False)
-        size = columns.numel()
-        message = torch.empty(2 * size, dtype=torch.int32, device=values.device)
-        message[:size].view(columns.shape).copy_(columns)
-        message[size:].view(torch.float32).view(values.shape).copy_(values)
-        return message
-
-    def decode_rows(self, message: torch.Tensor, rows: int, width: int) -> tuple:
-        """Return the ``(rows, width)`` (int32 columns, float32 values) of an :meth:`encode_rows`.
-
-        Raises:
-            RuntimeError: the message does not hold ``rows`` lists of ``width`` entries.
-        """
-        if self.compact:
-            lists = self.decode(message, rows, [width] * rows)
-            return (
-                torch.stack([indices for indices, _ in lists]),
-                torch.stack([values for _, values in lists]),
-            )
-        size = rows * width
-        if message.numel() != 2 * size:
-            raise RuntimeError(f"malformed message: {message.numel()} words for {size} entries")
-        values = message[size:].view(torch.float32)
-        return message[:size].view(rows, width), values.view(rows, width)
-
-    def decode_one(self, message: torch.Tensor) -> tuple:
-        """Return the (indices, values) of a message encoded from one list without counts."""
-        if not self.compact:
-            count = message.numel() // 2
-            return message[:count], message[count:].view(torch.float32)
-        return self.decode(message, 1)[0]
-
-    def quantize_parts(self, values: torch.Tensor, counts: Sequence[int], kept: int):
-        """Return ``values`` with every part but part ``kept`` quantized as it travels alone.
-
-        Parts are consecutive entries of sizes ``counts``; part ``kept`` stays home, as it is.
-        ``values`` itself at fp32.
-        """
-        if not self.compact:
-            return values
-        bounds = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).tolist()
-        sent = values.clone()
-        for part, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
-            if part != kept:
-                sent[a:b] = self.quantize(values[a:b])
-        return sent
-
     def encode_parts(
         self, indices: torch.Tensor, values: torch.Tensor, counts: Sequence[int], home: int
     ) -> list:
-        """Return one one-list message per part of consecutive entries of sizes ``counts``.
-
-        Part p is entries ``sum(counts[:p]) ..`` of ``(indices, values)``; its message is what
-        :meth:`encode` makes of that list without counts. Part ``home`` does not travel: a
-        compact codec encodes nothing for it (``None``). At fp32 the messages are views of one
-        buffer made by one ``cat`` of the parts' slices after one conversion of the indices:
-        two kernels on a GPU, whatever the number of parts.
-        """
-        bounds = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).tolist()
-        spans = list(zip(bounds[:-1], bounds[1:]))
-        if self.compact:
-            return [
-                None if part == home else self.encode([(indices[a:b], values[a:b])], False)
-                for part, (a, b) in enumerate(spans)
-            ]
-        words, bits = indices.to(torch.int32), values.view(torch.int32)
-        buffer = torch.cat([piece for a, b in spans for piece in (words[a:b], bits[a:b])])
-        return [buffer[2 * a : 2 * b] for a, b in spans]
-
-    def decode_joined(self, items: Sequence) -> tuple:
-        """Return the lists of ``items``, joined in order, and their lengths.
-
-        An item is a one-list message (:meth:`decode_one`) or an ``(indices, values)`` list that
-        did not travel. Returns ``(int32 indices, float32 values, sizes)``; at fp32 two ``cat``
-        of the items' halves (views), sized by the messages' lengths (no read of the data).
-
-        Raises:
-            RuntimeError: an fp32 message of an odd number of words.
-        """
-        indices, words = [], []  # words: the values' bits, as int32
-        for item in items:
-            if not isinstance(item, tuple) and not self.compact:  # int32 words already
-                half = item.numel() // 2
-                if 2 * half != item.numel():
-                    raise RuntimeError(f"malformed message: {item.numel()} words")
-                indices.append(item[:half])
-                words.append(item[half:])
-                continue
-            listed, item_values = item if isinstance(item, tuple) else self.decode_one(item)
-            indices.append(listed.to(torch.int32))
-            words.append(item_values.view(torch.int32))
-        if not indices:
-            return torch.empty(0, dtype=torch.int32), torch.empty(0), []
-        sizes = [part.numel() for part in indices]
-        return torch.cat(indices), torch.cat(words).view(torch.float32), sizes
-
-    # Dense values ---------------------------------------------------------------------------
+        """Return each part's own message, ``None`` for part ``home``."""
+        return [
+            None if part == home else self.encode([(indices[a:b], values[a:b])], False)
+            for part, (a, b) in enumerate(_spans(counts))
+        ]
 
     def encode_values(self, pieces: Sequence[torch.Tensor]) -> torch.Tensor:
-        """Return one message holding the float32 tensors ``pieces`` (no indices).
-
-        fp32: their bits as int32. Compact: each piece's exponent, then the 16-bit values.
-        """
-        if not self.compact:
-            return torch.cat(list(pieces)).view(torch.int32)
+        """Return the pieces' exponents, then their 16-bit values, as bytes."""
         exponents = [self.exponent(piece) for piece in pieces]
         device = pieces[0].device if pieces else torch.device("cpu")
         head = torch.tensor(exponents, dtype=torch.int32).view(torch.uint8).to(device)
         halves = [self._to_half(piece, e).view(torch.uint8) for piece, e in zip(pieces, exponents)]
         return torch.cat([head, *halves])
 
-    def decode_values(self, message: torch.Tensor, sizes: Sequence[int]) -> list:
-        """Return the float32 pieces of lengths ``sizes`` of an :meth:`encode_values` message.
+    def values_bytes(self, sizes: Sequence[int]) -> int:
+        """Return 4 bytes per piece (its exponent) and 2 per value."""
+        return 4 * len(sizes) + 2 * sum(sizes)
 
-        Raises:
-            RuntimeError: the message does not fit.
-        """
-        head, width = (4 * len(sizes), 2) if self.compact else (0, 1)
-        if message.numel() != head + width * sum(sizes):
+    def decode_values(self, message: torch.Tensor, sizes: Sequence[int]) -> list:
+        """Return the float32 pieces of an :meth:`encode_values` message."""
+        head = 4 * len(sizes)
+        if message.numel() != head + 2 * sum(sizes):
             raise RuntimeError(f"malformed message: {message.numel()} elements for {sizes}")
-        if not self.compact:
-            return list(torch.split(message.view(torch.float32), list(sizes)))
         exponents = message[:head].view(torch.int32).tolist()
         halves = message[head:].view(self._half)
         pieces, first = [], 0
@@ -321,6 +475,47 @@ class Codec:
             pieces.append(self._from_half(halves[first : first + size], exponent))
             first += size
         return pieces
+
+
+class Fp16Codec(CompactCodec):
+    """The fp16 wire: float16 values, scaled by a power of two per list."""
+
+    wire = "fp16"
+    _half = torch.float16
+
+    def exponent(self, values: torch.Tensor) -> int:
+        """Return the power of two e by which a list's ``values`` are divided on the wire.
+
+        The ``e`` that puts the largest magnitude in [2^15, 65504] (at least -125), so nothing
+        overflows and small lists keep their precision.
+
+        Raises:
+            ValueError: ``values`` hold NaN or inf.
+        """
+        if values.numel() == 0:
+            return 0
+        largest = float(values.abs().max())
+        if not math.isfinite(largest):
+            raise ValueError(f"wire={self.wire!r}: a message holds NaN or inf")
+        if largest == 0.0:
+            return 0
+        exponent = math.frexp(largest)[1] - 16
+        if math.ldexp(largest, -exponent) > _FP16_MAX:
+            exponent += 1
+        return max(exponent, _LOWEST_EXPONENT)
+
+
+class Bf16Codec(CompactCodec):
+    """The bf16 wire: bfloat16 values, unscaled; a value that overflows raises ``ValueError``."""
+
+    wire = "bf16"
+    _half = torch.bfloat16
+
+    def _to_half(self, values: torch.Tensor, exponent: int) -> torch.Tensor:
+        half = super()._to_half(values, exponent)
+        if half.numel() and not bool(torch.isfinite(half).all()):
+            raise ValueError("wire='bf16': a message holds NaN or inf")
+        return half
 
 
 def _offsets(indices: torch.Tensor) -> tuple:
@@ -350,41 +545,186 @@ def _offsets(indices: torch.Tensor) -> tuple:
     return bases, lengths, (relative & 0xFFFF).to(torch.int16)
 
 
-def _pack_fp32(lists: Sequence[tuple], with_counts: bool) -> torch.Tensor:
-    """Pack sparse lists into one int32 message ``[counts] | indices | value bits``."""
-    counts = [len(idx) for idx, _ in lists]
-    total = sum(counts)
-    head = len(counts) if with_counts else 0
-    device = lists[0][0].device if lists else torch.device("cpu")
-    message = torch.empty(head + 2 * total, dtype=torch.int32, device=device)
-    if with_counts:
-        message[:head] = torch.tensor(counts, dtype=torch.int32)
-    indices = message[head : head + total]
-    values = message[head + total :].view(torch.float32)
-    start = 0
-    for (idx, val), count in zip(lists, counts):
-        indices[start : start + count] = idx
-        values[start : start + count] = val
-        start += count
-    return message
-
-
-def _unpack_fp32(message: torch.Tensor, items: int, sizes: Sequence[int] | None = None) -> list:
-    """Split an int32 message into ``items`` sparse lists; ``sizes`` where it has no counts."""
-    if sizes is None:
-        sizes = message[:items].tolist()
-        body = message[items:]
-    else:
-        body = message
-    total = sum(sizes)
-    if body.numel() != 2 * total:
-        raise RuntimeError(f"malformed message: {body.numel()} words for {total} entries")
-    indices, values = body[:total], body[total:].view(torch.float32)
-    lists, start = [], 0
-    for size in sizes:
-        lists.append((indices[start : start + size], values[start : start + size]))
-        start += size
-    return lists
-
-
+_KINDS = {"fp32": Fp32Codec, "fp16": Fp16Codec, "bf16": Bf16Codec}
 _CODECS = {wire: Codec(wire) for wire in WIRES}
+
+
+# Partitions: an owner's sparse list, its indices as a list or a bitmap (ZEN's pull) -----------
+
+#: The forms a partition's indices travel in: a list (COO) or a bitmap over the owned indices.
+COO, BITMAP = 0, 1
+#: How a partition's indices may travel: the smaller form per partition, or always one.
+PARTITION_INDEX = ("auto", "bitmap", "coo")
+_PARTITION_HEADER = 3  # int32 words: form, count, bytes of the body
+_BIT_WEIGHTS = [1 << bit for bit in range(8)]
+
+
+def bitmap_words(length: int) -> int:
+    """Return the int32 words of a bitmap of ``length`` bits."""
+    return (length + 31) // 32
+
+
+def bitmap_padded(owned: torch.Tensor) -> torch.Tensor:
+    """Return ``owned`` padded with zeros to whole bitmap words: what a bitmap's bits stand for."""
+    return torch.cat([owned, owned.new_zeros(32 * bitmap_words(owned.numel()) - owned.numel())])
+
+
+def choose_form(list_bytes: int, bitmap_bytes: int, index: str) -> int:
+    """Return the form a partition travels in, given the bytes of its two encodings.
+
+    ``index`` is one of :data:`PARTITION_INDEX`. ``"auto"`` takes the bitmap where it is
+    strictly smaller than the list, else the list: at the fp32 wire, where the list costs 2
+    words an entry and the bitmap 1 word per 32 owned indices plus 1 per entry, exactly where
+    ceil(|L_r| / 32) < |U_r|.
+    """
+    if index == "bitmap":
+        return BITMAP
+    if index == "coo":
+        return COO
+    return BITMAP if bitmap_bytes < list_bytes else COO
+
+
+def pack_bits(positions: torch.Tensor, length: int) -> torch.Tensor:
+    """Return the bitmap of ``length`` bits with bits ``positions`` set, as int32 words.
+
+    Bit j is bit j % 8 of byte j // 8 of the words' bytes.
+    """
+    device = positions.device
+    mask = torch.zeros(32 * bitmap_words(length), dtype=torch.uint8, device=device)
+    mask[positions.long()] = 1
+    weights = torch.tensor(_BIT_WEIGHTS, dtype=torch.uint8, device=device)
+    return mask.view(-1, 8).mul_(weights).sum(1).to(torch.uint8).view(torch.int32)
+
+
+def unpack_bits(words: torch.Tensor, length: int) -> torch.Tensor:
+    """Return the positions (int64, ascending) of the set bits of a :func:`pack_bits` bitmap."""
+    shifts = torch.arange(8, dtype=torch.uint8, device=words.device)
+    bits = (words.contiguous().view(torch.uint8).unsqueeze(1) >> shifts) & 1
+    return torch.nonzero(bits.view(-1)[:length]).squeeze(1)
+
+
+def _as_bytes(message: torch.Tensor) -> torch.Tensor:
+    """Return a codec message (int32 or uint8) as its bytes."""
+    return message.contiguous().view(torch.uint8)
+
+
+class Partition(NamedTuple):
+    """One owner's encoded partition: its header's fields and its body.
+
+    ``form``: :data:`COO` or :data:`BITMAP`; ``count``: its entries; ``length``: the bytes of
+    the body before padding; ``body``: int32 words, padded to whole words.
+    """
+
+    form: int
+    count: int
+    length: int
+    body: torch.Tensor
+
+
+class PartitionCodec:
+    """The bytes of owners' partitions of a sparse vector, as ZEN pulls them.
+
+    Owner r owns the indices L_r (int32, ascending; every rank knows them) and holds the
+    entries (U_r, s), U_r a subset of L_r. Its partition travels as a header ``[form, count,
+    bytes]`` and a body of int32 words, padded to whole words. A list (:data:`COO`) is the
+    codec's one-list message of (U_r, s); a bitmap (:data:`BITMAP`) is ceil(|L_r| / 32) words
+    over L_r (bit j set where L_r[j] is in U_r), then the codec's values of s
+    (:meth:`Codec.encode_values`). A message of several partitions carries their headers
+    first, then their bodies.
+
+    Args:
+        coder: the wire's codec.
+        index: one of :data:`PARTITION_INDEX`: ``"auto"`` sends each partition in the form of
+            fewer bytes (:func:`choose_form`), ``"bitmap"`` and ``"coo"`` always in that one.
+    """
+
+    #: The dtype of messages of partitions.
+    recv_dtype = torch.int32
+
+    def __init__(self, coder: Codec, index: str = "auto") -> None:
+        self.coder = coder
+        self.index = index
+
+    def encode(self, owned: torch.Tensor, indices: torch.Tensor, values: torch.Tensor):
+        """Return the :class:`Partition` of entries ``(indices, values)`` of ``owned`` L_r.
+
+        ``indices`` ascending, all in ``owned``.
+        """
+        count = indices.numel()
+        listed = _as_bytes(self.coder.encode([(indices, values)], with_counts=False))
+        bitmap_bytes = 4 * bitmap_words(owned.numel()) + self.coder.values_bytes([count])
+        form = choose_form(listed.numel(), bitmap_bytes, self.index)
+        if form == BITMAP:
+            positions = torch.searchsorted(owned, indices.to(torch.int32))
+            bitmap = pack_bits(positions, owned.numel()).view(torch.uint8)
+            body = torch.cat([bitmap, _as_bytes(self.coder.encode_values([values]))])
+        else:
+            body = listed
+        length = body.numel()
+        padding = -length % 4
+        if padding:
+            body = torch.cat([body, body.new_zeros(padding)])
+        return Partition(form, count, length, body.view(torch.int32))
+
+    def join(self, partitions: Sequence[Partition], device: torch.device) -> torch.Tensor:
+        """Return one message of ``partitions``: their headers, then their bodies."""
+        header = [word for part in partitions for word in part[:_PARTITION_HEADER]]
+        head = torch.tensor(header, dtype=torch.int32)
+        return torch.cat([head.to(device), *[part.body for part in partitions]])
+
+    def split(self, message: torch.Tensor, items: int) -> list:
+        """Return the ``items`` :class:`Partition` of a :meth:`join` message (one host read).
+
+        Raises:
+            RuntimeError: the message does not fit its headers.
+        """
+        head = _PARTITION_HEADER * items
+        headers = message[:head].tolist()
+        partitions, start = [], head
+        for number in range(items):
+            form, count, length = headers[
+                _PARTITION_HEADER * number : _PARTITION_HEADER * (number + 1)
+            ]
+            end = start + (length + 3) // 4
+            partitions.append(Partition(form, count, length, message[start:end]))
+            start = end
+        if start != message.numel():
+            raise RuntimeError(f"malformed pull message: {message.numel()} words")
+        return partitions
+
+    def decode_lists(self, partitions: dict) -> tuple:
+        """Return the entries of the :data:`COO` ``{owner: partition}``, joined in order.
+
+        Returns ``(int32 indices, float32 values)``, decoded together.
+
+        Raises:
+            RuntimeError: a partition does not fit its header.
+        """
+        messages = [self.coder.message_at(p.body, 0, p.length) for p in partitions.values()]
+        indices, values, _ = self.coder.decode_joined(messages)
+        if indices.numel() != sum(p.count for p in partitions.values()):
+            raise RuntimeError(f"malformed partitions of owners {list(partitions)}")
+        return indices, values
+
+    def decode_bitmaps(self, partitions: dict, sizes: Sequence[int], padded: torch.Tensor):
+        """Return the entries of the :data:`BITMAP` ``{owner: partition}``, joined in order.
+
+        ``sizes``: each owner's |L_r|; ``padded``: their L_r joined, each padded to whole words
+        (:func:`bitmap_padded`). Returns ``(indices, float32 values)``, the indices of
+        ``padded``'s dtype; one read of the set bits for all.
+
+        Raises:
+            RuntimeError: a partition does not fit its header.
+        """
+        parts = list(partitions.values())
+        widths = [4 * bitmap_words(size) for size in sizes]  # the bitmaps' bytes
+        words = torch.cat([part.body[: width // 4] for part, width in zip(parts, widths)])
+        indices = padded.index_select(0, unpack_bits(words, 32 * words.numel()))
+        counts = [part.count for part in parts]
+        if indices.numel() != sum(counts):
+            raise RuntimeError(f"malformed partitions of owners {list(partitions)}")
+        messages = [
+            self.coder.message_at(part.body, width, part.length)
+            for part, width in zip(parts, widths)
+        ]
+        return indices, self.coder.decode_values_joined(messages, counts)

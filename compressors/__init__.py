@@ -14,6 +14,7 @@ from .base import Synchronizer
 from .registry import (
     available,
     check_options,
+    convert_option,
     create,
     option_choices,
     option_defaults,
@@ -39,6 +40,7 @@ __all__ = [
     "try_options",
     "split_option",
     "parse_option",
+    "convert_option",
     "parse_options",
     "register",
     "resolve",

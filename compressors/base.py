@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from allreducers import PhaseTimer, check_wire, codec
+from allreducers import PhaseTimer, check_choice, check_wire, codec
 from allreducers.transports import Transport, as_transport
 
 from .agreement import check_agreement
@@ -153,8 +153,8 @@ class Synchronizer(abc.ABC):
             ValueError: an option's value is invalid, with a message naming the valid ones.
         """
         for key, valid in cls.choices.items():
-            if key in options and options[key] not in valid:
-                raise ValueError(f"{key}={options[key]!r} is invalid; valid: {', '.join(valid)}")
+            if key in options:
+                check_choice(key, options[key], valid)
         if "wire" in options:
             check_wire(options["wire"])
         feedback = {key: options[key] for key in FEEDBACK_OPTIONS if key in options}
@@ -325,22 +325,35 @@ class Synchronizer(abc.ABC):
         grad = grad.detach()  # a tensor that requires grad is read as data: no graph, no history
         if self._residual.device != grad.device:
             self._residual = self._residual.to(grad.device)
-        self.transport.traffic.reset()
+        self.reset_traffic()
         return grad, time.perf_counter(), PhaseTimer(select=0.0, comm=0.0, accumulate=0.0)
 
     def _finish_call(self, timer: PhaseTimer, start: float, nnz) -> None:
         """Count the call and set :attr:`stats` from the transport's traffic and ``timer``."""
         self.calls += 1
-        traffic = self.transport.traffic
         timer["total"] = time.perf_counter() - start
-        self.stats = {
+        self.stats = {**self.traffic_counts(), "nnz": nnz, "seconds": dict(timer)}
+        self._after_call()
+
+    def reset_traffic(self) -> None:
+        """Zero the traffic counted on this synchronizer's transport (a call does it first)."""
+        self.transport.traffic.reset()
+
+    def traffic_counts(self) -> dict:
+        """Return the ``bytes_sent``, ``messages`` and ``rounds`` since the last reset."""
+        traffic = self.transport.traffic
+        return {
             "bytes_sent": traffic.bytes_sent,
             "messages": traffic.messages,
             "rounds": traffic.rounds,
-            "nnz": nnz,
-            "seconds": dict(timer),
         }
-        self._after_call()
+
+    def allreduce_sum_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum ``tensor`` over the ranks in place by the library all-reduce; return it.
+
+        A collective on this synchronizer's transport, counted in its traffic.
+        """
+        return self.transport.allreduce_sum_(tensor)
 
     def reduce_scatter(self, grad: torch.Tensor, out: torch.Tensor = None) -> torch.Tensor:
         """Return this rank's shard of the average of ``grad`` over all ranks (a collective).

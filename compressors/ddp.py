@@ -148,7 +148,7 @@ class SparDLState:
     def synchronizers(self) -> dict:
         """The live synchronizers by bucket layout (``"3,4,5"``: its parameters' keys)."""
         self.pipeline.wait(raise_error=False)
-        return {key: live.sync for key, live in self.pipeline.residuals.layouts.items()}
+        return self.pipeline.synchronizers()
 
     def keys(self, bucket: dist.GradBucket) -> list:
         """Return how this state knows each parameter of ``bucket``, in order.
@@ -204,7 +204,7 @@ class SparDLState:
         """
         self.pipeline.wait(raise_error=False)
         key = self._numbers.get(id(parameter))
-        slot = None if key is None else self.pipeline.residuals.residual(key)
+        slot = None if key is None else self.pipeline.residual(key)
         return torch.zeros_like(parameter) if slot is None else slot.view_as(parameter)
 
     def take_stats(self) -> dict:
@@ -222,10 +222,10 @@ class SparDLState:
             "method": self.method,
             "density": self.density,
             "options": dict(self.options),
-            "rank": self.transport.rank,
-            "size": self.transport.size,
+            "rank": self.pipeline.rank,
+            "size": self.pipeline.size,
             "parameters_by": self.parameters_by,
-            "buckets": self.pipeline.residuals.state_dict(),
+            "buckets": self.pipeline.state_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -243,8 +243,8 @@ class SparDLState:
             "method": self.method,
             "density": self.density,
             "options": dict(self.options),
-            "rank": self.transport.rank,
-            "size": self.transport.size,
+            "rank": self.pipeline.rank,
+            "size": self.pipeline.size,
             "parameters_by": self.parameters_by,
         }
         state = dict(state, parameters_by=state.get("parameters_by", "order"))  # older states
@@ -260,7 +260,7 @@ class SparDLState:
         if differ:
             raise ValueError("the saved hook state does not fit this one: " + "; ".join(differ))
         self.pipeline.wait(raise_error=False)
-        self.pipeline.residuals.load_state_dict(state["buckets"])
+        self.pipeline.load_state_dict(state["buckets"])
 
 
 def spardl_hook(state: SparDLState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

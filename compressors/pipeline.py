@@ -61,23 +61,36 @@ class CommThread:
         self._jobs: collections.deque = collections.deque()
         self._ready = threading.Condition()
         self._on_exit = on_exit
-        self._stopped = False
+        self._stopped = self._closing = False
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()
 
     def put(self, job) -> bool:
         """Queue ``job`` (a callable of no arguments); False if this thread has ended."""
         with self._ready:
-            if self._stopped:
+            if self._stopped or self._closing:
                 return False
             self._jobs.append(job)
             self._ready.notify()
             return True
 
+    def stop(self, timeout: float = 60.0) -> None:
+        """End the thread once the jobs already queued have run, and join it.
+
+        Waits at most ``timeout`` seconds. Later ``put`` calls return False. A program that ends
+        its process groups stops the thread first, so that no thread is left inside torch when
+        the interpreter exits.
+        """
+        with self._ready:
+            self._closing = True
+            self._ready.notify()
+        if self.thread is not threading.current_thread():
+            self.thread.join(timeout)
+
     def _run(self) -> None:
         while True:
             with self._ready:
-                if not self._jobs:
+                if not self._jobs and not self._closing:
                     self._ready.wait(IDLE_SECONDS)
                 if not self._jobs:
                     self._stopped = True
@@ -115,7 +128,7 @@ def comm_thread(transport: Transport) -> CommThread:
 
     with _threads_lock:
         thread = _threads.get(key)
-        if thread is None or not thread.thread.is_alive() or thread._stopped:
+        if thread is None or not thread.thread.is_alive() or thread._stopped or thread._closing:
             thread = _threads[key] = CommThread(f"spardl-comm-{key[-1]}", forget)
         return thread
 
@@ -171,8 +184,12 @@ class BucketPipeline:
         count_nnz: passed on to each synchronizer (False: no pass to count non-zeros).
 
     Attributes:
-        residuals: the :class:`~compressors.residuals.ResidualStore` of the buckets' layouts.
+        residuals: the :class:`~compressors.residuals.ResidualStore` of the buckets' layouts
+            (callers use :meth:`synchronizers`, :meth:`residual`, :meth:`state_dict` and
+            :meth:`load_state_dict`).
         transport: the transport every bucket's view wraps.
+        rank: this rank's number in the group.
+        size: the number of ranks in the group.
 
     Raises:
         ValueError: an unknown method, density or option.
@@ -191,6 +208,7 @@ class BucketPipeline:
         from allreducers.transports import as_transport
 
         self.transport = as_transport(transport)
+        self.rank, self.size = self.transport.rank, self.transport.size
         self.method = compressors.resolve(method).name
         self.density = density
         self.options = dict(options or {})
@@ -364,6 +382,31 @@ class BucketPipeline:
         """
         return self.residuals.layout(keys, sizes, self._build(space), device)
 
+    # -- the buckets' residuals (call these while the pipeline is idle) ---------------------
+
+    def synchronizers(self) -> dict:
+        """Return the live synchronizers by bucket layout (``"3,4,5"``: its parameters' keys)."""
+        return {key: live.sync for key, live in self.residuals.layouts.items()}
+
+    def residual(self, key):
+        """Return parameter ``key``'s residual, a flat view of where it lives; None if nowhere."""
+        return self.residuals.residual(key)
+
+    def state_dict(self) -> dict:
+        """Return the buckets' synchronizer states by layout (:meth:`ResidualStore.state_dict`).
+
+        Collective-free: this rank's residuals (and thresholds...) by parameter.
+        """
+        return self.residuals.state_dict()
+
+    def load_state_dict(self, buckets: dict) -> None:
+        """Restore a :meth:`state_dict`; the layouts pick their residuals up when next built.
+
+        Raises:
+            ValueError: a saved bucket is malformed (:meth:`ResidualStore.load_state_dict`).
+        """
+        self.residuals.load_state_dict(buckets)
+
     def _average(self, keys, sizes, flat: torch.Tensor, space: int) -> torch.Tensor:
         if sum(sizes) != flat.numel():
             raise RuntimeError(
@@ -375,24 +418,22 @@ class BucketPipeline:
             # One pass, no n-sized mask: the sum is NaN or inf when an entry is, and otherwise
             # only for values near float32's limit, which the float32 call would overflow too.
             flag = (~torch.isfinite(flat.sum(dtype=torch.float32))).float().reshape(1)
-            live.sync.transport.traffic.reset()
-            if live.sync.transport.allreduce_sum_(flag).item() > 0:
-                self._note(space, flat.numel(), live.sync.transport.traffic, start, None)
+            live.sync.reset_traffic()
+            if live.sync.allreduce_sum_(flag).item() > 0:
+                self._note(space, flat.numel(), live.sync.traffic_counts(), start, None)
                 return torch.full_like(flat, float("nan"))
         grad = flat if flat.dtype == torch.float32 else flat.float()
         averaged = live.sync.allreduce(grad, out=live.out)
-        self._note(space, flat.numel(), live.sync.transport.traffic, start, live.sync.stats)
+        self._note(space, flat.numel(), live.sync.traffic_counts(), start, live.sync.stats)
         return averaged if flat.dtype == torch.float32 else averaged.to(flat.dtype)
 
-    def _note(self, space, numel, traffic, start, stats) -> None:
+    def _note(self, space, numel, traffic: dict, start, stats) -> None:
         with self._lock:
             self._stats.append(
                 {
                     "space": space,
                     "numel": numel,
-                    "bytes_sent": traffic.bytes_sent,
-                    "messages": traffic.messages,
-                    "rounds": traffic.rounds,
+                    **traffic,
                     "nnz": None if stats is None else stats["nnz"],
                     "seconds": time.perf_counter() - start,
                     "phases": {} if stats is None else dict(stats["seconds"]),

@@ -140,20 +140,33 @@ def split_option(text: str) -> tuple:
 def parse_option(name: str, key: str, text: str):
     """Convert ``text`` to the type of option ``key``'s default in method ``name``.
 
-    A bool takes true/false, yes/no, on/off or 1/0; an int a whole number; a float any number;
-    a str the text itself. Where the default is None: an int, else a float, else the text. A
-    word of the method's ``option_words`` for ``key`` (spardl's ``teams="auto"``) stays text.
+    A word of the method's ``option_words`` for ``key`` (spardl's ``teams="auto"``) stays text;
+    everything else is :func:`convert_option`'s.
 
     Raises:
         ValueError: ``key`` is no option of ``name`` (the message names the valid keys), or
             ``text`` is not a value of the option's type.
     """
-    defaults = option_defaults(name)
+    words = getattr(resolve(name), "option_words", {}).get(key, ())
+    return convert_option(name, key, text, option_defaults(name), words)
+
+
+def convert_option(owner: str, key: str, text: str, defaults: dict, words=()):
+    """Convert ``text`` to the type of ``defaults[key]``.
+
+    The one conversion of every ``KEY=VALUE`` option, a registered method's or another (the
+    trainer's DDP methods). A bool takes true/false, yes/no, on/off or 1/0; an int a whole
+    number; a float any number; a str the text itself. Where the default is None: an int, else
+    a float, else the text. A text in ``words`` stays text.
+
+    Raises:
+        ValueError: ``key`` is not in ``defaults`` (the message names ``owner`` and the valid
+            keys), or ``text`` is not a value of the option's type.
+    """
     if key not in defaults:
         raise ValueError(
-            f"{name} has no option {key!r}; valid keys: {', '.join(defaults) or 'none'}"
+            f"{owner} has no option {key!r}; valid keys: {', '.join(defaults) or 'none'}"
         )
-    words = getattr(resolve(name), "option_words", {}).get(key, ())
     if text in words:  # a word the option takes besides its type's values (spardl's teams=auto)
         return text
     default = defaults[key]
@@ -176,7 +189,7 @@ def parse_option(name: str, key: str, text: str):
             except ValueError:
                 pass
         return text
-    raise ValueError(f"{name}'s {key} takes {kind} (default {default!r}), got {text!r}")
+    raise ValueError(f"{owner}'s {key} takes {kind} (default {default!r}), got {text!r}")
 
 
 def parse_options(name: str, texts) -> dict:
@@ -198,8 +211,8 @@ def parse_options(name: str, texts) -> dict:
 def create(name: str, comm, numel: int, density: float = 0.01, **method_options) -> Synchronizer:
     """Build the synchronizer ``name`` for a flat gradient of ``numel`` elements.
 
-    ``comm``: an ``mpi4py`` communicator or a ``comm.Transport`` (e.g. a rank of
-    ``allreducers.transports.local_group(P)``). Unknown names, densities outside (0, 1] and
+    ``comm``: an ``mpi4py`` communicator or an ``allreducers.transports.Transport`` (e.g. a
+    rank of ``allreducers.transports.local_group(P)``). Unknown names, densities outside (0, 1] and
     unknown or invalid options raise ``ValueError`` naming the valid choices.
     """
     cls = resolve(name)

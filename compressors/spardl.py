@@ -14,6 +14,7 @@ import torch
 from allreducers import (
     allgather_lists,
     bruck_allgather_schedule,
+    check_choice,
     recursive_halving_schedule,
     run_schedule,
     srs_block_schedule,
@@ -101,10 +102,7 @@ def check_teams(teams, sag: str, workers: int) -> int:
     Raises:
         ValueError: ``teams`` or ``sag`` is invalid; the message names the valid values.
     """
-    if sag not in SAG_VARIANTS:
-        raise ValueError(
-            f"sag={sag!r} is not a Spar-All-Gather variant; valid: {', '.join(SAG_VARIANTS)}"
-        )
+    check_choice("sag", sag, SAG_VARIANTS, "not a Spar-All-Gather variant")
     if isinstance(teams, str) and teams == AUTO:
         return AUTO
     divisors = [d for d in range(1, workers + 1) if workers % d == 0]
@@ -129,11 +127,7 @@ def check_residuals(residuals) -> str:
     Raises:
         ValueError: it does not; the message names the valid ones.
     """
-    if not isinstance(residuals, str) or residuals not in RESIDUAL_RULES:
-        raise ValueError(
-            f"residuals={residuals!r} is not a residual rule; valid: {', '.join(RESIDUAL_RULES)}"
-        )
-    return residuals
+    return check_choice("residuals", residuals, RESIDUAL_RULES, "not a residual rule")
 
 
 def check_srs(srs) -> str:
@@ -145,12 +139,7 @@ def check_srs(srs) -> str:
     Raises:
         ValueError: ``srs`` names no execution; the message names the valid ones.
     """
-    if not isinstance(srs, str) or srs not in SRS_EXECUTIONS:
-        raise ValueError(
-            f"srs={srs!r} is not a Spar-Reduce-Scatter execution; "
-            f"valid: {', '.join(SRS_EXECUTIONS)}"
-        )
-    return srs
+    return check_choice("srs", srs, SRS_EXECUTIONS, "not a Spar-Reduce-Scatter execution")
 
 
 @register(

@@ -23,6 +23,8 @@ from typing import NamedTuple
 
 import torch
 
+from allreducers import check_choice
+
 LAYOUTS = ("block", "strided")
 #: The word that asks SparDL to choose its teams, Spar-All-Gather variant and layout itself.
 AUTO = "auto"
@@ -67,9 +69,7 @@ def check_layout(layout) -> str:
     Raises:
         ValueError: it does not; the message names the valid ones.
     """
-    if not isinstance(layout, str) or layout not in LAYOUTS:
-        raise ValueError(f"layout={layout!r} is not a team layout; valid: {', '.join(LAYOUTS)}")
-    return layout
+    return check_choice("layout", layout, LAYOUTS, "not a team layout")
 
 
 def layout_differs(teams: int, workers: int) -> bool:

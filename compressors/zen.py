@@ -15,17 +15,17 @@ synchronization of worker w among P:
    the sums s over U_r, the union of the indices it received (ascending). Nothing is selected
    again: every pushed value arrives in the sum.
 5. Pull (ceil(log2 P) rounds, Bruck all-gather of the P partitions): owner r encodes
-   (U_r, s) once as a header ``[form, count, bytes]`` and a body of int32 words, padded to
-   whole words; a message carries the headers of its partitions first, then their bodies
-   (one read of the headers per step). A list (COO, form 0) is the codec's one-list message
-   of (U_r, s): 2 words an entry at fp32. A bitmap (form 1) is ceil(|L_r| / 32) words over
-   L_r, the indices of [0, n) that r owns in ascending order (bit j set where L_r[j] is in
-   U_r), then the codec's values of s. With ``pull_index="auto"`` an owner sends the bitmap
-   exactly when its bytes are fewer than the list's (at fp32: ceil(|L_r| / 32) < |U_r|, an
-   aggregated density above about 1/32); the bit marks presence, so a sum that cancels to 0.0
-   is sent like any other. Partitions are forwarded as they are. About (P-1)/P * (U + n/32)
-   words per worker with bitmaps, 2U(P-1)/P with lists, U = sum_r |U_r| between k and
-   min(n, P k).
+   (U_r, s) once, by the wire's ``allreducers.wire.PartitionCodec``, as a header
+   ``[form, count, bytes]`` and a body of int32 words, padded to whole words; a message carries
+   the headers of its partitions first, then their bodies (one read of the headers per step).
+   A list (COO, form 0) is the codec's one-list message of (U_r, s): 2 words an entry at fp32.
+   A bitmap (form 1) is ceil(|L_r| / 32) words over L_r, the indices of [0, n) that r owns in
+   ascending order (bit j set where L_r[j] is in U_r), then the codec's values of s. With
+   ``pull_index="auto"`` an owner sends the bitmap exactly when its bytes are fewer than the
+   list's (at fp32: ceil(|L_r| / 32) < |U_r|, an aggregated density above about 1/32); the bit
+   marks presence, so a sum that cancels to 0.0 is sent like any other. Partitions are
+   forwarded as they are. About (P-1)/P * (U + n/32) words per worker with bitmaps, 2U(P-1)/P
+   with lists, U = sum_r |U_r| between k and min(n, P k).
 6. result = s / P at U_r for every r (every rank, owner included, divides the owner's sums):
    the same bits on every rank, U entries present. Nothing is lost: sum_w a_w = P * result +
    sum_w residual_w.
@@ -42,72 +42,31 @@ from __future__ import annotations
 
 import torch
 
-from allreducers import bruck_allgather_schedule, rotation_schedule, run_schedule
+from allreducers import bruck_allgather_schedule, check_choice, rotation_schedule, run_schedule
 from allreducers.hashing import hash_owner, partition_lists
+from allreducers.wire import (
+    BITMAP,
+    COO,
+    PARTITION_INDEX,
+    PartitionCodec,
+    bitmap_padded,
+    pack_bits,
+    unpack_bits,
+)
 
 from .base import Synchronizer
 from .registry import register
 from .selection import Selector
 from .sparse_ops import budget, index_add_in_order, put_
 
-#: Blob forms: the index section is a list (COO) or a bitmap over L_r.
-COO, BITMAP = 0, 1
-_HEADER = 3  # words: form, count, bytes of the body
-_BIT_WEIGHTS = [1 << bit for bit in range(8)]
-
-
-def bitmap_words(length: int) -> int:
-    """Return the int32 words of a bitmap of ``length`` bits."""
-    return (length + 31) // 32
-
-
-def choose_form(list_bytes: int, bitmap_bytes: int, pull_index: str) -> int:
-    """Return the form a partition travels in, given the bytes of its two encodings.
-
-    ``"auto"`` takes the bitmap where it is strictly smaller than the list, else the list: at
-    the fp32 wire, where the list costs 2 words an entry and the bitmap 1 word per 32 owned
-    indices plus 1 per entry, exactly where ceil(|L_r| / 32) < |U_r|.
-    """
-    if pull_index == "bitmap":
-        return BITMAP
-    if pull_index == "coo":
-        return COO
-    return BITMAP if bitmap_bytes < list_bytes else COO
-
-
-def pack_bits(positions: torch.Tensor, length: int) -> torch.Tensor:
-    """Return the bitmap of ``length`` bits with bits ``positions`` set, as int32 words.
-
-    Bit j is bit j % 8 of byte j // 8 of the words' bytes.
-    """
-    device = positions.device
-    mask = torch.zeros(32 * bitmap_words(length), dtype=torch.uint8, device=device)
-    mask[positions.long()] = 1
-    weights = torch.tensor(_BIT_WEIGHTS, dtype=torch.uint8, device=device)
-    return mask.view(-1, 8).mul_(weights).sum(1).to(torch.uint8).view(torch.int32)
-
-
-def _as_bytes(message: torch.Tensor) -> torch.Tensor:
-    """Return a codec message (int32 or uint8) as its bytes."""
-    return message.contiguous().view(torch.uint8)
-
-
-def _from_bytes(body: torch.Tensor, coder) -> torch.Tensor:
-    """Return the bytes ``body`` as the message dtype of ``coder``."""
-    return body if coder.recv_dtype == torch.uint8 else body.view(coder.recv_dtype)
+#: The partitions' forms, and the wire's bitmap of bits (re-exported: ``allreducers.wire``).
+__all__ = ["Zen", "COO", "BITMAP", "pack_bits", "unpack_bits"]
 
 
 def _span(counts: list, index: int) -> slice:
     """Return the slice of part ``index`` in a tensor of parts of sizes ``counts``, in order."""
     start = sum(counts[:index])
     return slice(start, start + counts[index])
-
-
-def unpack_bits(words: torch.Tensor, length: int) -> torch.Tensor:
-    """Return the positions (int64, ascending) of the set bits of a :func:`pack_bits` bitmap."""
-    shifts = torch.arange(8, dtype=torch.uint8, device=words.device)
-    bits = (words.contiguous().view(torch.uint8).unsqueeze(1) >> shifts) & 1
-    return torch.nonzero(bits.view(-1)[:length]).squeeze(1)
 
 
 @register("zen", description="ZEN: top-k, hash-partitioned push to owners, bitmap-indexed pull")
@@ -128,7 +87,7 @@ class Zen(Synchronizer):
     """
 
     adds_residual = True  # the selection pass adds the residual (Selector.scan)
-    choices = {"pull_index": ("auto", "bitmap", "coo")}
+    choices = {"pull_index": PARTITION_INDEX}
 
     def __init__(
         self,
@@ -139,13 +98,10 @@ class Zen(Synchronizer):
         wire: str = "fp32",
         pull_index: str = "auto",
     ) -> None:
-        if pull_index not in self.choices["pull_index"]:
-            raise ValueError(
-                f"pull_index={pull_index!r} is invalid; valid: "
-                + ", ".join(self.choices["pull_index"])
-            )
+        check_choice("pull_index", pull_index, self.choices["pull_index"])
         super().__init__(comm, numel, density, dense_warmup, wire)
         self.pull_index = pull_index
+        self.partitions = PartitionCodec(self.codec, pull_index)
         self.k = budget(numel, self.density)
         members = list(range(self.size))
         self.push_steps = rotation_schedule(self.rank, members)
@@ -194,10 +150,10 @@ class Zen(Synchronizer):
                 sums = sent
             partitions = {self.rank: (union, sums)}
             if size > 1:
-                blob = self._encode(self.rank, union, sums)
-                self._bitmaps += blob[0][0] == BITMAP
+                mine = self.partitions.encode(self.owned(device)[self.rank], union, sums)
+                self._bitmaps += mine.form == BITMAP
         if size > 1:
-            partitions.update(self._pull(blob, device, timer))
+            partitions.update(self._pull(mine, device, timer))
         with timer("accumulate"):
             indices = torch.cat([part[0].long() for part in partitions.values()])
             averages = torch.cat([part[1] for part in partitions.values()]) / size
@@ -237,80 +193,30 @@ class Zen(Synchronizer):
         )
         return held
 
-    def _encode(self, owner: int, union: torch.Tensor, sums: torch.Tensor) -> tuple:
-        """Return owner ``owner``'s partition as ``((form, count, bytes), body)``.
-
-        As in the module docstring, 5: the body int32 words, padded; a list, the codec's one-list
-        message of (U_r, s); a bitmap, its words and then the codec's values of s.
-        """
-        owned = self.owned(union.device)[owner]
-        count = union.numel()
-        listed = _as_bytes(self.codec.encode([(union, sums)], with_counts=False))
-        value_bytes = 4 + 2 * count if self.codec.compact else 4 * count
-        bitmap_bytes = 4 * bitmap_words(owned.numel()) + value_bytes
-        form = choose_form(listed.numel(), bitmap_bytes, self.pull_index)
-        if form == BITMAP:
-            positions = torch.searchsorted(owned, union.to(torch.int32))
-            bitmap = pack_bits(positions, owned.numel()).view(torch.uint8)
-            body = torch.cat([bitmap, _as_bytes(self.codec.encode_values([sums]))])
-        else:
-            body = listed
-        length = body.numel()
-        padding = -length % 4
-        if padding:
-            body = torch.cat([body, body.new_zeros(padding)])
-        return (form, count, length), body.view(torch.int32)
-
-    def _decode(self, blobs: dict) -> dict:
-        """Return the other owners' ``blobs`` as ``{key: (indices, sums)}``.
+    def _decode(self, held: dict) -> dict:
+        """Return the other owners' partitions ``held`` as ``{key: (indices, sums)}``.
 
         The lists are decoded together (key ``"listed"``), and so are all bitmaps (key
         ``"bitmaps"``): one read of their set bits for the call.
 
         Raises:
-            RuntimeError: a blob does not fit its header.
+            RuntimeError: a partition does not fit its header.
         """
-        device = next(iter(blobs.values()))[1].device
-        partitions, bitmaps, listed = {}, [], []
-        for owner, ((form, _, _), _) in blobs.items():
-            if owner != self.rank:
-                self._bitmaps += form == BITMAP
-                (bitmaps if form == BITMAP else listed).append(owner)
-        if listed:  # the lists, decoded together
-            bodies = [
-                _from_bytes(blobs[owner][1].view(torch.uint8)[: blobs[owner][0][2]], self.codec)
-                for owner in listed
-            ]
-            counts = [blobs[owner][0][1] for owner in listed]
-            indices, sums, _ = self.codec.decode_joined(bodies)
-            if indices.numel() != sum(counts):
-                raise RuntimeError(f"malformed partitions of owners {listed}")
-            partitions["listed"] = (indices, sums)
+        device = next(iter(held.values())).body.device
+        others = {owner: part for owner, part in held.items() if owner != self.rank}
+        bitmaps = {owner: part for owner, part in others.items() if part.form == BITMAP}
+        listed = {owner: part for owner, part in others.items() if part.form != BITMAP}
+        self._bitmaps += len(bitmaps)
+        partitions = {}
+        if listed:
+            partitions["listed"] = self.partitions.decode_lists(listed)
         if bitmaps:
             owned = self.owned(device)
-            widths = [4 * bitmap_words(owned[owner].numel()) for owner in bitmaps]
-            words = torch.cat([blobs[o][1][: w // 4] for o, w in zip(bitmaps, widths)])
-            padded = self.joined_owned(device, tuple(bitmaps))
-            indices = padded.index_select(0, unpack_bits(words, 32 * words.numel()))
-            counts = [blobs[owner][0][1] for owner in bitmaps]
-            if indices.numel() != sum(counts):
-                raise RuntimeError(f"malformed partitions of owners {bitmaps}")
-            if self.codec.compact:
-                sums = torch.cat(
-                    [
-                        self.codec.decode_values(
-                            blobs[o][1].view(torch.uint8)[w : blobs[o][0][2]], [count]
-                        )[0]
-                        for o, w, count in zip(bitmaps, widths, counts)
-                    ]
-                )
-            else:  # the values' words follow the bitmap's
-                sums = torch.cat(
-                    [blobs[o][1][w // 4 : blobs[o][0][2] // 4] for o, w in zip(bitmaps, widths)]
-                ).view(torch.float32)
-                if sums.numel() != indices.numel():
-                    raise RuntimeError(f"malformed partitions of owners {bitmaps}")
-            partitions["bitmaps"] = (indices, sums)
+            partitions["bitmaps"] = self.partitions.decode_bitmaps(
+                bitmaps,
+                [owned[owner].numel() for owner in bitmaps],
+                self.joined_owned(device, tuple(bitmaps)),
+            )
         return partitions
 
     def joined_owned(self, device: torch.device, owners: tuple) -> torch.Tensor:
@@ -330,42 +236,35 @@ class Zen(Synchronizer):
         """Return L_0, ..., L_(P-1), each padded with zeros to whole bitmap words, cached."""
         key = ("padded", str(device))
         if key not in self._lists:
-            self._lists[key] = tuple(
-                torch.cat([part, part.new_zeros(32 * bitmap_words(part.numel()) - part.numel())])
-                for part in self.owned(device)
-            )
+            self._lists[key] = tuple(bitmap_padded(part) for part in self.owned(device))
         return self._lists[key]
 
-    def _pull(self, blob: tuple, device: torch.device, timer) -> dict:
-        """All-gather the partitions' blobs (Bruck); return {owner: (indices, sums)} of others.
+    def _pull(self, mine, device: torch.device, timer) -> dict:
+        """All-gather the owners' partitions (Bruck); return {key: (indices, sums)} of others.
 
-        A message is the headers of its blobs, ``[form, count, bytes]`` each, then their
-        bodies: one read of the headers per step.
+        ``mine``: this rank's encoded partition. A message is the wire's join of its
+        partitions (``allreducers.wire.PartitionCodec``): one read of the headers per step.
         """
-        blobs = {self.rank: blob}
+        held = {self.rank: mine}
 
         def produce(step):
-            items = [blobs[item] for item in step.send_items]
-            head = torch.tensor([word for header, _ in items for word in header], dtype=torch.int32)
-            return torch.cat([head.to(device), *[body for _, body in items]])
+            return self.partitions.join([held[item] for item in step.send_items], device)
 
         def consume(step, message):
-            head = _HEADER * len(step.recv_items)
-            headers = message[:head].tolist()
-            start = head
-            for number, item in enumerate(step.recv_items):
-                header = tuple(headers[_HEADER * number : _HEADER * number + _HEADER])
-                end = start + (header[2] + 3) // 4
-                blobs[item] = header, message[start:end]
-                start = end
-            if start != message.numel():
-                raise RuntimeError(f"malformed pull message: {message.numel()} words")
+            parts = self.partitions.split(message, len(step.recv_items))
+            held.update(zip(step.recv_items, parts))
 
         run_schedule(
-            self.transport, self.pull_steps, produce, consume, device, timer, dtype=torch.int32
+            self.transport,
+            self.pull_steps,
+            produce,
+            consume,
+            device,
+            timer,
+            dtype=self.partitions.recv_dtype,
         )
         with timer("accumulate"):
-            return self._decode(blobs)
+            return self._decode(held)
 
     def _count_nonzero(self, result):
         """The non-zeros of the call's U entries, counted only if ``count_nnz``."""

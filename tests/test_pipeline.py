@@ -1,6 +1,7 @@
 """The bucket pipeline on the in-process group: same bits as blocking calls, overlap, errors."""
 
 import threading
+import time
 
 import pytest
 import torch
@@ -320,3 +321,20 @@ def test_finish_tells_every_rank_alike_when_an_average_is_not_finite():
 
     assert local_group(2).run(body, False) == [True, True]
     assert local_group(2).run(body, True) == [False, False]
+
+
+def test_a_stopped_comm_thread_runs_its_queued_jobs_ends_and_is_replaced():
+    from compressors.pipeline import comm_thread
+
+    transport = local_group(1).rank(0)
+    thread = comm_thread(transport)
+    ran = []
+    assert thread.put(lambda: (time.sleep(0.05), ran.append(1)))
+    assert thread.put(lambda: ran.append(2))
+    thread.stop()
+    assert ran == [1, 2] and not thread.thread.is_alive()
+    assert not thread.put(lambda: ran.append(3))
+    fresh = comm_thread(transport)
+    assert fresh is not thread and fresh.put(lambda: ran.append(4))
+    fresh.stop()
+    assert ran == [1, 2, 4]

@@ -35,8 +35,8 @@ def as_transport(comm) -> Transport:
 
         return MPITransport(comm)
     raise TypeError(
-        "comm must be an mpi4py communicator, a torch.distributed process group or a "
-        f"comm.Transport, got {type(comm).__name__}"
+        "comm must be an mpi4py communicator, a torch.distributed process group or an "
+        f"allreducers.transports.Transport, got {type(comm).__name__}"
     )
 
 

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -51,6 +52,30 @@ def test_spardl_reduce_scatter_conserves_mass(workers, wire):
         after = workers * shards + sum(rows[call][2].double() for rows in per_rank)
         torch.testing.assert_close(after, before, rtol=0, atol=1e-5)
     assert all(rows[-1][1].numel() == 31 for rows in per_rank)  # the own shard
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 4, 5, 8, 16])
+@pytest.mark.parametrize("density", [0.05, 0.3])
+def test_spardl_reduce_scatter_matches_the_numpy_reference(workers, density):
+    """Each rank's shard is its block after the paper's Spar-Reduce-Scatter (numpy, float32),
+    divided by P, and its residual that rank's copy with the own block emptied, call after call
+    (residuals carried)."""
+    from tests.test_spardl import reference_srs
+
+    block = 37
+    grads = heavy_tailed((3, workers, block * workers), seed=workers)
+    per_rank = reduce_scatter("spardl", grads, density)
+    k = max(1, int(block * density))
+    for call in range(3):
+        before = torch.stack([rows[call][0] for rows in per_rank])
+        copies = reference_srs((grads[call] + before).numpy(), k)
+        for w, rows in enumerate(per_rank):
+            _, shard, after = rows[call]
+            expected = copies[w, w] / np.float32(workers)
+            np.testing.assert_allclose(shard.numpy(), expected, rtol=1e-6, atol=1e-7)
+            residual = copies[w].copy()
+            residual[w] = 0
+            np.testing.assert_allclose(after.numpy(), residual.reshape(-1), rtol=1e-6, atol=1e-6)
 
 
 def test_spardl_reduce_scatter_sends_less_than_its_all_reduce():

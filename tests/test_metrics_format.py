@@ -1,4 +1,6 @@
-"""The trainer's one-line epoch summary: short phases in milliseconds, never "0.0s"."""
+"""The trainer's one-line epoch summary: short phases in milliseconds, never "0.0s".
+
+(That the parts of the line add up: tests/test_report_epoch_line.py.)"""
 
 from trainer.metrics import format_row, format_seconds
 
@@ -29,8 +31,8 @@ def test_a_short_epoch_prints_its_split_in_milliseconds():
         "bytes_sent_per_rank": 2048,
     }
     assert (
-        "420.0ms (compute 300.0ms, sync 12.0ms: select 4.0ms, comm 6.0ms)  2 KiB/rank"
-        in format_row(row)
+        "per epoch: 420.0ms = compute 300.0ms + exposed sync 12.0ms + other 108.0ms; "
+        "sync 12.0ms = select 4.0ms + comm 6.0ms + other 2.0ms; sent 2 KiB/rank" in format_row(row)
     )
 
 
@@ -50,6 +52,10 @@ def test_an_overlapped_synchronization_says_how_much_of_it_was_exposed():
         "comm_seconds": 0.15,
         "bytes_sent_per_rank": 2048,
     }
-    assert "(compute 300.0ms, sync 200.0ms (50.0ms exposed): select 4.0ms" in format_row(row)
-    row["exposed_sync_seconds"] = row["sync_seconds"]  # blocking: nothing more to say
-    assert "(compute 300.0ms, sync 200.0ms: select 4.0ms" in format_row(row)
+    assert "420.0ms = compute 300.0ms + exposed sync 50.0ms + other 70.0ms; sync 200.0ms = " in (
+        format_row(row)
+    )
+    row.update(exposed_sync_seconds=0.2, epoch_seconds=0.6)  # blocking: the same form
+    assert "600.0ms = compute 300.0ms + exposed sync 200.0ms + other 100.0ms; sync 200.0ms = " in (
+        format_row(row)
+    )

@@ -10,6 +10,7 @@ from mpi4py import MPI
 
 import main_trainer
 from tests.mpirun import ROOT, command, environment
+from trainer import cli
 from trainer.distributed import UsageError
 from trainer.torch_ddp import powersgd_entries
 
@@ -121,7 +122,7 @@ def test_ddp_gives_the_loss_and_weights_of_dense(runs):
     [
         (["--method", "powersgd", "--method-option", "rank=0"], "rank must be at least 1"),
         (["--method", "powersgd", "--method-option", "start_iter=1"], "at least 2"),
-        (["--method", "powersgd", "--method-option", "depth=3"], "valid: rank, start_iter"),
+        (["--method", "powersgd", "--method-option", "depth=3"], "valid keys: rank, start_iter"),
         (["--method", "ddp", "--method-option", "rank=2"], "ddp has no option 'rank'"),
         (["--method", "ddp_fp16", "--no-overlap"], "--no-overlap has no meaning"),
         (["--method", "powersgd", "--resume", "--checkpoint-dir", "x"], "not checkpointed"),
@@ -131,7 +132,7 @@ def test_ddp_gives_the_loss_and_weights_of_dense(runs):
 )
 def test_a_bad_ddp_method_flag_is_one_line(flags, fragment):
     with pytest.raises(UsageError) as refused:
-        main_trainer.parse_settings(flags, _FirstOfFour())
+        cli.parse_settings(flags, _FirstOfFour())
     assert fragment in str(refused.value) and "\n" not in str(refused.value)
 
 
@@ -142,7 +143,7 @@ def test_a_bad_option_exits_with_status_2(capsys):
 
 
 def test_method_options_and_powersgd_bytes():
-    args, _ = main_trainer.parse_settings(
+    args, _ = cli.parse_settings(
         ["--method", "powersgd", "--method-option", "start-iter=10"], _FirstOfFour()
     )
     assert args.compressor == "powersgd" and args.density == 1.0

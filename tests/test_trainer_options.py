@@ -11,9 +11,9 @@ import pytest
 from mpi4py import MPI
 
 import compressors
-import main_trainer
 from tests.imdb_sample import reviews, write_csv
 from tests.mpirun import mpiexec
+from trainer import build, cli
 from trainer.distributed import UsageError
 
 OKTOPK = ["--compression", "--compressor", "oktopk"]
@@ -33,7 +33,7 @@ class _FirstOfFour:
 
 
 def parse(*flags):
-    args, _ = main_trainer.parse_settings(list(flags), _FirstOfFour())
+    args, _ = cli.parse_settings(list(flags), _FirstOfFour())
     return args
 
 
@@ -46,14 +46,12 @@ def refusal(*flags):
 
 
 def test_a_method_option_reaches_the_synchronizer():
-    args, _ = main_trainer.parse_settings(
-        [*OKTOPK, "--method-option", "in_flight=2"], MPI.COMM_SELF
-    )
+    args, _ = cli.parse_settings([*OKTOPK, "--method-option", "in_flight=2"], MPI.COMM_SELF)
     assert args.method_options == {"in_flight": 2}
-    synchronizer = main_trainer.build_synchronizer(args, 1000, MPI.COMM_SELF)
+    synchronizer = build.build_synchronizer(args, 1000, MPI.COMM_SELF)
     assert synchronizer.in_flight == 2 and synchronizer.reducer.in_flight == 2
-    default, _ = main_trainer.parse_settings(OKTOPK, MPI.COMM_SELF)
-    assert main_trainer.build_synchronizer(default, 1000, MPI.COMM_SELF).in_flight == 4
+    default, _ = cli.parse_settings(OKTOPK, MPI.COMM_SELF)
+    assert build.build_synchronizer(default, 1000, MPI.COMM_SELF).in_flight == 4
 
 
 def test_values_take_the_type_of_the_options_default():
@@ -105,7 +103,7 @@ def test_the_method_option_wins_over_the_dedicated_flag_with_a_note(capsys):
 
 
 def test_spardls_flags_take_their_choices_and_defaults_from_the_registry():
-    parser = main_trainer.build_parser()
+    parser = cli.build_parser()
     actions = {action.dest: action for action in parser._actions}
     for key, valid in compressors.option_choices("spardl").items():
         assert tuple(actions[key].choices) == valid
@@ -128,12 +126,12 @@ def test_wire_reaches_every_methods_synchronizer():
     assert parse("--wire", "fp16").method_options == {"wire": "fp16"}  # dense too
     for method in compressors.available():
         flags = ["--compression", "--compressor", method, "--wire", "bf16"]
-        args, _ = main_trainer.parse_settings(flags, MPI.COMM_SELF)
+        args, _ = cli.parse_settings(flags, MPI.COMM_SELF)
         assert args.method_options == {"wire": "bf16"}, method
-        synchronizer = main_trainer.build_synchronizer(args, 1000, MPI.COMM_SELF)
+        synchronizer = build.build_synchronizer(args, 1000, MPI.COMM_SELF)
         assert synchronizer.wire == "bf16" and synchronizer.codec.wire == "bf16", method
-    default, _ = main_trainer.parse_settings(["--compression"], MPI.COMM_SELF)
-    assert main_trainer.build_synchronizer(default, 1000, MPI.COMM_SELF).wire == "fp32"
+    default, _ = cli.parse_settings(["--compression"], MPI.COMM_SELF)
+    assert build.build_synchronizer(default, 1000, MPI.COMM_SELF).wire == "fp32"
 
 
 def test_a_bad_wire_is_one_line_naming_the_formats():
@@ -157,7 +155,7 @@ def _six(*flags):
             return [value] * 6
 
     with pytest.raises(UsageError) as refused:
-        main_trainer.parse_settings(list(flags), FirstOfSix())
+        cli.parse_settings(list(flags), FirstOfSix())
     return str(refused.value)
 
 
@@ -191,11 +189,11 @@ def test_data_sets_that_read_no_files_ignore_the_data_dir(capsys):
     [("cnn", "mnist"), ("lstmimdb", "imdb"), ("bert-tiny", "wikipedia"), ("cnn", "imagenet")],
 )
 def test_an_empty_data_dir_is_refused_for_data_sets_that_read_files(tmp_path, model, dataset):
-    args, settings = main_trainer.parse_settings(
+    args, settings = cli.parse_settings(
         ["--dnn", model, "--dataset", dataset, "--data-dir", str(tmp_path)], MPI.COMM_SELF
     )
     with pytest.raises(UsageError, match=f"--data-dir {tmp_path} is an empty directory: "):
-        main_trainer.load_data(args, settings, MPI.COMM_SELF)
+        build.load_data(args, settings, MPI.COMM_SELF)
 
 
 def _listing(folder):
@@ -213,10 +211,10 @@ def test_caches_go_to_the_cache_dir_and_the_data_folder_is_left_alone(tmp_path, 
     before = _listing(data)
     flags = ["--dnn", "lstmimdb", "--dataset", "imdb", "--data-dir", str(data)]
     for extra in (["--cache-dir", str(cache)], []):  # the one given, then the user's
-        args, settings = main_trainer.parse_settings(flags + extra, MPI.COMM_SELF)
+        args, settings = cli.parse_settings(flags + extra, MPI.COMM_SELF)
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # "cannot cache" would fail here
-            main_trainer.load_data(args, settings, MPI.COMM_SELF)
+            build.load_data(args, settings, MPI.COMM_SELF)
     assert _listing(data) == before
     assert [path.name.startswith("imdb-") for path in cache.iterdir()] == [True]
     assert len(list((tmp_path / "home-cache" / "spardl-repro").glob("imdb-*.pt"))) == 1

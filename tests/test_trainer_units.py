@@ -10,11 +10,12 @@ import pytest
 import torch
 from mpi4py import MPI
 
-import main_trainer
 import models
+from trainer import build, cli
 from trainer.checkpoint import Checkpoints, restore_rng, rng_state
 from trainer.config import DEFAULTS, ConfigError, config_path, load_config, merge
 from trainer.distributed import UsageError, agree, broadcast_tensors, sum_over_ranks
+from trainer.flat import FlatSync
 from trainer.gradients import GradientBuffer
 from trainer.metrics import EpochMeter, MetricsLog
 from trainer.sampler import ShardedSampler, evaluation_shard
@@ -208,7 +209,7 @@ class _FirstOfSix:
 )
 def test_spardl_team_flags_are_checked_in_the_trainers_terms(flags, fragment):
     with pytest.raises(UsageError, match=fragment.replace("(", r"\(")):
-        main_trainer.parse_settings(flags, _FirstOfSix())
+        cli.parse_settings(flags, _FirstOfSix())
 
 
 @pytest.mark.parametrize(
@@ -220,47 +221,47 @@ def test_spardl_team_flags_are_checked_in_the_trainers_terms(flags, fragment):
 )
 def test_teams_must_divide_the_workers_for_every_method(flags):
     with pytest.raises(UsageError, match="--teams 4 must divide the number of workers 6"):
-        main_trainer.parse_settings(flags, _FirstOfSix())
+        cli.parse_settings(flags, _FirstOfSix())
 
 
 def test_sag_recursive_does_not_stop_a_method_without_it():
     flags = ["--compression", "--compressor", "topk", "--teams", "3", "--sag", "recursive"]
-    args, _ = main_trainer.parse_settings(flags, _FirstOfSix())
+    args, _ = cli.parse_settings(flags, _FirstOfSix())
     assert (args.teams, args.sag) == (3, "recursive")
 
 
 def test_more_loader_workers_than_cpus_are_capped_with_a_note(monkeypatch, capsys):
     """torch warns (and a loader may stall) when a rank starts more workers than it has CPUs,
     as the ImageNet configs' 4 would on 2 cores."""
-    monkeypatch.setattr(main_trainer.os, "sched_getaffinity", lambda pid: {0, 1})
-    _, settings = main_trainer.parse_settings(["--loader-workers", "4"], _FirstOfSix())
+    monkeypatch.setattr(build.os, "sched_getaffinity", lambda pid: {0, 1})
+    _, settings = cli.parse_settings(["--loader-workers", "4"], _FirstOfSix())
     assert "loader workers" not in capsys.readouterr().err  # not before the later checks pass
-    assert main_trainer.loader_workers(settings, _FirstOfSix()) == 2
+    assert build.loader_workers(settings, _FirstOfSix()) == 2
     assert (
         "4 loader workers (--loader-workers or the config) are more than the 2 CPU(s) this process "
         "may use; using 2" in capsys.readouterr().err
     )
-    _, settings = main_trainer.parse_settings(["--loader-workers", "2"], _FirstOfSix())
-    assert main_trainer.loader_workers(settings, _FirstOfSix()) == 2
+    _, settings = cli.parse_settings(["--loader-workers", "2"], _FirstOfSix())
+    assert build.loader_workers(settings, _FirstOfSix()) == 2
     assert "loader workers" not in capsys.readouterr().err
 
 
 def test_an_empty_data_dir_is_refused():
     with pytest.raises(UsageError, match="--data-dir is empty; name a directory"):
-        main_trainer.parse_settings(["--data-dir", ""], _FirstOfSix())
+        cli.parse_settings(["--data-dir", ""], _FirstOfSix())
 
 
 def test_a_rejected_run_leaves_no_directory_behind(tmp_path):
     log_dir, checkpoint_dir = tmp_path / "runs" / "a", tmp_path / "ckpt"
     with pytest.raises(UsageError, match="--density must lie in"):
-        main_trainer.parse_settings(
+        cli.parse_settings(
             ["--density", "2", "--log-dir", str(log_dir), "--checkpoint-dir", str(checkpoint_dir)],
             _FirstOfSix(),
         )
     assert list(tmp_path.iterdir()) == []
     (tmp_path / "file").write_text("")
     with pytest.raises(UsageError, match="file is not a directory"):
-        main_trainer.parse_settings(["--log-dir", str(tmp_path / "file" / "logs")], _FirstOfSix())
+        cli.parse_settings(["--log-dir", str(tmp_path / "file" / "logs")], _FirstOfSix())
 
 
 def test_an_older_checkpoint_is_checked_against_the_built_synchronizer(tmp_path):
@@ -295,7 +296,7 @@ def test_an_older_checkpoint_is_checked_against_the_built_synchronizer(tmp_path)
             tmp_path / "epoch-0001" / "rank-0000.pt",
         )
         with pytest.raises(UsageError, match=re.escape(reason)):
-            main_trainer.build_trainer(flags, MPI.COMM_SELF)
+            build.build_trainer(flags, MPI.COMM_SELF)
 
 
 def test_images_too_small_for_the_model_are_one_error_without_warnings(recwarn):
@@ -305,9 +306,7 @@ def test_images_too_small_for_the_model_are_one_error_without_warnings(recwarn):
 
     split = datasets.DataSplit(train=range(60), test=None, num_classes=10, input_shape=(1, 2, 2))
     with pytest.raises(UsageError, match="model cnn cannot train on batches of 1x2x2 images"):
-        main_trainer.build_model(
-            SimpleNamespace(dnn="cnn"), split, 8, MPI.COMM_SELF, torch.device("cpu")
-        )
+        build.build_model(SimpleNamespace(dnn="cnn"), split, 8, MPI.COMM_SELF, torch.device("cpu"))
     assert not recwarn.list, [str(w.message) for w in recwarn.list]
 
 
@@ -324,7 +323,7 @@ def test_a_checkpoint_of_other_settings_is_refused_before_the_data_is_read(tmp_p
         "sag": "bruck",
     }
     torch.save({"nworkers": 1, "run_info": run_info}, epoch / "rank-0000.pt")
-    monkeypatch.setattr(main_trainer, "load_data", lambda *_: pytest.fail("the data was read"))
+    monkeypatch.setattr(build, "load_data", lambda *_: pytest.fail("the data was read"))
     flags = [
         "--compression",
         "--compressor",
@@ -340,7 +339,7 @@ def test_a_checkpoint_of_other_settings_is_refused_before_the_data_is_read(tmp_p
         (["--density", "0.05", "--sag", "recursive"], "sag bruck (this run: recursive)"),
     ):
         with pytest.raises(UsageError, match=re.escape(f"does not fit this run: {reason}")):
-            main_trainer.build_trainer(flags + extra, MPI.COMM_SELF)
+            build.build_trainer(flags + extra, MPI.COMM_SELF)
     assert not (tmp_path / "log").exists()
 
 
@@ -355,11 +354,9 @@ def test_a_model_that_cannot_train_on_the_batches_is_refused_and_the_probe_leave
     with pytest.raises(
         UsageError, match="resnet50 cannot train on batches of 3x32x32 images"
     ) as refused:
-        main_trainer.build_model(args, split, 1, _FirstOfSix(), torch.device("cpu"))
+        build.build_model(args, split, 1, _FirstOfSix(), torch.device("cpu"))
     assert "shard" not in str(refused.value)
-    main_trainer.build_model(
-        args, split, 32, MPI.COMM_SELF, torch.device("cpu")
-    )  # batches of 32 and 28
+    build.build_model(args, split, 32, MPI.COMM_SELF, torch.device("cpu"))  # batches of 32 and 28
     # Nor can it on 6 ranks' shards of one sample each, whatever the batch size.
     one_each = datasets.DataSplit(
         train=range(6), test=None, num_classes=10, input_shape=(3, 32, 32)
@@ -369,13 +366,13 @@ def test_a_model_that_cannot_train_on_the_batches_is_refused_and_the_probe_leave
         match="the 6 training samples give each of the 6 workers a shard of one "
         "sample: use fewer workers or more data",
     ):
-        main_trainer.build_model(args, one_each, 32, _FirstOfSix(), torch.device("cpu"))
+        build.build_model(args, one_each, 32, _FirstOfSix(), torch.device("cpu"))
     args.dnn = "resnet20"
     torch.manual_seed(5)
     expected = models.create("resnet20", 10, (3, 32, 32)).state_dict()
     after = torch.rand(1)
     torch.manual_seed(5)
-    model = main_trainer.build_model(args, split, 32, MPI.COMM_SELF, torch.device("cpu"))
+    model = build.build_model(args, split, 32, MPI.COMM_SELF, torch.device("cpu"))
     assert torch.equal(torch.rand(1), after)  # the probe drew no random numbers
     for key, value in model.state_dict().items():  # nor changed the batch-norm statistics
         assert torch.equal(value, expected[key]), key
@@ -407,10 +404,10 @@ def test_download_only_fetches_what_does_not_load(tmp_path, monkeypatch):
     fetched = []
     monkeypatch.setattr(datasets, "download", lambda name, directory: fetched.append(name))
     args = SimpleNamespace(data_dir=str(tmp_path), download=True)
-    split = main_trainer.load_data(args, {"dataset": "digits", "data_options": {}}, MPI.COMM_SELF)
+    split = build.load_data(args, {"dataset": "digits", "data_options": {}}, MPI.COMM_SELF)
     assert len(split.train) == 1437 and fetched == []
     with pytest.raises(UsageError, match="MNIST not found"):  # the stand-in fetched nothing
-        main_trainer.load_data(args, {"dataset": "mnist", "data_options": {}}, MPI.COMM_SELF)
+        build.load_data(args, {"dataset": "mnist", "data_options": {}}, MPI.COMM_SELF)
     assert fetched == ["mnist"]
 
 
@@ -554,13 +551,14 @@ def test_training_steps_reuse_one_result_buffer():
         return results[-1]
 
     sync.allreduce = recording
+    flat_sync = FlatSync(sync, model, torch.device("cpu"))
     batches = [(torch.randn(4, 6), torch.randint(0, 3, (4,))) for _ in range(3)]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     trainer = Trainer(
         model=model,
         train_loader=batches,
         test_loader=None,
-        synchronizer=sync,
+        synchronizer=flat_sync,
         optimizer=optimizer,
         scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0),
         comm=MPI.COMM_SELF,
@@ -571,7 +569,7 @@ def test_training_steps_reuse_one_result_buffer():
         run_info={},
     )
     trainer._train_epoch(0)
-    assert len(outs) == 3 and all(out is trainer.averaged for out in outs)
+    assert len(outs) == 3 and all(out is flat_sync.averaged for out in outs)
     flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
     assert torch.equal(flat, results[-1])
 
@@ -617,7 +615,9 @@ def test_progress_lines_when_stdout_is_not_a_terminal(monkeypatch, capsys):
         model=model,
         train_loader=[(torch.randn(4, 6), torch.randint(0, 3, (4,)))] * 2,
         test_loader=None,
-        synchronizer=compressors.create("dense", MPI.COMM_SELF, numel=21),
+        synchronizer=FlatSync(
+            compressors.create("dense", MPI.COMM_SELF, numel=21), model, torch.device("cpu")
+        ),
         optimizer=optimizer,
         scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0),
         comm=MPI.COMM_SELF,
@@ -663,7 +663,7 @@ def test_a_density_rounded_up_to_whole_entries_is_noted_and_recorded(method, kep
     sync = local_group(1).run(
         lambda transport: compressors.create(method, transport, numel=22_650, density=density)
     )[0]
-    assert main_trainer.effective_density(sync, _FirstOfSix()) == sync.effective_density
+    assert build.effective_density(sync, _FirstOfSix()) == sync.effective_density
     noted = capsys.readouterr().err
     assert (noted.count("main_trainer.py: note:") == 1) == (method != "dense"), noted
     if method != "dense":
@@ -680,7 +680,7 @@ def test_a_density_that_rounds_little_is_not_noted(capsys):
     sync = local_group(1).run(
         lambda transport: compressors.create("spardl", transport, numel=22_650, density=0.01)
     )[0]
-    assert main_trainer.effective_density(sync, _FirstOfSix()) == 226 / 22_650
+    assert build.effective_density(sync, _FirstOfSix()) == 226 / 22_650
     assert capsys.readouterr().err == ""
 
 

@@ -12,6 +12,8 @@ unpickling would construct, running whatever code it names) is refused, not load
 checkpoint directory others can write to cannot make the trainer run their code.
 """
 
+from __future__ import annotations
+
 import os
 import pickle
 import random

@@ -11,7 +11,6 @@ from tqdm import tqdm
 from trainer.checkpoint import restore_rng, rng_state
 from trainer.distributed import broadcast_tensors
 from trainer.evaluation import evaluate, prediction_loss, predictions
-from trainer.gradients import GradientBuffer
 from trainer.metrics import EpochMeter
 from trainer.stopping import DIVERGED, INTERRUPTED, Interrupt, Stopped, agree_flags
 
@@ -44,7 +43,10 @@ class Trainer:
     random generator is restored after an evaluation (a test loader draws from torch's), so two
     runs that differ only in ``eval_every`` train on the same batches into the same weights.
 
-    That is the blocking (flat) mode, the authors' (``--no-overlap``). With an overlapped
+    ``synchronizer`` speaks the protocol of :mod:`trainer.flat` (``finish``, ``stats``,
+    ``forward_model``, ``overlaps_backward``, the state methods), and the loop has one path for
+    all of them. That is the blocking (flat) mode, the authors' (``--no-overlap``,
+    :class:`trainer.flat.FlatSync`). With an overlapped
     ``synchronizer`` (:class:`trainer.overlap.OverlappedSync`, the default) steps 2-4 happen
     bucket by bucket during backward; after it the loop waits for the last bucket
     (``exposed_sync_seconds``; ``sync_seconds`` is the buckets' whole time on the communication
@@ -94,13 +96,6 @@ class Trainer:
         self.checkpoints = checkpoints
         self.clip_grad_norm = clip_grad_norm
         self.eval_every = eval_every
-        # Overlapped (trainer.overlap.OverlappedSync): buckets were averaged during backward.
-        self.overlapped = hasattr(synchronizer, "finish")
-        # DDP methods (trainer.torch_ddp.DDPSync): the training forward goes through DDP.
-        self.forward_model = getattr(synchronizer, "ddp_model", model)
-        if not self.overlapped:
-            self.gradients = GradientBuffer(model.parameters(), device)
-            self.averaged = torch.empty(self.gradients.numel, device=device)  # reused result
         self.epoch = 0
         self.global_step = 0
         self.interrupt = Interrupt()
@@ -186,35 +181,11 @@ class Trainer:
         ):
             started = time.perf_counter()
             images, labels = images.to(self.device), labels.to(self.device)
-            loss = prediction_loss(self.forward_model(images), labels)
+            loss = prediction_loss(self.synchronizer.forward_model(images), labels)
             self.optimizer.zero_grad()
             loss.backward()
             position = f"epoch {epoch + 1}, iteration {done + meter.iterations + 1}"
-            if self.overlapped:
-                computed = self._now()
-                value = loss.item()
-                finite = self.synchronizer.finish()  # .grad now holds the averages
-                if self.clip_grad_norm:  # DDP methods: the average (others clip before, flat)
-                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
-                synchronized = self._now()
-                self._agree(position, value, finite=finite)
-                # DDP methods wait for their buckets inside backward: compute ended earlier.
-                computed = min(computed, self.synchronizer.stats.get("compute_end") or computed)
-                exposed = synchronized - computed
-                sync_seconds = max(self.synchronizer.stats["sync_seconds"], exposed)
-            else:
-                if self.clip_grad_norm:
-                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
-                computed = self._now()
-                value = loss.item()
-                flat = self.gradients.gather()
-                checking = self._now()
-                self._agree(position, value, flat)
-                checked = self._now()
-                averaged = self.synchronizer.allreduce(flat, out=self.averaged)
-                self.gradients.scatter(averaged)
-                synchronized = self._now()
-                exposed = sync_seconds = synchronized - computed - (checked - checking)
+            computed, synchronized, exposed, sync_seconds, value = self._synchronize(loss, position)
             last_lr = self.optimizer.param_groups[0]["lr"]
             self.optimizer.step()
             self.scheduler.step()
@@ -247,6 +218,34 @@ class Trainer:
                     flush=True,
                 )
         return meter, last_lr
+
+    def _synchronize(self, loss, position):
+        """Average the step's gradients (the synchronizer's ``finish``, which calls the agreement
+        on stopping once) and clip where the flags say; return ``(compute end, sync end,
+        exposed sync seconds, sync seconds, loss value)``. The agreement's time counts in
+        neither compute nor synchronization."""
+        clips_average = self.synchronizer.overlaps_backward  # else each worker clips its own
+        if self.clip_grad_norm and not clips_average:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
+        computed = self._now()
+        value = loss.item()
+        agreeing = 0.0
+
+        def agree(gradient=None, finite=True):
+            nonlocal agreeing
+            started = self._now()
+            self._agree(position, value, gradient, finite)
+            agreeing += self._now() - started
+
+        self.synchronizer.finish(agree)
+        if self.clip_grad_norm and clips_average:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
+        synchronized = self._now()
+        stats = self.synchronizer.stats
+        # DDP and FSDP wait for their buckets inside backward: compute ended earlier.
+        computed = min(computed, stats["compute_end"] or computed)
+        exposed = synchronized - computed - agreeing
+        return computed, synchronized, exposed, max(stats["sync_seconds"], exposed), value
 
     def _agree(self, position, loss=0.0, gradient=None, finite=True):
         """Raise ``Stopped`` on every rank if any rank was interrupted, or its ``loss`` or

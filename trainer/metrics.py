@@ -1,7 +1,8 @@
 """Per-epoch measurements: accumulated on every rank, combined over ranks, written by rank 0.
 
 ``EpochMeter`` sums what one rank saw during an epoch; ``MetricsLog`` writes one row per epoch
-to ``LOG_DIR/metrics.jsonl`` and TensorBoard, and prints one readable line.
+to ``LOG_DIR/metrics.jsonl`` and TensorBoard, and prints one readable line (:func:`format_row`:
+the time per iteration, split into parts that add up).
 """
 
 import json
@@ -164,27 +165,62 @@ def _epoch_of(line):
     return row.get("epoch") if isinstance(row, dict) else None
 
 
+def time_split(row) -> dict:
+    """A row's times split into named parts that add up, per iteration (per epoch in a row
+    without ``epoch_iters``, as older trainers wrote), as ``scripts/report.py`` splits them.
+
+    ``unit`` (``"iteration"`` or ``"epoch"``); ``total`` (``epoch_seconds``: rank 0's wall time
+    of the row's iterations) = ``compute`` + ``exposed`` (the synchronization left after compute
+    ended: all of it without overlap) + ``other`` (loading batches, the optimizer step, the
+    ranks' agreement on stopping); ``sync`` (the synchronization's whole time, overlapped or
+    not) = ``select`` + ``comm`` + ``sync_other`` (flattening, packing, accumulation, writing
+    back); ``bytes`` sent per rank. The times other than ``total`` are means over the ranks.
+    """
+    iterations = row.get("epoch_iters") or 0
+    per = max(iterations, 1)
+    total = row["epoch_seconds"] / per
+    compute = row["compute_seconds"] / per
+    sync = row["sync_seconds"] / per
+    exposed = row.get("exposed_sync_seconds", row["sync_seconds"]) / per
+    select = row["select_seconds"] / per
+    comm = row["comm_seconds"] / per
+    return {
+        "unit": "iteration" if iterations else "epoch",
+        "iterations": iterations,
+        "total": total,
+        "compute": compute,
+        "exposed": exposed,
+        "other": total - compute - exposed,
+        "sync": sync,
+        "select": select,
+        "comm": comm,
+        "sync_other": sync - select - comm,
+        "bytes": row["bytes_sent_per_rank"] / per,
+    }
+
+
 def format_row(row):
-    """One human-readable line for an epoch row."""
+    """One human-readable line for an epoch row: losses, accuracy, learning rate, and the row's
+    time per iteration split into parts that add up (:func:`time_split`), in one fixed form
+    whether or not the synchronization overlapped compute."""
     where = f" (iteration {row['iters']})" if row.get("within_epoch") else ""
+    t = time_split(row)
+    count = (
+        f"{format_seconds(row['epoch_seconds'])} for {t['iterations']} "
+        f"{'iteration' if t['iterations'] == 1 else 'iterations'}; "
+        if t["iterations"]
+        else ""
+    )
     return (
         f"epoch {row['epoch']:>3}/{row['max_epochs']}{where}  train loss {row['train_loss']:.4f}  "
         f"test loss {row['test_loss']:.4f}  test acc {100 * row['test_acc']:.2f}%  "
-        f"lr {row['lr']:.4g}  {format_seconds(row['epoch_seconds'])} "
-        f"(compute {format_seconds(row['compute_seconds'])}, "
-        f"sync {format_seconds(row['sync_seconds'])}{_exposed(row)}: "
-        f"select {format_seconds(row['select_seconds'])}, "
-        f"comm {format_seconds(row['comm_seconds'])})  "
-        f"{format_bytes(row['bytes_sent_per_rank'])}/rank"
+        f"lr {row['lr']:.4g}  {count}per {t['unit']}: "
+        f"{format_seconds(t['total'])} = compute {format_seconds(t['compute'])}"
+        f" + exposed sync {format_seconds(t['exposed'])} + other {format_seconds(t['other'])}; "
+        f"sync {format_seconds(t['sync'])} = select {format_seconds(t['select'])}"
+        f" + comm {format_seconds(t['comm'])} + other {format_seconds(t['sync_other'])}; "
+        f"sent {format_bytes(t['bytes'])}/rank"
     )
-
-
-def _exposed(row) -> str:
-    """`` (exposed T)`` where the synchronization overlapped compute and T of it did not."""
-    exposed = row.get("exposed_sync_seconds")
-    if exposed is None or abs(exposed - row["sync_seconds"]) < 5e-4:
-        return ""
-    return f" ({format_seconds(exposed)} exposed)"
 
 
 def format_seconds(seconds) -> str:

@@ -41,17 +41,17 @@ class OverlappedSync:
         self.buckets = GradientBuckets(model, self.pipeline, bucket_mb)
         self.name, self.density = self.pipeline.method, density
         self.numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        self.forward_model = model
         self.stats = _stats({"bytes_sent": 0, "seconds": 0.0, "phases": {}})
 
-    def finish(self) -> bool:
-        """Wait for the step's buckets and put the averages into ``.grad``.
+    overlaps_backward = True
 
-        Returns:
-            Whether every average is finite (the same on every rank).
-        """
+    def finish(self, agree) -> None:
+        """Wait for the step's buckets, put the averages into ``.grad``, then ``agree`` (with
+        whether every average is finite: the same on every rank)."""
         finite = self.buckets.finish()
         self.stats = _stats(self.pipeline.take_stats())
-        return finite
+        agree(finite=finite)
 
     def state_dict(self) -> dict:
         """Return the residuals of every bucket layout, by parameter (collective-free)."""
@@ -59,12 +59,12 @@ class OverlappedSync:
             "overlap": True,
             "method": self.name,
             "numel": self.numel,
-            "buckets": self.pipeline.residuals.state_dict(),
+            "buckets": self.pipeline.state_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`; the layouts take their residuals at their first step."""
-        self.pipeline.residuals.load_state_dict(state["buckets"])
+        self.pipeline.load_state_dict(state["buckets"])
 
     def state_mismatch(self, state) -> str | None:
         """Return why ``state`` cannot be loaded here, or ``None``."""
@@ -78,6 +78,7 @@ def _stats(taken: dict) -> dict:
         "bytes_sent": taken["bytes_sent"],
         "seconds": {phase: phases.get(phase, 0.0) for phase in ("select", "comm", "accumulate")},
         "sync_seconds": taken["seconds"],
+        "compute_end": None,
         # teams="auto": per bucket, the configuration SparDL's probe chose and its times
         **(
             {"auto": autos}

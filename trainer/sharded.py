@@ -126,6 +126,7 @@ class FSDPSync:
         self.options = dict(options or {})
         self.size = comm.Get_size()
         self.per_host = per_host
+        self.forward_model = model  # sharded in place below
         self._parameters = [p for p in model.parameters() if p.requires_grad]
         self.numel = sum(p.numel() for p in self._parameters)
         self._clock = _Clock()
@@ -179,13 +180,12 @@ class FSDPSync:
             "compute_end": compute_end,
         }
 
-    def finish(self) -> bool:
-        """After backward (every shard's gradient reduced): take the step's stats.
+    overlaps_backward = True
 
-        Returns:
-            Whether every rank's gradient shards are finite (one small all-reduce: shards
-            differ per rank).
-        """
+    def finish(self, agree) -> None:
+        """After backward (every shard's gradient reduced): take the step's stats, then
+        ``agree`` with whether every rank's gradient shards are finite (one small all-reduce:
+        shards differ per rank)."""
         now = time.perf_counter()
         self.stats = self._stats(now - self._clock.seconds)
         self._clock.seconds, self._clock.bytes_sent = 0.0, 0.0
@@ -194,7 +194,7 @@ class FSDPSync:
             [float(all(bool(torch.isfinite(g).all()) for g in grads))], dtype=torch.float32
         )
         dist.all_reduce(finite, op=dist.ReduceOp.MIN)
-        return bool(finite.item())
+        agree(finite=bool(finite.item()))
 
     def state_dict(self) -> dict:
         """The mode, the method and each FSDP module's residuals (sparse methods)."""

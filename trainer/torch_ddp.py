@@ -7,7 +7,7 @@ with torch's ``powerSGD_hook`` (options ``rank``: the matrix approximation rank,
 
 :func:`start_group` starts ``torch.distributed`` (Gloo on CPU, NCCL on CUDA) from the MPI ranks
 the trainer runs as; :class:`DDPSync` wraps the model in DDP and stands where the trainer's
-overlapped synchronizer stands (``finish`` after backward, ``stats``, checkpoint state).
+overlapped synchronizer stands (the protocol of :mod:`trainer.flat`).
 
 How it measures (docs/TRAINING.md): compute ends when the last parameter's gradient is
 accumulated (a post-accumulate-grad hook on every parameter) or the last bucket's hook is called,
@@ -36,6 +36,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 from torch.nn.parallel import DistributedDataParallel
 
+from compressors import convert_option, split_option
 from trainer.checkpoint import mode_mismatch
 
 #: The DDP methods and their options with defaults (``--method-option KEY=VALUE``).
@@ -65,31 +66,24 @@ def is_ddp_method(name) -> bool:
 def parse_options(method, texts):
     """``(options, problems)``: the ``--method-option KEY=VALUE`` texts of DDP ``method``.
 
-    Keys take ``-`` for ``_``; values are whole numbers of at least :data:`MINIMUM`. Options
-    not given take their defaults. ``problems`` holds one message per bad text.
+    The texts are split and converted as every method's are (``compressors.split_option``,
+    ``compressors.convert_option``): keys take ``-`` for ``_``, values are whole numbers, here
+    of at least :data:`MINIMUM`. Options not given take their defaults. ``problems`` holds one
+    message per bad text.
     """
     defaults = METHODS[method]
     options, problems = dict(defaults), []
     for text in texts or []:
-        key, equals, value = text.partition("=")
-        key = key.strip().replace("-", "_")
-        if not equals or not key:
-            problems.append(f"--method-option {text}: expected KEY=VALUE")
-        elif key not in defaults:
-            valid = ", ".join(defaults) or "none"
-            problems.append(
-                f"--method-option {text}: {method} has no option {key!r}; valid: {valid}"
-            )
+        try:
+            key, value = split_option(text)
+            number = convert_option(method, key, value, defaults)
+        except ValueError as error:
+            problems.append(f"--method-option {text}: {error}")
+            continue
+        if number < MINIMUM[key]:
+            problems.append(f"--method-option {text}: {key} must be at least {MINIMUM[key]}")
         else:
-            try:
-                number = int(value.strip())
-            except ValueError:
-                problems.append(f"--method-option {text}: {key} takes a whole number")
-                continue
-            if number < MINIMUM[key]:
-                problems.append(f"--method-option {text}: {key} must be at least {MINIMUM[key]}")
-            else:
-                options[key] = number
+            options[key] = number
     return options, problems
 
 
@@ -342,20 +336,22 @@ class DDPSync:
             "buckets": measure.buckets,
         }
 
-    def finish(self) -> bool:
-        """After backward (DDP has averaged every bucket into ``.grad``): take the step's stats.
+    overlaps_backward = True
 
-        Returns:
-            Whether every averaged gradient is finite (the same on every rank).
-        """
+    @property
+    def forward_model(self):
+        """The DDP wrapper: the training forward goes through it."""
+        return self.ddp_model
+
+    def finish(self, agree) -> None:
+        """After backward (DDP has averaged every bucket into ``.grad``): take the step's stats,
+        then ``agree`` with whether every average is finite (the same on every rank)."""
         measure = self._measure
         with measure.lock:
             self.stats = self._stats(measure.last_event or None)
             measure.reset()
         grads = [p.grad for p in self._parameters if p.grad is not None]
-        if not grads:
-            return True
-        return bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
+        agree(finite=not grads or bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()))
 
     def state_dict(self) -> dict:
         """The method and size (DDP's all-reduce and the 16-bit hooks keep no state; PowerSGD's

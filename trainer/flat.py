@@ -1,0 +1,74 @@
+"""The trainer's blocking synchronization (``--no-overlap``, the authors'): one call per step.
+
+Every synchronization the trainer runs speaks one protocol, which :class:`trainer.loop.Trainer`
+relies on and nothing else:
+
+- ``forward_model``: the module the training forward goes through (the model, or its DDP
+  wrapper);
+- ``overlaps_backward``: whether the gradients are averaged during backward (then an average is
+  what ``--clip-grad-norm`` clips; else each worker clips its own before the call);
+- ``finish(agree)``: after backward, leave the averaged gradient in every ``.grad``. ``agree`` is
+  the loop's agreement on stopping (``agree(gradient=None, finite=True)``); ``finish`` calls it
+  exactly once, before the call for a blocking synchronization (on the local gradient), after
+  the last bucket for an overlapped one (with whether every average is finite);
+- ``stats``: the step's ``bytes_sent``, ``seconds`` per phase, ``sync_seconds`` (the whole
+  synchronization's time, 0 where it is all exposed) and ``compute_end`` (where backward's
+  compute ended, when the synchronization knows better than the loop; else None);
+- ``numel``, ``name``, ``density``;
+- ``state_dict()``, ``load_state_dict(state)`` and ``state_mismatch(state)``.
+
+:class:`FlatSync` wraps a ``compressors`` synchronizer; :class:`trainer.overlap.OverlappedSync`,
+:class:`trainer.torch_ddp.DDPSync` and :class:`trainer.sharded.FSDPSync` are the others.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from trainer.gradients import GradientBuffer
+
+
+class FlatSync:
+    """Averages ``model``'s whole gradient with ``synchronizer`` in one blocking call.
+
+    The gradients are copied into one flat buffer and the average written into one result
+    buffer, both allocated once; the average is then copied back into the ``.grad`` fields.
+
+    Args:
+        synchronizer: a ``compressors`` synchronizer for the model's trainable entries.
+        model: the module whose trainable parameters are synchronized.
+        device: the rank's device.
+    """
+
+    overlaps_backward = False
+
+    def __init__(self, synchronizer, model, device) -> None:
+        self.synchronizer = synchronizer
+        self.forward_model = model
+        self.gradients = GradientBuffer(model.parameters(), device)
+        self.averaged = torch.empty(self.gradients.numel, device=device)  # reused result
+        self.name, self.numel = synchronizer.name, synchronizer.numel
+        self.density = synchronizer.density
+
+    @property
+    def stats(self) -> dict:
+        """The last call's stats (the synchronizer's), in the protocol's shape."""
+        return {**self.synchronizer.stats, "sync_seconds": 0.0, "compute_end": None}
+
+    def finish(self, agree) -> None:
+        """Agree on the local gradient, then average it into every ``.grad``."""
+        flat = self.gradients.gather()
+        agree(gradient=flat)
+        self.gradients.scatter(self.synchronizer.allreduce(flat, out=self.averaged))
+
+    def state_dict(self) -> dict:
+        """Return the synchronizer's state (its residuals)."""
+        return self.synchronizer.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`."""
+        self.synchronizer.load_state_dict(state)
+
+    def state_mismatch(self, state) -> str | None:
+        """Return why ``state`` cannot be loaded here, or ``None``."""
+        return self.synchronizer.state_mismatch(state)

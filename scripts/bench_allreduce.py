@@ -69,7 +69,6 @@ import os
 import sys
 
 try:
-    import compressors
     from allreducers.transports.environment import cluster_topology
     from syncbench import cli, plan
     from syncbench.bench import mpi_rows, network_label, replay_rows
@@ -88,6 +87,10 @@ except ModuleNotFoundError as missing:
     sys.exit(2)
 
 
+#: The end of a flag's help that names its default.
+DEFAULT = " (default: %(default)s)"
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     """The command line (see the module docstring and docs/PERFORMANCE.md#how-to-measure)."""
     parser = cli.RankZeroParser(
@@ -101,53 +104,63 @@ def parse_args(argv=None) -> argparse.Namespace:
         "over theirs. Under mpiexec, use scripts/run_bench.sh -n P, which sets one thread per\n"
         "rank and MPICH's yield variables.",
     )
-    default = " (default: %(default)s)"
+    add_method_args(parser)
+    add_gradient_args(parser)
+    add_run_args(parser)
+    args = parser.parse_args(argv)
+    check_method_args(parser, args)
+    check_run_args(parser, args)
+    return args
+
+
+def add_method_args(parser) -> None:
+    """The flags of n, the density, the methods and their options, the calls and the seed."""
     parser.add_argument(
-        "--numel", type=int, default=1 << 20, help="gradient length n, synthetic" + default
+        "--numel", type=int, default=1 << 20, help="gradient length n, synthetic" + DEFAULT
     )
     parser.add_argument(
-        "--density", type=float, default=0.01, help="fraction of entries kept, in (0, 1]" + default
+        "--density", type=float, default=0.01, help="fraction of entries kept, in (0, 1]" + DEFAULT
     )
     parser.add_argument(
         "--methods", default="all", help="comma-separated names, or 'all' (the default)"
     )
-    parser.add_argument("--iters", type=int, default=10, help="timed calls per method" + default)
+    parser.add_argument("--iters", type=int, default=10, help="timed calls per method" + DEFAULT)
     parser.add_argument(
-        "--warmup", type=int, default=2, help="untimed calls per method first" + default
+        "--warmup", type=int, default=2, help="untimed calls per method first" + DEFAULT
     )
     parser.add_argument(
-        "--seed", type=int, default=0, help="seed of the gradients and model weights" + default
+        "--seed", type=int, default=0, help="seed of the gradients and model weights" + DEFAULT
     )
     parser.add_argument(
         "--teams",
         default="1",
         help="spardl team counts d, comma-separated; 'auto': spardl chooses d, its "
-        "Spar-All-Gather variant and its layout by a probe at start-up" + default,
+        "Spar-All-Gather variant and its layout by a probe at start-up" + DEFAULT,
     )
     parser.add_argument(
         "--srs",
         default=plan.SRS_DEFAULT,
         help="spardl Spar-Reduce-Scatter executions, comma-separated: "
-        f"{', '.join(plan.SRS_CHOICES)}" + default,
+        f"{', '.join(plan.SRS_CHOICES)}" + DEFAULT,
     )
     parser.add_argument(
         "--sag",
         default=plan.SAG_DEFAULT,
         help="spardl Spar-All-Gather variants, comma-separated: "
-        f"{', '.join(plan.SAG_CHOICES)} (recursive: d > 1 a power of two)" + default,
+        f"{', '.join(plan.SAG_CHOICES)} (recursive: d > 1 a power of two)" + DEFAULT,
     )
     parser.add_argument(
         "--layout",
         default=plan.LAYOUT_DEFAULT,
         help="spardl team layouts, comma-separated: block (consecutive ranks: with ranks "
         "placed host by host, a team can be a host's ranks) or strided (every d-th rank: the "
-        "ranks of one local index across the hosts)" + default,
+        "ranks of one local index across the hosts)" + DEFAULT,
     )
     parser.add_argument(
         "--wire",
         default=plan.WIRE_DEFAULT,
         help="wire formats of every method's messages, comma-separated: "
-        f"{', '.join(plan.WIRES)} (a row per method and wire)" + default,
+        f"{', '.join(plan.WIRES)} (a row per method and wire)" + DEFAULT,
     )
     parser.add_argument(
         "--method-option",
@@ -165,18 +178,26 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="record the lost mass of methods that measure it (gtopk), measured "
         "after each timed call, outside its time",
     )
+
+
+def add_gradient_args(parser) -> None:
+    """The flags of the gradients: synthetic or a model's."""
     parser.add_argument(
         "--gradient", default="synthetic", help="'synthetic' (the default) or 'model:NAME'"
     )
     parser.add_argument(
-        "--batch", type=int, default=8, help="batch size for model gradients" + default
+        "--batch", type=int, default=8, help="batch size for model gradients" + DEFAULT
     )
     parser.add_argument(
-        "--input-shape", default="3,32,32", help="C,H,W for model gradients" + default
+        "--input-shape", default="3,32,32", help="C,H,W for model gradients" + DEFAULT
     )
     parser.add_argument(
-        "--classes", type=int, default=10, help="classes for model gradients" + default
+        "--classes", type=int, default=10, help="classes for model gradients" + DEFAULT
     )
+
+
+def add_run_args(parser) -> None:
+    """The flags of how the methods run (interleaved, replayed, counted) and of the outputs."""
     parser.add_argument(
         "--sequential",
         action="store_true",
@@ -206,7 +227,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         metavar="FILE",
         help="write a chart of times and bytes (FILE.png; or .pdf, .svg, ...)",
     )
-    args = parser.parse_args(argv)
+
+
+def check_method_args(parser, args) -> None:
+    """Check and convert the methods, their SparDL settings, wires and options (usage errors)."""
     args.methods = cli.usage_checked(parser, cli.method_names, args.methods)
     args.teams = cli.usage_checked(parser, cli.team_counts, args.teams, "--teams")
     args.srs = cli.usage_checked(parser, cli.choices, args.srs, "--srs", plan.SRS_CHOICES)
@@ -223,7 +247,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     for chosen in args.options.values():  # --method-option wire=fp16 wins over --wire
         if "wire" in chosen:
             args.wire = (chosen.pop("wire"),)
-    cli.usage_checked(parser, compressors.base.check_density, args.density)
+
+
+def check_run_args(parser, args) -> None:
+    """Check the density, the counts, the seed, the outputs and n, and build ``args.source``."""
+    cli.usage_checked(parser, cli.check_density, args.density)
     for flag, value, least in (
         ("--iters", args.iters, 1),
         ("--warmup", args.warmup, 0),
@@ -258,7 +286,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         cli.usage_checked(
             parser, cli.check_numel, args.source.numel, args.methods, buffers(args), "the model's n"
         )
-    return args
 
 
 def buffers(args) -> int:

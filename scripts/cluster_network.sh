@@ -66,9 +66,8 @@ readonly PROG=cluster_network.sh
 readonly SUBNET=169.254.77  # host i: .<i+1>, the switch: .254
 readonly MAX_HOSTS=250
 
-usage() {
-    [ $# -gt 0 ] && echo "$PROG: $1" >&2
-    cat >&2 <<EOF
+usage_text() {
+    cat <<EOF
 usage: $PROG --hosts N [--ranks-per-host G] (--rate RATE | --rates R1,...,RN) [--burst SIZE] [--delay T] -- COMMAND [ARGS...]
   --hosts N           number of hosts, 1 to $MAX_HOSTS
   --ranks-per-host G  ranks on each host (default 1): rank r runs on host r // G
@@ -77,6 +76,11 @@ usage: $PROG --hosts N [--ranks-per-host G] (--rate RATE | --rates R1,...,RN) [-
   --burst SIZE        token-bucket size in bytes, tc's units: 256kb (default), 1mb, 64k ...
   --delay T           one-way delay added to what each host sends: 100us, 2ms ... (needs netem)
 EOF
+}
+
+usage() {  # a usage error: the message and the usage on stderr, exit status 2
+    [ $# -gt 0 ] && echo "$PROG: $1" >&2
+    usage_text >&2
     exit 2
 }
 
@@ -100,7 +104,7 @@ while [ $# -gt 0 ]; do
         --burst=*) burst=${1#--burst=}; shift ;;
         --delay) [ $# -ge 2 ] || usage "--delay needs a value"; delay=$2; shift 2 ;;
         --delay=*) delay=${1#--delay=}; shift ;;
-        -h|--help) usage ;;
+        -h|--help) usage_text; exit 0 ;;
         --) shift; break ;;
         *) usage "unknown argument '$1' (the command goes after --)" ;;
     esac

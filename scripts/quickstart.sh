@@ -63,13 +63,22 @@ fi
 # A --log-dir among the flags is where the metrics are read from; otherwise LOG_DIR.
 log_flag=(--log-dir "$LOG_DIR")
 previous=
+help=
 for arg in "$@"; do
-  case $arg in --log-dir=*) LOG_DIR=${arg#--log-dir=} log_flag=() ;; esac
+  case $arg in
+    --log-dir=*) LOG_DIR=${arg#--log-dir=} log_flag=() ;;
+    -h | --help) help=1 ;;
+  esac
   [ "$previous" = --log-dir ] && LOG_DIR=$arg log_flag=()
   previous=$arg
 done
+if [ -n "$help" ]; then  # the trainer's help: no training, no metrics to read
+  exec "$VENV/bin/python" main_trainer.py "$@"
+fi
 say "training: $NWORKERS ranks, main_trainer.py ${log_flag[*]} $*"
-rm -f "$LOG_DIR/metrics.jsonl"
+# Nothing is removed here: the trainer checks the flags first (a bad one exits 2 and leaves
+# LOG_DIR as it was), then starts metrics.jsonl anew, copying the earlier rows it would lose
+# to metrics.jsonl.1 (.2, ...) first (docs/TRAINING.md, "Outputs").
 "$VENV/bin/mpiexec" -n "$NWORKERS" "$VENV/bin/python" main_trainer.py --nworkers "$NWORKERS" \
   "${log_flag[@]}" "$@"
 "$VENV/bin/python" - "$LOG_DIR/metrics.jsonl" <<'EOF'

@@ -25,13 +25,17 @@ set -u
 
 readonly PROG=shaped_network.sh
 
-usage() {
-    [ $# -gt 0 ] && echo "$PROG: $1" >&2
-    cat >&2 <<EOF
+usage_text() {
+    cat <<EOF
 usage: $PROG --rate RATE [--burst SIZE] -- COMMAND [ARGS...]
   --rate RATE    link rate in tc's units: 100mbit, 1gbit, 10gbit, 500kbit, 12.5mbps ...
   --burst SIZE   token-bucket size in bytes, tc's units: 256kb (default), 1mb, 64k ...
 EOF
+}
+
+usage() {  # a usage error: the message and the usage on stderr, exit status 2
+    [ $# -gt 0 ] && echo "$PROG: $1" >&2
+    usage_text >&2
     exit 2
 }
 
@@ -42,7 +46,7 @@ while [ $# -gt 0 ]; do
         --rate=*) rate=${1#--rate=}; shift ;;
         --burst) [ $# -ge 2 ] || usage "--burst needs a value"; burst=$2; shift 2 ;;
         --burst=*) burst=${1#--burst=}; shift ;;
-        -h|--help) usage ;;
+        -h|--help) usage_text; exit 0 ;;
         --) shift; break ;;
         *) usage "unknown argument '$1' (the command goes after --)" ;;
     esac

@@ -49,6 +49,14 @@ predicts every method row at its own P, n, density, SparDL settings and wire on 
 ran on (a row with a ``topology``, run on the cluster testbed, on that cluster; a shaped rate
 recorded in its ``network`` becomes ``shared:RATE``; ``--network`` or a topology replaces it),
 printing measured ms, predicted ms and the error in percent.
+
+The sizes are checked before anything is allocated: every row runs its P ranks as threads of
+this process and holds at least 3P + 1 float32 buffers of the simulated n at once (the
+gradients' scale, and each rank's gradient, residual and result;
+``syncbench.simulator.held_buffers``), at ``--numel`` rounded up per P, at the larger
+``--local-numel`` size of ``--local-work replay``, and with ``--compare`` at each row's own P
+and n. A run that needs more than this host's available memory is refused with one line and
+exit status 2 rather than killed by the kernel part way.
 """
 
 from __future__ import annotations
@@ -61,7 +69,6 @@ import sys
 try:
     import torch
 
-    import compressors
     from syncbench import cli, plan, predictions
     from syncbench.compare import compare, format_comparison, load_bench_rows
     from syncbench.local_work import MODES as LOCAL_WORK_MODES
@@ -77,7 +84,7 @@ try:
         parse_rate,
     )
     from syncbench.selection_cost import DEFAULT_SELECT_RATE, SelectionCost
-    from syncbench.simulator import VGG16_NUMEL, simulate_row
+    from syncbench.simulator import VGG16_NUMEL, held_buffers, simulate_row, simulated_numel
 except ModuleNotFoundError as missing:
     if missing.name not in ("compressors", "allreducers", "syncbench"):
         raise
@@ -111,6 +118,10 @@ def networks(text: str, message_cost: float, cores) -> list:
     ]
 
 
+#: The end of a flag's help that names its default.
+DEFAULT = " (default: %(default)s)"
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     """The command line (see the module docstring and docs/PERFORMANCE.md#how-to-measure)."""
     parser = cli.RankZeroParser(
@@ -118,16 +129,31 @@ def parse_args(argv=None) -> argparse.Namespace:
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    default = " (default: %(default)s)"
+    add_run_args(parser)
+    add_network_args(parser)
+    add_local_work_args(parser)
+    add_output_args(parser)
+    args = parser.parse_args(argv)
+    check_run_args(parser, args)
+    check_network_args(parser, args)
+    check_count_args(parser, args)
+    check_local_work_args(parser, args)
+    check_output_args(parser, args)
+    cli.usage_checked(parser, check_memory, args)
+    return args
+
+
+def add_run_args(parser) -> None:
+    """The flags of what runs: P, n, density, methods and their SparDL settings, calls, seed."""
     parser.add_argument(
-        "--workers", default="16,32,64,128,256", help="P values, comma-separated" + default
+        "--workers", default="16,32,64,128,256", help="P values, comma-separated" + DEFAULT
     )
     parser.add_argument(
         "--numel",
         type=int,
         default=1 << 18,
         help="simulated gradient length, rounded up per P so that every SparDL block "
-        "keeps its share of the density" + default,
+        "keeps its share of the density" + DEFAULT,
     )
     parser.add_argument(
         "--model-numel",
@@ -136,7 +162,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="n the predictions scale to (default: %(default)s, VGG-16)",
     )
     parser.add_argument(
-        "--density", type=float, default=0.01, help="fraction of entries kept, in (0, 1]" + default
+        "--density", type=float, default=0.01, help="fraction of entries kept, in (0, 1]" + DEFAULT
     )
     parser.add_argument(
         "--methods", default="all", help="comma-separated names, or 'all' (the default)"
@@ -144,35 +170,39 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--teams",
         default="1",
-        help="spardl team counts d in the main table, comma-separated" + default,
+        help="spardl team counts d in the main table, comma-separated" + DEFAULT,
     )
     parser.add_argument(
         "--srs",
         default=plan.SRS_DEFAULT,
         help="spardl Spar-Reduce-Scatter executions, comma-separated: "
-        f"{', '.join(plan.SRS_CHOICES)}" + default,
+        f"{', '.join(plan.SRS_CHOICES)}" + DEFAULT,
     )
     parser.add_argument(
         "--sag",
         default=plan.SAG_DEFAULT,
         help="spardl Spar-All-Gather variants, comma-separated: "
-        f"{', '.join(plan.SAG_CHOICES)}" + default,
+        f"{', '.join(plan.SAG_CHOICES)}" + DEFAULT,
     )
     parser.add_argument(
         "--wire",
         default=plan.WIRE_DEFAULT,
         help=f"wire formats of the methods' messages, comma-separated: {', '.join(plan.WIRES)} "
         "(a row per method and wire; bytes per sparse entry: fp32 8, fp16 and bf16 4, or 6 "
-        "where indices stay int32, plus a small header per message)" + default,
+        "where indices stay int32, plus a small header per message)" + DEFAULT,
     )
     parser.add_argument(
         "--sweep",
         default="",
         help="P values at which to sweep spardl over every team count d dividing P (default: none)",
     )
-    parser.add_argument("--calls", type=int, default=1, help="modelled calls per method" + default)
-    parser.add_argument("--warmup", type=int, default=1, help="calls run before them" + default)
-    parser.add_argument("--seed", type=int, default=0, help="seed of the gradients" + default)
+    parser.add_argument("--calls", type=int, default=1, help="modelled calls per method" + DEFAULT)
+    parser.add_argument("--warmup", type=int, default=1, help="calls run before them" + DEFAULT)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the gradients" + DEFAULT)
+
+
+def add_network_args(parser) -> None:
+    """The flags of the networks: presets, the testbed's shared link, a cluster, a custom one."""
     parser.add_argument(
         "--network",
         help=f"networks, comma-separated: {', '.join(PRESETS)}, or shared:RATE (this testbed: "
@@ -183,7 +213,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--message-cost",
         type=float,
         default=TESTBED_ALPHA,
-        help="seconds per message of shared:RATE networks" + default,
+        help="seconds per message of shared:RATE networks" + DEFAULT,
     )
     parser.add_argument(
         "--host-cores",
@@ -213,12 +243,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--shm-cost",
         type=float,
         default=SHM_ALPHA,
-        help="seconds per message between ranks of one host of a cluster" + default,
+        help="seconds per message between ranks of one host of a cluster" + DEFAULT,
     )
     parser.add_argument(
         "--shm-rate",
         default=f"{SHM_RATE:g}bps",
-        help="bytes/s between ranks of one host of a cluster, in tc's units" + default,
+        help="bytes/s between ranks of one host of a cluster, in tc's units" + DEFAULT,
     )
     parser.add_argument(
         "--alpha",
@@ -228,23 +258,27 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--beta", type=float, help="seconds per byte of a custom network (with --alpha)"
     )
+
+
+def add_local_work_args(parser) -> None:
+    """The flags of the local work: the selection rate, or the replayed local work."""
     parser.add_argument(
         "--select-rate",
         default=f"{DEFAULT_SELECT_RATE:g}",
         help="selection throughput in entries/s, the same for every kind of selection, or "
-        "'measured': timed on this machine" + default,
+        "'measured': timed on this machine" + DEFAULT,
     )
     parser.add_argument(
         "--select-threads",
         type=int,
         default=1,
-        help="threads of the selection timing (--select-rate measured)" + default,
+        help="threads of the selection timing (--select-rate measured)" + DEFAULT,
     )
     parser.add_argument(
         "--select-device",
         default="cpu",
         choices=["cpu", "cuda"],
-        help="where to time selection (--select-rate measured)" + default,
+        help="where to time selection (--select-rate measured)" + DEFAULT,
     )
     parser.add_argument(
         "--local-work",
@@ -252,7 +286,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         metavar="MODEL",
         help="each rank's local work added to the network time: 'select' (selection "
         "alone, at --select-rate) or 'replay' (rank 0's whole share of each call "
-        "replayed alone on this machine at two sizes, fitted fixed + per entry)" + default,
+        "replayed alone on this machine at two sizes, fitted fixed + per entry)" + DEFAULT,
     )
     parser.add_argument(
         "--local-numel",
@@ -260,6 +294,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="the larger replay size of --local-work replay, the smaller being a quarter "
         "of it (default: the simulated n; with --compare at most each row's n)",
     )
+
+
+def add_output_args(parser) -> None:
+    """The flags of the inputs compared with and the outputs written."""
     parser.add_argument(
         "--compare",
         nargs="+",
@@ -278,7 +316,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="write a chart of predicted time against P, and against d with --sweep "
         "(FILE.png; or .pdf, .svg, ...)",
     )
-    args = parser.parse_args(argv)
+
+
+def check_run_args(parser, args) -> None:
+    """Check and convert the lists of :func:`add_run_args` and the density (usage errors)."""
     args.methods = cli.usage_checked(parser, cli.method_names, args.methods)
     args.workers = cli.usage_checked(parser, cli.positive_ints, args.workers, "--workers")
     args.teams = cli.usage_checked(parser, cli.positive_ints, args.teams, "--teams")
@@ -288,7 +329,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.sweep = (
         cli.usage_checked(parser, cli.positive_ints, args.sweep, "--sweep") if args.sweep else []
     )
-    cli.usage_checked(parser, compressors.base.check_density, args.density)
+    cli.usage_checked(parser, cli.check_density, args.density)
+
+
+def check_network_args(parser, args) -> None:
+    """Check the shared-link flags and build ``args.networks`` and ``args.cluster``."""
     if not 0 <= args.message_cost < math.inf:
         parser.error(
             f"--message-cost must be a finite number of seconds >= 0, got {args.message_cost:g}"
@@ -302,6 +347,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     if args.cluster:
         args.networks.append(args.cluster)
+
+
+def check_count_args(parser, args) -> None:
+    """Check the device, the sizes, the custom network and the call counts (usage errors)."""
     if args.select_device == "cuda" and not torch.cuda.is_available():
         parser.error("--select-device cuda: no CUDA device here")
     for flag, value in (("--numel", args.numel), ("--model-numel", args.model_numel)):
@@ -323,6 +372,10 @@ def parse_args(argv=None) -> argparse.Namespace:
             parser.error(f"{flag} must be >= {least}, got {value}")
     if not (args.networks or args.compare):
         parser.error("--network names no network: give at least one")
+
+
+def check_local_work_args(parser, args) -> None:
+    """Check the flags of :func:`add_local_work_args` (usage errors)."""
     if args.select_threads < 1:
         parser.error(f"--select-threads must be >= 1, got {args.select_threads}")
     args.select_rate = cli.usage_checked(parser, select_rate, args.select_rate)
@@ -335,6 +388,10 @@ def parse_args(argv=None) -> argparse.Namespace:
             f"--local-numel must be >= 1 and goes with --local-work replay, got {args.local_numel} "
             f"with --local-work {args.local_work}"
         )
+
+
+def check_output_args(parser, args) -> None:
+    """Check the seed and the output files, and read the ``--compare`` rows (usage errors)."""
     cli.usage_checked(parser, cli.check_seed, args.seed)
     if args.json:
         cli.usage_checked(parser, cli.output_file, args.json, "--json")
@@ -345,7 +402,59 @@ def parse_args(argv=None) -> argparse.Namespace:
         for path in args.compare or []
         for row in cli.usage_checked(parser, load_bench_rows, path)
     ]
-    return args
+
+
+def check_memory(args) -> None:
+    """``ValueError`` if a simulation would need more memory than this host has available.
+
+    Every row runs its P ranks as threads of this process at the simulated n (at a row's own P
+    and n with ``--compare``; with ``--local-work replay`` also at the larger replay size), so it
+    holds at least :func:`syncbench.simulator.held_buffers` float32 buffers of n entries at once.
+    Checked before anything is allocated: such a run would otherwise be killed by the kernel.
+    """
+    for workers, numel, given, advice in planned_sizes(args):
+        buffers, available = held_buffers(workers), cli.available_memory()
+        needed = 4 * numel * buffers
+        if available is not None and needed > available:
+            raise ValueError(
+                f"{given} needs at least {needed / 1e9:.1f} GB of memory on this host to "
+                f"simulate P={workers} ({buffers} float32 buffers of the simulated n={numel:,}: "
+                "the gradients' scale and each rank's gradient, residual and result), more than "
+                f"the {available / 1e9:.1f} GB available; use {advice}"
+            )
+
+
+def planned_sizes(args) -> list:
+    """``(P, n, given, advice)`` for every P and simulated n the run would allocate at.
+
+    ``given`` names the flag or row that chose n, ``advice`` what to change.
+    """
+    replay = args.local_work == "replay"
+    if not args.compare:
+        sizes = []
+        for workers in dict.fromkeys(args.workers + args.sweep):
+            flag = "--workers" if workers in args.workers else "--sweep"
+            advice = f"a smaller --numel or a smaller P in {flag}"
+            numel = simulated_numel(args.numel, workers, args.density)
+            sizes.append((workers, numel, f"--numel {args.numel}", advice))
+            if replay and args.local_numel:
+                larger = min(args.local_numel, args.model_numel)
+                numel = simulated_numel(larger, workers, args.density)
+                advice = f"a smaller --local-numel or a smaller P in {flag}"
+                sizes.append((workers, numel, f"--local-numel {args.local_numel}", advice))
+        return sizes
+    sizes = []
+    for row in args.bench_rows:
+        try:
+            workers, density = int(row["workers"]), float(row["density"])
+            numel = simulated_numel(min(args.numel, row["numel"]), workers, density)
+            larger = min(args.local_numel, row["numel"]) if replay and args.local_numel else 0
+            numel = max(numel, simulated_numel(larger, workers, density) if larger else 0)
+        except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+            continue  # not a size: the row's simulation reports it
+        given = f"--compare: the row {row['label']} at P={workers}"
+        sizes.append((workers, numel, given, "a smaller --numel or --local-numel"))
+    return sizes
 
 
 def cluster_args(parser, args):
@@ -435,22 +544,7 @@ def main(argv=None) -> tuple:
     args = parse_args(argv)
     if args.compare:
         return main_compare(args), []
-    runs = []
-    for workers in args.workers:
-        for note in plan.skipped(args.methods, args.teams, workers, args.sag):
-            print(f"note: {note}", file=sys.stderr)
-        runs += [
-            (workers, run)
-            for run in plan.method_runs(
-                args.methods, args.teams, workers, args.srs, args.sag, wires=args.wire
-            )
-        ]
-    if not runs and not args.sweep:
-        print(
-            "simulate.py: nothing to simulate: no method runs at any P (see the notes above)",
-            file=sys.stderr,
-        )
-        sys.exit(2)
+    runs = planned_runs(args)
     cost = selection_cost(args)
     local = local_work(args)
     rows, sweep = [], []
@@ -474,7 +568,46 @@ def main(argv=None) -> tuple:
                     cost,
                     local,
                 )
-    models = {network.name: network.describe() for network in args.networks}
+    print_tables(rows, sweep, args.networks, local)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(
+                [dict(r, table="methods") for r in rows] + [dict(r, table="sweep") for r in sweep],
+                handle,
+                indent=1,
+            )
+    if args.plot:
+        predictions.plot(rows, sweep, args.plot)
+    return rows, sweep
+
+
+def planned_runs(args) -> list:
+    """``(P, (label, method, options))`` of every row of the main table, its notes printed.
+
+    Exits with status 2 when nothing is to be simulated (no row and no ``--sweep``).
+    """
+    runs = []
+    for workers in args.workers:
+        for note in plan.skipped(args.methods, args.teams, workers, args.sag):
+            print(f"note: {note}", file=sys.stderr)
+        runs += [
+            (workers, run)
+            for run in plan.method_runs(
+                args.methods, args.teams, workers, args.srs, args.sag, wires=args.wire
+            )
+        ]
+    if not runs and not args.sweep:
+        print(
+            "simulate.py: nothing to simulate: no method runs at any P (see the notes above)",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    return runs
+
+
+def print_tables(rows: list, sweep: list, networks: list, local) -> None:
+    """Print the predicted tables (time, network, local work), the crossovers and the sweep."""
+    models = {network.name: network.describe() for network in networks}
     terms, left_out = (
         ("selection", "selection") if local is None else ("replayed local work", "local work")
     )
@@ -516,16 +649,6 @@ def main(argv=None) -> tuple:
                 models,
             )
         )
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(
-                [dict(r, table="methods") for r in rows] + [dict(r, table="sweep") for r in sweep],
-                handle,
-                indent=1,
-            )
-    if args.plot:
-        predictions.plot(rows, sweep, args.plot)
-    return rows, sweep
 
 
 if __name__ == "__main__":

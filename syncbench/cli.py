@@ -129,6 +129,14 @@ def plot_file(path: str) -> str:
     return output_file(path, "--plot")
 
 
+def check_density(density: float, flag: str = "--density") -> float:
+    """``density`` if it lies in (0, 1], else ``ValueError`` naming ``flag``."""
+    try:
+        return compressors.base.check_density(density)
+    except ValueError:
+        raise ValueError(f"{flag} must lie in (0, 1], got {density}") from None
+
+
 def check_seed(seed: int) -> int:
     """``seed`` if it is >= 0 (NumPy's seeds are), else ``ValueError``."""
     if seed < 0:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import json
 import math
 import os
@@ -217,7 +218,8 @@ def measure(args, hooks, note=print) -> tuple:
 
     Each is ``{hook: [seconds of each timed iteration]}``: the whole step, and the wait from the
     last gradient accumulated to backward's return (the synchronization left after compute).
-    Every rank returns the same numbers: each iteration's are its slowest rank's.
+    Every rank returns the same numbers: each iteration's are its slowest rank's. The models
+    and their hooks are released before it returns (:func:`release`).
     """
     rank = dist.get_rank()
     torch.manual_seed(args.seed)
@@ -228,8 +230,20 @@ def measure(args, hooks, note=print) -> tuple:
         ddp = wrap(name, model, args, note)
         optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
         runs[name] = (ddp, optimizer, _last_gradient_clock(ddp))
-    times = {name: [] for name in hooks}
-    exposed = {name: [] for name in hooks}
+    del ddp, optimizer
+    times, exposed = _iterate(args, runs, inputs, labels)
+    release(runs)
+    table = torch.tensor(
+        [[times[n] for n in hooks], [exposed[n] for n in hooks]], dtype=torch.float64
+    )
+    dist.all_reduce(table, op=dist.ReduceOp.MAX)
+    return tuple({name: table[part, i].tolist() for i, name in enumerate(hooks)} for part in (0, 1))
+
+
+def _iterate(args, runs: dict, inputs, labels) -> tuple:
+    """The warm-up and timed iterations of every run in turn; this rank's ``(times, exposed)``."""
+    times = {name: [] for name in runs}
+    exposed = {name: [] for name in runs}
     for iteration in range(args.warmup + args.iters):
         for name, (ddp, optimizer, clock) in runs.items():
             dist.barrier()
@@ -243,11 +257,35 @@ def measure(args, hooks, note=print) -> tuple:
             if iteration >= args.warmup:
                 times[name].append(time.perf_counter() - started)
                 exposed[name].append(waited)
-    table = torch.tensor(
-        [[times[n] for n in hooks], [exposed[n] for n in hooks]], dtype=torch.float64
-    )
-    dist.all_reduce(table, op=dist.ReduceOp.MAX)
-    return tuple({name: table[part, i].tolist() for i, name in enumerate(hooks)} for part in (0, 1))
+    return times, exposed
+
+
+def release(runs: dict) -> None:
+    """Finish and free the runs' DDP models, optimizers and hooks, in order; empties ``runs``.
+
+    Every registered method's pipeline is waited for, the communication thread that ran its
+    buckets (a daemon thread) is ended and joined, and the models (with their reducers, hooks
+    and states, which hold the process group) are collected now, on this thread. Left running,
+    that thread could still be in torch's C++ code, finishing its last bucket, when Python
+    exits; Python ends such a thread by unwinding it, which aborts the process ("terminate
+    called without an active exception").
+    """
+    from compressors.ddp import SparDLState
+    from compressors.pipeline import comm_thread
+
+    states = [
+        state
+        for ddp, _, _ in runs.values()
+        for _, state in getattr(ddp, "_comm_hooks", [])
+        if isinstance(state, SparDLState)
+    ]
+    for state in states:
+        state.pipeline.wait()
+    for transport in {id(s.pipeline.transport): s.pipeline.transport for s in states}.values():
+        comm_thread(transport).stop()
+    del states
+    runs.clear()
+    gc.collect()
 
 
 def summarize(times: dict, exposed: dict = None) -> list:
@@ -336,6 +374,7 @@ def main(argv=None) -> int:
                     stream,
                     indent=1,
                 )
-    dist.barrier()
+    dist.barrier()  # every rank is done with the group before it goes
     dist.destroy_process_group()
+    gc.collect()
     return 0

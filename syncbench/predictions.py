@@ -31,8 +31,15 @@ def format_tables(rows: list, key: str, title: str, models: dict) -> str:
                 else f"{'-':>{widths[label]}}"
                 for label in labels
             )
-            out.append(line + f"   {min(cells, key=cells.get)}")
+            out.append(line + f"   {_fastest(cells)}")
     return "\n".join(out)
+
+
+def _fastest(cells: dict) -> str:
+    """The label of the smallest value, or ``tie: a, b`` where several share it exactly."""
+    best = min(cells.values())
+    fastest = [label for label, value in cells.items() if value == best]
+    return fastest[0] if len(fastest) == 1 else "tie: " + ", ".join(fastest)
 
 
 def crossovers(rows: list, reference: str = "spardl") -> list:
@@ -58,13 +65,15 @@ def crossovers(rows: list, reference: str = "spardl") -> list:
             ):
                 continue
             faster = [p for p in common if times[(reference, p)] < times[(label, p)]]
-            slower = [p for p in common if p not in faster]
+            tied = [p for p in common if times[(reference, p)] == times[(label, p)]]
+            slower = [p for p in common if p not in faster and p not in tied]
             switches = [
                 f"{a}->{b}" for a, b in zip(common, common[1:]) if (a in faster) != (b in faster)
             ]
             lines.append(
                 f"{network}: {reference} vs {label}: faster at P={faster or 'none'}, "
                 f"slower at P={slower or 'none'}"
+                + (f", tied at P={tied}" if tied else "")
                 + (f"; crossover between P {', '.join(switches)}" if switches else "")
             )
     return lines

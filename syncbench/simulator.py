@@ -301,6 +301,17 @@ def simulated_numel(numel: int, workers: int, density: float) -> int:
     return workers * math.ceil(kept / density)
 
 
+def held_buffers(workers: int) -> int:
+    """The float32 buffers of n entries that recording one method at P holds at once, at least.
+
+    The synthetic gradients' scale, and per rank (a thread of this process) its gradient, its
+    synchronizer's residual and its result: 3 P + 1. A run at n holds 4 n times as many bytes
+    (and more: the methods' own buffers), which ``scripts/simulate.py`` checks against the
+    available memory before it starts.
+    """
+    return 3 * workers + 1
+
+
 def simulate_row(
     label: str,
     name: str,
@@ -336,31 +347,8 @@ def simulate_row(
     )
     local = None
     if local_work is not None:
-        start = time.perf_counter()
-        sizes = local_work.sizes(
-            numel, settings.model_numel, lambda n: simulated_numel(n, workers, settings.density)
-        )
-        fitted, points = local_work.measure(
-            name,
-            options,
-            workers,
-            sizes,
-            settings.density,
-            [record["weight"] for record in per_rank[0]],
-            settings.seed,
-            SharedSumGroup,
-        )
-        local = {
-            "local_fixed_ms": fitted.fixed * 1e3,
-            "local_per_entry_ns": fitted.per_entry * 1e9,
-            "local_points": [[n, seconds * 1e3] for n, seconds in points],
-            "local_seconds": fitted.seconds(settings.model_numel),
-        }
-        print(
-            f"  replayed {label}'s rank 0 at P={workers}, "
-            f"n={', '.join(f'{n:,}' for n in sizes)} in {time.perf_counter() - start:.1f} s",
-            file=sys.stderr,
-            flush=True,
+        local = replayed_local_work(
+            label, name, options, workers, numel, settings, per_rank, local_work
         )
     timed = [records[settings.warmup :] for records in per_rank]
     scale = settings.model_numel / numel
@@ -369,46 +357,92 @@ def simulate_row(
         sum(record["weight"] * sum(map(sum, record["selections"].values())) for record in records)
         for records in per_rank
     )  # as predict weighs
-    rows = []
-    for network in networks:
-        predicted = predict(per_rank, network, scale, cost)
-        share = network.compute_share(workers)
-        local_seconds = predicted["select"] if local is None else local["local_seconds"] * share
-        total = predicted["total"] if local is None else predicted["network"] + local_seconds
-        rows.append(
-            {
-                "method": name,
-                "label": label,
-                "teams": options.get("teams", 1),
-                "srs": options.get("srs"),
-                "sag": options.get("sag"),
-                "wire": row_wire(options),
-                "workers": workers,
-                "numel": numel,
-                "model_numel": settings.model_numel,
-                "density": settings.density,
-                "network": network.name,
-                "alpha": network.alpha,
-                "beta": network.beta,
-                "shared_link": isinstance(network, SharedLink),
-                **({"topology": network.topology(workers)} if isinstance(network, Cluster) else {}),
-                "compute_share": share,
-                "predicted_ms": total * 1e3,
-                "network_ms": predicted["network"] * 1e3,
-                "select_ms": predicted["select"] * 1e3,
-                "local_work": "select" if local is None else "replay",
-                "local_ms": local_seconds * 1e3,
-                **(
-                    {}
-                    if local is None
-                    else {key: value for key, value in local.items() if key != "local_seconds"}
-                ),
-                "select_rate": cost.fixed_rate,
-                **counts,
-                "model_bytes_per_rank": counts["bytes_per_rank"] * scale,
-                "scanned_per_rank": scanned,
-                "calls": settings.calls,
-                "seed": settings.seed,
-            }
-        )
-    return rows
+    common = {
+        "method": name,
+        "label": label,
+        "teams": options.get("teams", 1),
+        "srs": options.get("srs"),
+        "sag": options.get("sag"),
+        "wire": row_wire(options),
+        "workers": workers,
+        "numel": numel,
+        "model_numel": settings.model_numel,
+        "density": settings.density,
+    }
+    tail = {
+        **counts,
+        "model_bytes_per_rank": counts["bytes_per_rank"] * scale,
+        "scanned_per_rank": scanned,
+        "calls": settings.calls,
+        "seed": settings.seed,
+    }
+    return [
+        network_row(common, tail, per_rank, network, scale, cost, local) for network in networks
+    ]
+
+
+def replayed_local_work(label, name, options, workers, numel, settings, per_rank, local_work):
+    """The replayed local work of rank 0 (:class:`ReplayedLocalWork`) as a row's ``local_*`` keys.
+
+    Plus ``local_seconds``, its fit evaluated at the model's n; the time it took is printed.
+    """
+    start = time.perf_counter()
+    sizes = local_work.sizes(
+        numel, settings.model_numel, lambda n: simulated_numel(n, workers, settings.density)
+    )
+    fitted, points = local_work.measure(
+        name,
+        options,
+        workers,
+        sizes,
+        settings.density,
+        [record["weight"] for record in per_rank[0]],
+        settings.seed,
+        SharedSumGroup,
+    )
+    print(
+        f"  replayed {label}'s rank 0 at P={workers}, "
+        f"n={', '.join(f'{n:,}' for n in sizes)} in {time.perf_counter() - start:.1f} s",
+        file=sys.stderr,
+        flush=True,
+    )
+    return {
+        "local_fixed_ms": fitted.fixed * 1e3,
+        "local_per_entry_ns": fitted.per_entry * 1e9,
+        "local_points": [[n, seconds * 1e3] for n, seconds in points],
+        "local_seconds": fitted.seconds(settings.model_numel),
+    }
+
+
+def network_row(common, tail, per_rank, network, scale, cost, local) -> dict:
+    """The row of one method at one P on ``network``.
+
+    ``common`` (the method, P, n, ...), the prediction (:func:`predict` of ``per_rank`` at
+    ``scale``; with ``local``, :func:`replayed_local_work`'s keys), then ``tail`` (the counts).
+    """
+    predicted = predict(per_rank, network, scale, cost)
+    workers = common["workers"]
+    share = network.compute_share(workers)
+    local_seconds = predicted["select"] if local is None else local["local_seconds"] * share
+    total = predicted["total"] if local is None else predicted["network"] + local_seconds
+    return {
+        **common,
+        "network": network.name,
+        "alpha": network.alpha,
+        "beta": network.beta,
+        "shared_link": isinstance(network, SharedLink),
+        **({"topology": network.topology(workers)} if isinstance(network, Cluster) else {}),
+        "compute_share": share,
+        "predicted_ms": total * 1e3,
+        "network_ms": predicted["network"] * 1e3,
+        "select_ms": predicted["select"] * 1e3,
+        "local_work": "select" if local is None else "replay",
+        "local_ms": local_seconds * 1e3,
+        **(
+            {}
+            if local is None
+            else {key: value for key, value in local.items() if key != "local_seconds"}
+        ),
+        "select_rate": cost.fixed_rate,
+        **tail,
+    }

@@ -220,6 +220,30 @@ def test_crossovers_compare_each_spardl_run_with_the_other_methods():
     ]
 
 
+def test_an_exact_tie_is_called_a_tie_not_a_win():
+    rows = [
+        {
+            "network": "toy",
+            "label": label,
+            "method": label,
+            "workers": 4,
+            "predicted_ms": ms,
+            "model_numel": 100,
+            "density": 0.01,
+        }
+        for label, ms in (("spardl", 2.0), ("topk", 2.0), ("dense", 3.0))
+    ]
+    table = predictions.format_tables(rows, "predicted_ms", "ms", {"toy": "a toy"})
+    assert table.splitlines()[-1].endswith("tie: spardl, topk")
+    assert predictions.crossovers(rows) == [
+        "toy: spardl vs topk: faster at P=none, slower at P=none, tied at P=[4]",
+        "toy: spardl vs dense: faster at P=[4], slower at P=none",
+    ]
+    rows[1]["predicted_ms"] = 2.5
+    table = predictions.format_tables(rows, "predicted_ms", "ms", {"toy": "a toy"})
+    assert table.splitlines()[-1].endswith("spardl")
+
+
 def test_selection_counter_logs_outer_calls_once():
     selector = compressors.Selector()
     x = SyntheticGradients(100_000, 0).get(0, 0)

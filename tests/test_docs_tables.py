@@ -15,14 +15,39 @@ def test_every_published_table_matches_its_raw_rows(capsys):
     assert f"{len(docs.TABLES)} of {len(docs.TABLES)} tables match" in capsys.readouterr().out
 
 
-def test_a_number_changed_in_a_document_is_named(tmp_path, capsys):
-    for part in ("docs", "runs/experiments", "runs/convergence"):
+@pytest.mark.parametrize(
+    "name, page, old, new",
+    [
+        ("hook-momentum", "DDP_HOOK.md", "| 0.152 (0.125-0.197) |", "| 0.150 (0.125-0.197) |"),
+        # a table indented inside a list item
+        ("lean-replay", "PERFORMANCE.md", "| zen | 4.92 / 4.77 |", "| zen | 4.92 / 4.71 |"),
+    ],
+)
+def test_a_number_changed_in_a_document_is_named(tmp_path, capsys, name, page, old, new):
+    for part in ("docs", "runs/experiments", "runs/convergence", "runs/lean-engine"):
         shutil.copytree(ROOT / part, tmp_path / part)
-    page = tmp_path / "docs" / "DDP_HOOK.md"
-    page.write_text(page.read_text().replace("| 0.152 (0.125-0.197) |", "| 0.150 (0.125-0.197) |"))
+    path = tmp_path / "docs" / page
+    assert old in path.read_text()
+    path.write_text(path.read_text().replace(old, new))
     assert docs.main(["check", "--root", str(tmp_path)]) == 1
-    err = capsys.readouterr().err
-    assert "hook-momentum (docs/DDP_HOOK.md)" in err and "0.150 (0.125-0.197)" in err
+    captured = capsys.readouterr()
+    assert f"{name} (docs/{page})" in captured.err and new.strip("| ") in captured.err
+    assert f"{len(docs.TABLES) - 1} of {len(docs.TABLES)} tables match" in captured.out
+
+
+def test_tables_without_raw_rows_say_so_in_one_form():
+    """Each published table whose rows were not kept carries one line: what is missing, and the
+    machine and date its figures were measured on."""
+    lines = [
+        line.strip()
+        for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+        for line in page.read_text().splitlines()
+        if line.strip().lower().startswith("raw rows not kept")
+    ]
+    assert lines
+    for line in lines:
+        assert line.startswith("Raw rows not kept: "), line
+        assert "; the figures are as measured on " in line and line.endswith("."), line
 
 
 def test_show_prints_a_table_and_an_unknown_name_exits_2(capsys):

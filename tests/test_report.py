@@ -48,6 +48,7 @@ def test_time_table_split_and_speedups():
         "10.0",
         "100.0",
         "100.0",
+        "0.0%",
         "0.0",
         "0.100",
         "1.00x",
@@ -94,7 +95,8 @@ def test_labels_stay_unique_and_groups_split(tmp_path):
     ]
     (other / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     text = cli.main([RUNS[0], str(second), str(other)])
-    assert table_rows(text, "spardl [spardl]") and table_rows(text, "spardl [spardl_again]")
+    assert table_rows(text, "spardl #1") and table_rows(text, "spardl #2")  # not their folders
+    assert "spardl_again" not in text
     assert "## model mlp, dataset digits, workers 4" in text
     assert table_rows(text, "topk")[0][-2:] == ["-", "-"]  # no spardl run in its group
 
@@ -120,15 +122,13 @@ def spardl_rows():
 
 
 def test_same_directory_names_under_different_parents_get_distinct_labels(tmp_path):
+    """Repeats (same recorded settings) are numbered in the order given, not named by path."""
     first = write_rows(tmp_path / "seed1" / "spardl", spardl_rows())
     second = write_rows(tmp_path / "seed2" / "spardl", spardl_rows())
     text = cli.main([first, second, first])
-    labels = [
-        row[0]
-        for row in table_rows(text, f"spardl [{first}]") + table_rows(text, f"spardl [{second}]")
-    ]
-    assert labels.count(f"spardl [{second}]") == 2  # time and accuracy tables
-    assert table_rows(text, f"spardl [{first}] #1") and table_rows(text, f"spardl [{first}] #2")
+    for number in (1, 2, 3):
+        assert len(table_rows(text, f"spardl #{number}")) == 2  # time and accuracy tables
+    assert "seed1" not in text and "seed2" not in text
 
 
 def test_rows_superseded_by_a_rerun_or_a_resume_are_left_out(tmp_path, capsys):
@@ -271,7 +271,7 @@ def test_the_wire_labels_runs_and_gets_a_column_once_a_run_is_not_fp32(tmp_path)
     """A run that records no wire sent fp32 (it ran before the wire existed)."""
     fp32 = write_rows(tmp_path / "a", [dict(row, wire="fp32") for row in spardl_rows()])
     text = cli.main([fp32, RUNS[0], RUNS[1]])
-    assert "wire" not in text and len(table_rows(text, "spardl [a]")) == 2  # repeats
+    assert "wire" not in text and len(table_rows(text, "spardl #1")) == 2  # repeats
     fp16 = write_rows(tmp_path / "b", [dict(row, wire="fp16") for row in spardl_rows()])
     text = cli.main([fp32, fp16, RUNS[1]])
     assert "| run | density | teams | sag | wire | ms/iter |" in text
@@ -325,9 +325,12 @@ def test_measured_compute_splits_off_the_rest_of_an_iteration(tmp_path):
     10-iteration epoch, 60 ms is compute and 40 ms the rest (loading, optimizer, start-up)."""
     rows = [dict(row, compute_seconds=0.6) for row in spardl_rows()]
     text = cli.main([write_rows(tmp_path / "spardl", rows)])
-    header = "| ms/iter | compute | select | comm | other sync | sync | exposed | rest | MB/iter |"
+    header = (
+        "| ms/iter | compute | select | comm | other sync | sync | exposed | overlap | rest | "
+        "MB/iter |"
+    )
     assert header in text
-    assert table_rows(text, "spardl")[0][4:13] == [
+    assert table_rows(text, "spardl")[0][4:14] == [
         "200.0",
         "60.0",
         "40.0",
@@ -335,6 +338,7 @@ def test_measured_compute_splits_off_the_rest_of_an_iteration(tmp_path):
         "10.0",
         "100.0",
         "100.0",  # rows without exposed_sync_seconds: all of it
+        "0.0%",
         "40.0",
         "0.100",
     ]
@@ -350,7 +354,7 @@ def test_overlapped_runs_count_only_the_exposed_synchronization_in_the_rest(tmp_
     text = cli.main([write_rows(tmp_path / "spardl", rows)])
     cells = table_rows(text, "spardl")[0]
     start = cells.index("200.0")
-    assert cells[start : start + 8] == [
+    assert cells[start : start + 9] == [
         "200.0",
         "60.0",
         "40.0",
@@ -358,6 +362,7 @@ def test_overlapped_runs_count_only_the_exposed_synchronization_in_the_rest(tmp_
         "10.0",
         "100.0",
         "30.0",
+        "70.0%",  # of the synchronization hidden behind compute
         "110.0",
     ]
 

@@ -18,14 +18,21 @@ DESCRIPTION = """Paper-style tables and plots from the metrics.jsonl of several 
 Each RUN_DIR holds the trainer's metrics.jsonl (one JSON object per epoch). Runs are grouped by
 the model, data set, worker count and network their rows record, and labelled by method and by
 the settings (density, teams, sag, srs, wire; PowerSGD's rank and start_iter) in which runs of
-one method differ, never by folder name. The PyTorch-DDP methods (ddp, ddp_fp16, ddp_bf16,
-powersgd) are methods like the others. Within a group:
+one method differ, never by folder name: runs that would share a label also get the other
+settings their rows record in which they differ (momentum, batch_size, ...), and runs that
+record the same settings (repeats such as seeds, which rows do not record) are numbered #1,
+#2, ... in the order given. The PyTorch-DDP methods (ddp, ddp_fp16, ddp_bf16, powersgd) are
+methods like the others. Within a group:
 
 - time per iteration (the paper's time-breakdown table): training seconds per iteration and
-  their split into compute (epoch_seconds - sync_seconds), selection, communication and the
-  rest of synchronization (packing, accumulation), megabytes sent per rank per iteration, and
-  the speed-up of the reference method (--reference, default spardl) over every run, in total
-  time and in synchronization time;
+  their split into compute (compute_seconds; in rows of older trainers without it,
+  epoch_seconds - sync_seconds), selection, communication and the rest of synchronization
+  (packing, accumulation), the synchronization's whole time and the part of it exposed after
+  compute (exposed_sync_seconds), the overlap (the share of synchronization hidden behind
+  compute: 1 - exposed / sync, 0% without overlap), the rest of the iteration (neither compute
+  nor exposed synchronization: loading, the optimizer step), megabytes sent per rank per
+  iteration, and the speed-up of the reference method (--reference, default spardl) over every
+  run, in total time and in synchronization time;
 - accuracy: final and best test accuracy, final train and test loss, epochs, wall time (for
   masked-LM pre-training, BERT, rows record task masked-lm: the accuracy is masked-token
   accuracy on held-out text, the losses the masked-LM loss, plus test perplexity); with

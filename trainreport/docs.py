@@ -9,6 +9,10 @@ follows (the first table after that line is the published one), and how it is ma
 raw rows. ``check`` compares every published table's rows with the regenerated ones, line by
 line, and names the tables and the first line that differ. Paths are relative to the
 repository root (``--root``).
+
+A published table whose raw rows were not kept is not in :data:`TABLES`; its document says so
+under it, in a line that begins "Raw rows not kept" (``grep -rn "Raw rows not kept" docs
+README.md`` lists them).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import os
 import re
 import sys
@@ -110,6 +115,191 @@ def _hook(root: str) -> str:
     return hook_momentum_table(os.path.join(root, "runs", "convergence", "hook_momentum.txt"))
 
 
+def _nth_table(make: Callable[[str], str], index: int) -> Callable[[str], str]:
+    """``make``, cut to its ``index``-th Markdown table (0-based) and what follows it."""
+
+    def cut(root: str) -> str:
+        lines, tables, inside = make(root).splitlines(), [], False
+        for number, line in enumerate(lines):
+            is_row = line.strip().startswith("|")
+            if is_row and not inside:
+                tables.append(number)
+            inside = is_row
+        return "\n".join(lines[tables[index] :]) + "\n"
+
+    return cut
+
+
+def _load(root: str, path: str):
+    with open(os.path.join(root, path)) as stream:
+        return json.load(stream)
+
+
+def _bold_fastest(rows: list) -> list:
+    """Cells of ``rows`` (name, [ms, ...]): each column's least time in bold.
+
+    The name is in bold too where every time of its row is.
+    """
+    least = [min(column) for column in zip(*[times for _, times in rows])]
+    out = []
+    for name, times in rows:
+        cells = [f"**{t:.1f}**" if t == low else f"{t:.1f}" for t, low in zip(times, least)]
+        everywhere = all(t == low for t, low in zip(times, least))
+        out.append([f"**{name}**" if everywhere else name] + cells)
+    return out
+
+
+def zen_beside_spardl_table(root: str) -> str:
+    """Return docs/PERFORMANCE.md's "ZEN beside SparDL at 1 Gbit/s" table.
+
+    Experiment d's benchmark rows (``runs/experiments/scaling/bench_pP.json``), median ms per P.
+    """
+    folder = os.path.join("runs", "experiments", "scaling")
+    workers = (4, 6, 8)
+    medians: dict = {}
+    for p in workers:
+        for row in _load(root, os.path.join(folder, f"bench_p{p}.json")):
+            medians.setdefault(row["label"], {})[p] = row["median_ms"]
+    rows = [(name, [medians[name][p] for p in workers]) for name in ("zen", "topk", "spardl")]
+    lines = ["| method | P=4 ms | P=6 ms | P=8 ms |", "|---|---:|---:|---:|"]
+    lines += ["| " + " | ".join(cells) + " |" for cells in _bold_fastest(rows)]
+    return "\n".join(lines) + "\n"
+
+
+LEAN = os.path.join("runs", "lean-engine")
+
+
+def ops_table(root: str) -> str:
+    """Return docs/PERFORMANCE.md's "Operations per call" table.
+
+    Operations / data-dependent ones per P, before and now (``runs/lean-engine/ops_before.json``,
+    ``ops_after.json``), and ops(32) / ops(4).
+    """
+    counts: dict = {}
+    for when in ("before", "after"):
+        for row in _load(root, os.path.join(LEAN, f"ops_{when}.json")):
+            method = counts.setdefault(row["method"], {"before": {}, "after": {}})
+            method[when][row["workers"]] = (row["ops"], row["data_dependent_ops"])
+    workers = sorted(next(iter(counts.values()))["after"])
+    header = " | ".join(["P = " + str(workers[0])] + [str(p) for p in workers[1:]])
+    lines = [
+        f"| method | | {header} | ops({workers[-1]}) / ops(4) |",
+        "|" + "---|" * (len(workers) + 3),
+    ]
+
+    def row(first: str, per: dict) -> str:
+        cells = [f"{per[p][0]}/{per[p][1]}" for p in workers]
+        return first + " | ".join(cells) + f" | {per[workers[-1]][0] / per[4][0]:.1f} |"
+
+    names = {"topk": "topk (TopkA)"}
+    for method, whens in counts.items():
+        name = names.get(method, method)
+        if whens["before"] == whens["after"]:
+            lines.append(row(f"| {name} | (unchanged) | ", whens["after"]))
+        else:
+            lines.append(row(f"| {name} | before | ", whens["before"]))
+            lines.append(row("| | now | ", whens["after"]))
+    return "\n".join(lines) + "\n"
+
+
+def lean_replay_table(root: str) -> str:
+    """Return docs/PERFORMANCE.md's table of one rank's work replayed, before / after.
+
+    The lean engine's replay rows at P = 4 and 16 (``runs/lean-engine/replay_pP_WHEN.json``),
+    median ms; the floor rows left out.
+    """
+    workers = (4, 16)
+    medians: dict = {}
+    for p in workers:
+        for when in ("before", "after"):
+            for row in _load(root, os.path.join(LEAN, f"replay_p{p}_{when}.json")):
+                if not row["method"].startswith("floor"):
+                    medians.setdefault(row["label"], {})[(p, when)] = row["median_ms"]
+    lines = [
+        "| method | " + " | ".join(f"P = {p}, before / after ms" for p in workers) + " |",
+        "|---|" + "---:|" * len(workers),
+    ]
+    for name, times in medians.items():
+        cells = [f"{times[(p, 'before')]:.2f} / {times[(p, 'after')]:.2f}" for p in workers]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def lean_bench_table(root: str) -> str:
+    """Return docs/PERFORMANCE.md's lean-engine table at 1 Gbit/s, P = 4.
+
+    Median ms before and after at fp32 and fp16, and the ops per call after
+    (``runs/lean-engine/bench_1gbit_p4_*.json``); rows by their time after at fp32, the floor
+    rows left out.
+    """
+    cells: dict = {}
+    for when in ("before", "after"):
+        for row in _load(root, os.path.join(LEAN, f"bench_1gbit_p4_{when}.json")):
+            if not row["method"].startswith("floor"):
+                cells.setdefault(row["method"], {})[(when, row["wire"])] = row
+    order = ("before", "fp32"), ("after", "fp32"), ("before", "fp16"), ("after", "fp16")
+    rows = sorted(
+        ((name, [c[key]["median_ms"] for key in order]) for name, c in cells.items()),
+        key=lambda row: row[1][1],
+    )
+    lines = [
+        "| method | before fp32 | after fp32 | before fp16 | after fp16 | "
+        "ops per call after (fp32 / fp16) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for (name, _), shown in zip(rows, _bold_fastest(rows)):
+        ops = f"{cells[name][('after', 'fp32')]['ops']} / {cells[name][('after', 'fp16')]['ops']}"
+        lines.append("| " + " | ".join(shown + [ops]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+HOOK_NAMES = {
+    "compute": "compute alone",
+    "ddp": "DDP default",
+    "ddp_fp16": "DDP fp16 hook",
+    "powersgd": "PowerSGD rank 4",
+    "topk": "topk hook",
+    "spardl": "spardl hook",
+    "spardl:wire=fp16": "spardl hook, `wire=fp16`",
+}
+
+
+def lean_ddp_table(root: str) -> str:
+    """Return docs/PERFORMANCE.md's lean-engine table of the DDP hooks.
+
+    ``scripts/ddp_compare.py``'s JSON in ``runs/lean-engine/ddp_*.json``: median s/iter (ratio to
+    compute alone), the fastest hook of each run in bold.
+    """
+    runs = [
+        ("1 Gbit/s", "ddp_1gbit_after.json"),
+        ("1 Gbit/s, 2nd run", "ddp_1gbit_after_b.json"),
+        ("1 Gbit/s, before", "ddp_1gbit_before.json"),
+        ("100 Mbit/s", "ddp_100mbit_after.json"),
+    ]
+    columns = [{r["hook"]: r for r in _load(root, os.path.join(LEAN, f))["rows"]} for _, f in runs]
+    hooks = list(dict.fromkeys(h for column in columns for h in column))
+    hooks.sort(key=list(HOOK_NAMES).index)
+    fastest = [
+        min((r for h, r in c.items() if h != "compute"), key=lambda r: r["median_s"])
+        for c in columns
+    ]
+    lines = [
+        "| hook | " + " | ".join(title for title, _ in runs) + " |",
+        "|---|" + "---:|" * len(runs),
+    ]
+    for hook in hooks:
+        line = f"| {HOOK_NAMES[hook]} "
+        for column, best in zip(columns, fastest):
+            row = column.get(hook)
+            if row is None:
+                line += "| "
+                continue
+            cell = f"{row['median_s']:.3f} ({row['ratio']:.2f})"
+            line += f"| **{cell}** " if row is best else f"| {cell} "
+        lines.append(line + "|")
+    return "\n".join(lines) + "\n"
+
+
 #: Every table the documents publish from raw rows under ``runs/``.
 TABLES = {
     "tta-1gbit": Table(
@@ -169,6 +359,39 @@ TABLES = {
         "runs/convergence/hook_momentum.txt",
         _hook,
     ),
+    "residuals-curve": Table(
+        "docs/EXPERIMENTS.md",
+        "| iteration | spardl test acc |",
+        "runs/experiments/1gbit",
+        _nth_table(_experiment("residuals"), 1),
+    ),
+    "zen-beside-spardl": Table(
+        "docs/PERFORMANCE.md",
+        "**ZEN beside SparDL at 1 Gbit/s**",
+        "runs/experiments/scaling",
+        zen_beside_spardl_table,
+    ),
+    "ops-per-call": Table(
+        "docs/PERFORMANCE.md", "## Operations per call", "runs/lean-engine/ops_*.json", ops_table
+    ),
+    "lean-replay": Table(
+        "docs/PERFORMANCE.md",
+        "One rank's local work alone, replayed",
+        "runs/lean-engine/replay_p*.json",
+        lean_replay_table,
+    ),
+    "lean-bench-1gbit": Table(
+        "docs/PERFORMANCE.md",
+        "**1 Gbit/s, P = 4, n = 14,728,266, density 0.01**",
+        "runs/lean-engine/bench_1gbit_p4_*.json",
+        lean_bench_table,
+    ),
+    "lean-ddp-hooks": Table(
+        "docs/PERFORMANCE.md",
+        "**DDP hooks, VGG-16, 4 ranks, batch 16, torchrun with Gloo**",
+        "runs/lean-engine/ddp_*.json",
+        lean_ddp_table,
+    ),
 }
 
 
@@ -176,7 +399,7 @@ def table_lines(text: str) -> list:
     """The lines of the first Markdown table in ``text`` (stripped)."""
     lines, started = [], False
     for line in text.splitlines():
-        if line.startswith("|"):
+        if line.strip().startswith("|"):  # indented: a table inside a list item
             lines.append(line.strip())
             started = True
         elif started:

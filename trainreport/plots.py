@@ -26,51 +26,65 @@ def plot(runs: list, out_dir: str, reference: str, target: float = None) -> list
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
     grouped = list(groups(runs).items())
-    paths = []
-    for name, x_of in (
-        ("accuracy_vs_epoch", lambda r: [row["epoch"] for row in r.rows]),
-        ("accuracy_vs_time", Run.wall_times),
-    ):
-        fig, axes = plt.subplots(1, len(grouped), figsize=(5.5 * len(grouped), 4), squeeze=False)
-        for axis, (key, members) in zip(axes[0], grouped):
-            for run in members:
-                points = [
-                    (x, row["test_acc"])
-                    for x, row in zip(x_of(run), run.rows)
-                    if row.get("test_acc") is not None
-                ]
-                if points:
-                    axis.plot(*zip(*points), marker=".", label=run.label)
-            axis.set(
-                xlabel="epoch" if name.endswith("epoch") else "wall time (s)",
-                ylabel=accuracy_name(members),
-                title=_title(key),
-            )
-            if name.endswith("epoch"):
-                axis.xaxis.set_major_locator(MaxNLocator(integer=True))  # whole epochs only
-            if axis.lines:
-                if target is not None:
-                    axis.axhline(
-                        target,
-                        color="gray",
-                        linestyle="--",
-                        linewidth=1,
-                        label=f"target {target:g}",
-                    )
-                axis.legend(fontsize=8)
-            else:
-                axis.text(
-                    0.5,
-                    0.5,
-                    f"no {accuracy_name(members)} logged",
-                    ha="center",
-                    transform=axis.transAxes,
-                )
-        paths.append(_save(fig, plt, out_dir, name))
+    paths = [
+        _save(_accuracy_figure(plt, grouped, name, x_of, target), plt, out_dir, name)
+        for name, x_of in (
+            ("accuracy_vs_epoch", lambda r: [row["epoch"] for row in r.rows]),
+            ("accuracy_vs_time", Run.wall_times),
+        )
+    ]
     width = max(4.5, 1.5 + 1.3 * max(len(m) for _, m in grouped))  # per group: room for its title
+    paths.append(_save(_time_split_figure(plt, grouped, width), plt, out_dir, "time_split"))
+    paths.append(_save(_speedup_figure(plt, grouped, width, reference), plt, out_dir, "speedup"))
+    return paths
+
+
+def _accuracy_figure(plt, grouped: list, name: str, x_of, target: float = None):
+    """Test accuracy against ``x_of(run)`` (epochs or wall seconds), a panel per group."""
+    from matplotlib.ticker import MaxNLocator
+
+    fig, axes = plt.subplots(1, len(grouped), figsize=(5.5 * len(grouped), 4), squeeze=False)
+    for axis, (key, members) in zip(axes[0], grouped):
+        for run in members:
+            points = [
+                (x, row["test_acc"])
+                for x, row in zip(x_of(run), run.rows)
+                if row.get("test_acc") is not None
+            ]
+            if points:
+                axis.plot(*zip(*points), marker=".", label=run.label)
+        axis.set(
+            xlabel="epoch" if name.endswith("epoch") else "wall time (s)",
+            ylabel=accuracy_name(members),
+            title=_title(key),
+        )
+        if name.endswith("epoch"):
+            axis.xaxis.set_major_locator(MaxNLocator(integer=True))  # whole epochs only
+        if axis.lines:
+            if target is not None:
+                axis.axhline(
+                    target,
+                    color="gray",
+                    linestyle="--",
+                    linewidth=1,
+                    label=f"target {target:g}",
+                )
+            axis.legend(fontsize=8)
+        else:
+            axis.text(
+                0.5,
+                0.5,
+                f"no {accuracy_name(members)} logged",
+                ha="center",
+                transform=axis.transAxes,
+            )
+    return fig
+
+
+def _time_split_figure(plt, grouped: list, width: float):
+    """Each run's milliseconds per iteration as stacked bars of its parts, a panel per group."""
     fig, axes = plt.subplots(1, len(grouped), figsize=(width * len(grouped), 4), squeeze=False)
     for axis, (key, members) in zip(axes[0], grouped):
         bottom = [0.0] * len(members)
@@ -81,7 +95,14 @@ def plot(runs: list, out_dir: str, reference: str, target: float = None) -> list
         axis.set(ylabel="ms per iteration", title=_title(key))
         axis.tick_params(axis="x", rotation=30)
         axis.legend(fontsize=8)
-    paths.append(_save(fig, plt, out_dir, "time_split"))
+    return fig
+
+
+def _speedup_figure(plt, grouped: list, width: float, reference: str):
+    """The ``reference`` method's speed-up over every other run, a panel per group.
+
+    Bars of the speed-up per iteration and in synchronization; a note where there is none.
+    """
     fig, axes = plt.subplots(1, len(grouped), figsize=(width * len(grouped), 4), squeeze=False)
     for axis, (key, members) in zip(axes[0], grouped):
         ratios = speedups(members, reference)
@@ -110,8 +131,7 @@ def plot(runs: list, out_dir: str, reference: str, target: float = None) -> list
                 transform=axis.transAxes,
             )
         axis.set(ylabel=f"{reference}'s speed-up (x)", title=_title(key))
-    paths.append(_save(fig, plt, out_dir, "speedup"))
-    return paths
+    return fig
 
 
 def _title(key: tuple) -> str:

@@ -76,7 +76,8 @@ class Run:
         synchronization: packing, accumulation), sync, exposed (the synchronization left after
         compute: all of it without overlap, or in rows of older trainers), rest (what is neither
         compute nor exposed synchronization: loading batches, the optimizer step, start-up),
-        bytes.
+        overlap (the share of the synchronization hidden behind compute, ``1 - exposed / sync``:
+        0 without overlap; ``None`` where there was no synchronization time), bytes.
 
         Compute is ``compute_seconds`` where every row records it; rows of older trainers do
         not, and their compute is all that is not synchronization (rest 0).
@@ -105,6 +106,7 @@ class Run:
             "sync": sync,
             "exposed": exposed,
             "rest": total - compute - exposed,
+            "overlap": 1.0 - exposed / sync if sync > 0 else None,
             "bytes": sum(r["bytes_sent_per_rank"] for r in self.rows) / iters,
         }
 

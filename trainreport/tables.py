@@ -71,9 +71,10 @@ def speedups(runs: list, reference: str) -> dict:
 
 
 def time_table(runs: list, reference: str) -> str:
-    """The time table: time per iteration and its split, settings, traffic, speed-up.
+    """The time table: time per iteration and its split, settings, overlap, traffic, speed-up.
 
-    Time per iteration and its split (``Run.per_iteration``), the settings, megabytes sent per rank,
+    Time per iteration and its split (``Run.per_iteration``), the share of the synchronization
+    that overlapped compute, the settings, megabytes sent per rank,
     and the reference method's speed-up over each run (the group's first run of that method, named
     above the table when there are several).
     """
@@ -91,13 +92,15 @@ def time_table(runs: list, reference: str) -> str:
         "other sync",
         "sync",
         "exposed",
+        "overlap",
         "rest",
         "MB/iter",
         f"{reference} speedup",
         f"{reference} sync speedup",
     ]
     lines = [
-        f"Time per iteration (ms); speedup = this run's time / {reference}{which}'s.\n",
+        f"Time per iteration (ms); overlap = the share of sync hidden behind compute "
+        f"(1 - exposed / sync); speedup = this run's time / {reference}{which}'s.\n",
         "| " + " | ".join(header) + " |",
         "|---|" + "---|" * len(settings) + "---:|" * (len(header) - 1 - len(settings)),
     ]
@@ -108,17 +111,10 @@ def time_table(runs: list, reference: str) -> str:
             *(format_setting(run.setting(key)) for key in settings),
             *(
                 f"{t[key] * 1e3:.1f}"
-                for key in (
-                    "total",
-                    "compute",
-                    "select",
-                    "comm",
-                    "other",
-                    "sync",
-                    "exposed",
-                    "rest",
-                )
+                for key in ("total", "compute", "select", "comm", "other", "sync", "exposed")
             ),
+            _percent(t["overlap"]),
+            f"{t['rest'] * 1e3:.1f}",
             f"{t['bytes'] / 1e6:.3f}",
             *(_ratio(value) for value in ratios.get(run.label, (None, None))),
         ]
@@ -227,6 +223,10 @@ def _by_setup(runs: list) -> dict:
     for run in runs:
         grouped.setdefault(group_key(run, keys), []).append(run)
     return grouped
+
+
+def _percent(share) -> str:
+    return "-" if share is None else f"{100 * share:.1f}%"
 
 
 def _ratio(value) -> str:

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from tests.mpirun import mpiexec
 
@@ -56,3 +57,61 @@ def test_flags_that_cannot_combine_exit_2_with_one_line(tmp_path, workers, extra
     result = train(tmp_path, "bad", workers, *extra)
     assert result.returncode == 2
     assert message in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("workers", "extra"),
+    [
+        (2, ["--fsdp", "--method", "spardl", "--density", "0.05"]),
+        (4, ["--hsdp", "--method", "topk", "--density", "0.05"]),
+    ],
+)
+def test_a_sharded_run_resumes_as_if_it_had_never_stopped(tmp_path, monkeypatch, workers, extra):
+    """Two epochs straight equal one epoch, then a resume for the second: the same rows, and
+    the same model, momentum and residuals in the last checkpoint (gathered from the shards)."""
+    monkeypatch.setenv("SPARDL_CLUSTER", json.dumps({"hosts": 2, "ranks_per_host": 2}))
+    same = ("iters", "train_loss", "test_loss", "test_acc", "bytes_sent_per_rank")
+
+    def run(name, epochs, *more):
+        result = mpiexec(
+            workers,
+            "main_trainer.py",
+            "--max-epochs",
+            str(epochs),
+            "--max-iters",
+            "3",
+            "--momentum",
+            "0.9",
+            "--log-dir",
+            str(tmp_path / name),
+            "--checkpoint-dir",
+            str(tmp_path / f"{name}-ckpt"),
+            *extra,
+            *more,
+        )
+        assert result.returncode == 0, result.stderr
+        lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        return [{key: json.loads(line)[key] for key in same} for line in lines]
+
+    straight = run("straight", 2)
+    run("resumed", 1)
+    assert run("resumed", 2, "--resume") == straight
+    for rank in range(workers):
+        saved = [
+            torch.load(
+                tmp_path / f"{name}-ckpt" / "epoch-0002" / f"rank-{rank:04d}.pt", weights_only=True
+            )
+            for name in ("straight", "resumed")
+        ]
+        for key, tensor in saved[0]["model"].items():
+            assert torch.equal(tensor, saved[1]["model"][key]), key
+        momentum = [s["optimizer"]["state"] for s in saved]
+        assert momentum[0] and momentum[0].keys() == momentum[1].keys()
+        for key, entry in momentum[0].items():
+            assert torch.equal(entry["momentum_buffer"], momentum[1][key]["momentum_buffer"]), key
+        comms = [s["synchronizer"]["comms"] for s in saved]
+        assert comms[0] and comms[0].keys() == comms[1].keys()
+        for name, state in comms[0].items():
+            for numel, sync in state["synchronizers"].items():
+                again = comms[1][name]["synchronizers"][numel]
+                assert torch.equal(sync["residual"], again["residual"]), (name, numel)

@@ -441,8 +441,6 @@ def _sharding_problems(args, size, comm):
         )
     if is_ddp_method(args.compressor):
         problems.append(f"{flag} with {args.compressor}: a DDP method; use --fsdp natively instead")
-    if args.resume:
-        problems.append(f"{flag} with --resume: sharded checkpoints are not supported yet")
     if args.hsdp and not problems:
         try:
             per_host = ranks_per_host(comm, cluster_topology())

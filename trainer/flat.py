@@ -15,7 +15,11 @@ relies on and nothing else:
   synchronization's time, 0 where it is all exposed) and ``compute_end`` (where backward's
   compute ended, when the synchronization knows better than the loop; else None);
 - ``numel``, ``name``, ``density``;
-- ``state_dict()``, ``load_state_dict(state)`` and ``state_mismatch(state)``.
+- ``state_dict()``, ``load_state_dict(state)`` and ``state_mismatch(state)``: the
+  synchronization's own state (residuals);
+- ``training_state(model, optimizer)`` and ``load_training_state(model, optimizer, model_state,
+  optimizer_state)``: the model's and the optimizer's state as a checkpoint holds them (plain
+  tensors, whole: :class:`WholeState`; FSDP gathers its shards).
 
 :class:`FlatSync` wraps a ``compressors`` synchronizer; :class:`trainer.overlap.OverlappedSync`,
 :class:`trainer.torch_ddp.DDPSync` and :class:`trainer.sharded.FSDPSync` are the others.
@@ -28,7 +32,21 @@ import torch
 from trainer.gradients import GradientBuffer
 
 
-class FlatSync:
+class WholeState:
+    """Saving and restoring the model and the optimizer as their ``state_dict`` gives them:
+    every synchronization whose ranks each hold the whole model (all but FSDP's)."""
+
+    def training_state(self, model, optimizer) -> tuple:
+        """Return ``(model state, optimizer state)`` for a checkpoint."""
+        return model.state_dict(), optimizer.state_dict()
+
+    def load_training_state(self, model, optimizer, model_state, optimizer_state) -> None:
+        """Restore :meth:`training_state`'s states."""
+        model.load_state_dict(model_state)
+        optimizer.load_state_dict(optimizer_state)
+
+
+class FlatSync(WholeState):
     """Averages ``model``'s whole gradient with ``synchronizer`` in one blocking call.
 
     The gradients are copied into one flat buffer and the average written into one result

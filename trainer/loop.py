@@ -290,14 +290,16 @@ class Trainer:
         return time.perf_counter()
 
     def state_dict(self):
-        """Everything this rank needs to continue bit-identically after the current epoch."""
+        """Everything this rank needs to continue bit-identically after the current epoch
+        (collective under FSDP, which gathers the model's and the optimizer's shards)."""
+        model_state, optimizer_state = self.synchronizer.training_state(self.model, self.optimizer)
         return {
             "epoch": self.epoch,
             "global_step": self.global_step,
             "nworkers": self.comm.Get_size(),
             "run_info": self.run_info,
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "model": model_state,
+            "optimizer": optimizer_state,
             "scheduler": self.scheduler.state_dict(),
             "synchronizer": self.synchronizer.state_dict(),
             "rng": rng_state(),
@@ -311,12 +313,13 @@ class Trainer:
         epoch ``state["epoch"] + 1``: with unchanged flags that is exactly the saved state, with
         changed ones (``--lr``, ``--lr-milestones``, ``--max-iters``, ...) the new flags hold.
         """
-        self.model.load_state_dict(state["model"])
         hyper = [
             {key: value for key, value in group.items() if key != "params"}
             for group in self.optimizer.param_groups
         ]
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.synchronizer.load_training_state(
+            self.model, self.optimizer, state["model"], state["optimizer"]
+        )
         for group, settings in zip(self.optimizer.param_groups, hyper):
             group.update(settings)
         self.synchronizer.load_state_dict(state["synchronizer"])

@@ -14,9 +14,10 @@ from __future__ import annotations
 from compressors.buckets import GradientBuckets
 from compressors.pipeline import BucketPipeline
 from trainer.checkpoint import mode_mismatch
+from trainer.flat import WholeState
 
 
-class OverlappedSync:
+class OverlappedSync(WholeState):
     """Averages ``model``'s gradients bucket by bucket with method ``name``, overlapped.
 
     Args:

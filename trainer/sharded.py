@@ -2,7 +2,9 @@
 
 :class:`FSDPSync` shards the model with ``fully_shard`` (each child module with parameters,
 then the root) and stands where the trainer's overlapped synchronizer stands (``finish`` after
-backward, ``stats``, ``state_dict``, ``state_mismatch``), as ``DDPSync`` does for DDP.
+backward, ``stats``, ``state_dict``, ``state_mismatch``), as ``DDPSync`` does for DDP. Its
+checkpoints hold the whole model and optimizer state, gathered from the shards (every rank
+keeps its own residuals), so a sharded run resumes like any other.
 
 * ``--fsdp``: shards over every rank; with a method, each FSDP module reduces its gradient
   through a ``compressors.fsdp.SparseReduceScatter`` (SparDL: Spar-Reduce-Scatter alone).
@@ -24,6 +26,13 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
@@ -195,6 +204,21 @@ class FSDPSync:
         )
         dist.all_reduce(finite, op=dist.ReduceOp.MIN)
         agree(finite=bool(finite.item()))
+
+    def training_state(self, model, optimizer) -> tuple:
+        """Return the whole model's and optimizer's state, gathered from the shards on every
+        rank (collective): plain tensors, as an unsharded run's checkpoint holds them."""
+        options = StateDictOptions(full_state_dict=True)
+        return (
+            get_model_state_dict(model, options=options),
+            get_optimizer_state_dict(model, optimizer, options=options),
+        )
+
+    def load_training_state(self, model, optimizer, model_state, optimizer_state) -> None:
+        """Restore :meth:`training_state`'s states: every rank keeps its own shards of them."""
+        options = StateDictOptions(full_state_dict=True)
+        set_model_state_dict(model, model_state, options=options)
+        set_optimizer_state_dict(model, optimizer, optimizer_state, options=options)
 
     def state_dict(self) -> dict:
         """The mode, the method and each FSDP module's residuals (sparse methods)."""

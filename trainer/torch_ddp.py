@@ -38,6 +38,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from compressors import convert_option, split_option
 from trainer.checkpoint import mode_mismatch
+from trainer.flat import WholeState
 
 #: The DDP methods and their options with defaults (``--method-option KEY=VALUE``).
 #: ``start_iter`` 2: the first iteration torch allows with error feedback (DDP rebuilds its
@@ -234,7 +235,7 @@ def _timed(measure, hook, bytes_of):
     return timed_hook
 
 
-class DDPSync:
+class DDPSync(WholeState):
     """The model in DistributedDataParallel with DDP method ``method``; the trainer's
     synchronizer (overlapped: the loop calls :meth:`finish` after backward).
 

@@ -521,6 +521,9 @@ def local_work(args):
 def main_compare(args) -> list:
     """``--compare``: predicted beside measured for every benchmark row; returns the rows."""
     cost, local = selection_cost(args), local_work(args)
+    print(
+        f"message cost: {args.message_cost * 1e6:.1f} us per message (--message-cost)", flush=True
+    )
     try:
         rows = []
         for row in args.bench_rows:
@@ -534,7 +537,11 @@ def main_compare(args) -> list:
     print(format_comparison(rows))
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump([dict(r, table="compare") for r in rows], handle, indent=1)
+            json.dump(
+                [dict(r, table="compare", message_cost_s=args.message_cost) for r in rows],
+                handle,
+                indent=1,
+            )
     return rows
 
 

@@ -17,6 +17,7 @@ simulator's local-work term already prices through the ranks' share of the cores
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 
@@ -55,6 +56,12 @@ def main(argv=None) -> float:
     parser.add_argument(
         "--warmup", type=int, default=200, help="untimed rounds first (default: %(default)s)"
     )
+    parser.add_argument(
+        "--json",
+        metavar="FILE",
+        help="also write the result to FILE (rank 0): network, workers, median_s, q1_s, q3_s, "
+        "rounds and the UTC time it was measured",
+    )
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.warmup < 0:
         parser.error("--rounds must be >= 1 and --warmup >= 0")
@@ -82,6 +89,18 @@ def main(argv=None) -> float:
             f"per round (quartiles {q1 * 1e6:.1f}-{q3 * 1e6:.1f} us, slowest rank of each of "
             f"{args.rounds} rounds); use it as simulate.py --message-cost {median:.3g}"
         )
+        if args.json:
+            row = {
+                "network": network_label(),
+                "workers": comm.Get_size(),
+                "median_s": median,
+                "q1_s": q1,
+                "q3_s": q3,
+                "rounds": args.rounds,
+                "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+            with open(args.json, "w") as stream:
+                json.dump(row, stream, indent=1)
     return median
 
 

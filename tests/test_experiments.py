@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts" / "experiments"
 
 # Stands in for mpiexec: "-n N python main_trainer.py ..." writes N-rank-looking metrics rows;
-# "-n N python bench_allreduce.py ..." writes benchmark rows.
+# "-n N python bench_allreduce.py ..." writes benchmark rows; "-m syncbench.latency" a latency row.
 FAKE_MPIEXEC = r"""
 import json, os, sys
 args = sys.argv[1:]
@@ -38,6 +38,10 @@ if any(a.endswith("main_trainer.py") for a in args):
                 "test_loss": 1.9 / epoch, "test_acc": 0.5 + 0.2 * epoch, "eval_seconds": 1.0,
                 "compressor": value("--method"), "nworkers": workers,
                 "network": os.environ.get("SPARDL_NETWORK_RATE", "loopback")}) + "\n")
+elif "syncbench.latency" in args:
+    with open(value("--json"), "w") as out:
+        json.dump({"network": os.environ.get("SPARDL_NETWORK_RATE"), "workers": workers,
+                   "median_s": 0.000123, "q1_s": 0.0001, "q3_s": 0.0002, "rounds": 50}, out)
 else:
     rows = [{"method": m, "label": m, "workers": workers, "numel": int(value("--numel")),
              "density": float(value("--density")), "median_ms": 10.0 * (i + 1),
@@ -113,6 +117,11 @@ def test_density_sweep_and_scaling(tmp_path, env):
         ["| 2", "zen"],
     ]
     assert all(r.split(" | ")[3] != "-" for r in rows[1:])  # the simulator predicted each
+    # ... with the per-message cost of its own latency run, passed on to the simulator
+    latency = json.loads((out / "scaling" / "latency.json").read_text())
+    assert latency["workers"] == 2 and latency["median_s"] > 0
+    predicted = json.loads((out / "scaling" / "sim.json").read_text())
+    assert {row["message_cost_s"] for row in predicted} == {latency["median_s"]}
 
 
 def test_usage_errors_exit_2(tmp_path, env):

@@ -194,7 +194,7 @@ class Synchronizer(abc.ABC):
         self._out = None
         self.momentum, self.nesterov, self.density_warmup = 0.0, False, 0
         self._velocity = None  # u of momentum correction
-        self._scratch = None  # v before the call (to mask u by), and Nesterov's direction
+        self._scratch = None  # v before the call (to mask u by); Nesterov's direction, the mask
         self._rebuild = None  # builds the synchronizer of a density warm-up stage
         self._stage = None  # (density, synchronizer) of the current warm-up stage
         self.stats: dict = {
@@ -308,6 +308,8 @@ class Synchronizer(abc.ABC):
             nnz = sync._count_nonzero(result)
             if self.momentum:
                 with timer("accumulate"):
+                    if _shares_memory(result, self._velocity, self._scratch):  # masking writes
+                        result = result.clone()
                     self._mask_velocity(before)
         if out is not None and result is not out:
             result = out.copy_(result)
@@ -399,17 +401,22 @@ class Synchronizer(abc.ABC):
         if self._velocity.device != grad.device:
             self._velocity = self._velocity.to(grad.device)
         if self._scratch is None or self._scratch.device != grad.device:
-            self._scratch = torch.empty((1 + self.nesterov, self.numel), device=grad.device)
+            self._scratch = torch.empty((2, self.numel), device=grad.device)
         if not self.nesterov:
             return self._velocity.mul_(self.momentum).add_(grad)
         self._velocity.add_(grad).mul_(self.momentum)
         return torch.add(self._velocity, grad, out=self._scratch[1])
 
     def _mask_velocity(self, before: torch.Tensor) -> None:
-        """Zero u where this rank's v (``before`` the call) left its residual."""
+        """Zero u where this rank's v (``before`` the call) left its residual.
+
+        In the two scratch rows, allocating nothing: ``before`` becomes the tolerance, the
+        second row 1 where the residual is within it (Nesterov's direction there is spent).
+        """
         tolerance = {"fp32": 0.0, "fp16": 2.0**-11, "bf16": 2.0**-8}[self.wire]
         left = before.abs_().mul_(tolerance) if tolerance else before.zero_()
-        self._velocity.masked_fill_(self._residual.abs() <= left, 0.0)
+        emptied = torch.abs(self._residual, out=self._scratch[1]).le_(left)
+        self._velocity.addcmul_(self._velocity, emptied, value=-1.0)  # u - u = 0 where emptied
 
     def _warmup_stage(self, device: torch.device) -> Synchronizer:
         """Return the synchronizer of this call's density: this one, or a warm-up stage's."""
@@ -585,3 +592,9 @@ class Synchronizer(abc.ABC):
 
     def _load_extra_state(self, state: dict) -> None:  # noqa: B027 - optional hook, as above
         """Restore the entries :meth:`_extra_state` added (none by default)."""
+
+
+def _shares_memory(tensor: torch.Tensor, *others: torch.Tensor) -> bool:
+    """Whether ``tensor`` lives in the storage of any of ``others``."""
+    pointer = tensor.untyped_storage().data_ptr()
+    return any(pointer == other.untyped_storage().data_ptr() for other in others)

@@ -24,7 +24,13 @@ def test_every_published_table_matches_its_raw_rows(capsys):
     ],
 )
 def test_a_number_changed_in_a_document_is_named(tmp_path, capsys, name, page, old, new):
-    for part in ("docs", "runs/experiments", "runs/convergence", "runs/lean-engine"):
+    for part in (
+        "docs",
+        "runs/experiments",
+        "runs/convergence",
+        "runs/lean-engine",
+        "runs/deviations",
+    ):
         shutil.copytree(ROOT / part, tmp_path / part)
     path = tmp_path / "docs" / page
     assert old in path.read_text()

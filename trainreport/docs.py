@@ -301,6 +301,26 @@ def lean_ddp_table(root: str) -> str:
 
 
 #: Every table the documents publish from raw rows under ``runs/``.
+def zen_bytes_table(root: str) -> str:
+    """Return docs/DEVIATIONS.md's table of ZEN's bytes (``runs/deviations/zen_bytes.json``)."""
+    rows = _load(root, os.path.join("runs", "deviations", "zen_bytes.json"))
+    cells = {(row["workers"], row["method"]): row for row in rows}
+    lines = ["| P | `zen` | `topk` | `spardl` |", "|---|---|---|---|"]
+    for workers in sorted({row["workers"] for row in rows}):
+        zen = cells[(workers, "zen")]
+        line = [
+            f"{zen['bytes_per_rank_calls_2_3']:,.0f} ({zen['rounds']} rounds, {zen['bitmaps']} of "
+            f"{workers} partitions as bitmaps, U = {zen['union']:,})"
+        ]
+        line += [
+            f"{cells[(workers, m)]['bytes_per_rank_calls_2_3']:,.0f} "
+            f"({cells[(workers, m)]['rounds']} rounds)"
+            for m in ("topk", "spardl")
+        ]
+        lines.append(f"| {workers} | " + " | ".join(line) + " |")
+    return "\n".join(lines) + "\n"
+
+
 TABLES = {
     "tta-1gbit": Table(
         "docs/EXPERIMENTS.md", "### 1 Gbit/s", "runs/experiments/1gbit", _tta("1gbit")
@@ -385,6 +405,12 @@ TABLES = {
         "**1 Gbit/s, P = 4, n = 14,728,266, density 0.01**",
         "runs/lean-engine/bench_1gbit_p4_*.json",
         lean_bench_table,
+    ),
+    "zen-bytes": Table(
+        "docs/DEVIATIONS.md",
+        "Bytes per rank and call, measured on `local_group`",
+        "runs/deviations/zen_bytes.json",
+        zen_bytes_table,
     ),
     "lean-ddp-hooks": Table(
         "docs/PERFORMANCE.md",

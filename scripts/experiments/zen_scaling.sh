@@ -11,7 +11,8 @@
 # (zen,spardl,topk) --numel NUMEL (14728266, VGG-16's gradient) --density 0.01 --iters ITERS (5)
 # --warmup 1 inside scripts/shaped_network.sh --rate RATE (1gbit), under the measurement lock,
 # into OUT/scaling/bench_pP.json; then scripts/simulate.py --compare on those files
-# (--local-work replay --host-cores 2, also locked: it times this machine) into
+# (--local-work replay at the benchmark's n, --local-numel NUMEL, and --host-cores 2; also locked:
+# it times this machine) into
 # OUT/scaling/sim.json, and prints the table (also OUT/scaling.md). TINY=1: a smoke test.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -38,6 +39,8 @@ message_cost=()
 if [ -f "$latency" ]; then
   message_cost=(--message-cost "$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["median_s"])' "$latency")")
 fi
+local_numel=()
+[ "$LOCAL_WORK" = replay ] && local_numel=(--local-numel "$NUMEL")
 files=()
 for workers in $WORKERS; do
   file="$out/scaling/bench_p$workers.json"
@@ -57,7 +60,7 @@ done
 if [ ! -f "$out/scaling/sim.json" ] && [ "${#files[@]}" -gt 0 ]; then
   echo "simulate: --compare ${files[*]} --local-work $LOCAL_WORK --host-cores 2" >&2
   locked timeout -k 30 450 "$python" "$root/scripts/simulate.py" --compare "${files[@]}" --local-work "$LOCAL_WORK" \
-    --host-cores 2 "${message_cost[@]}" --json "$out/scaling/sim.json" >"$out/scaling/sim.log" 2>&1 \
+    "${local_numel[@]}" --host-cores 2 "${message_cost[@]}" --json "$out/scaling/sim.json" >"$out/scaling/sim.log" 2>&1 \
     || echo "  simulate: exit status $? (see $out/scaling/sim.log)" >&2
 fi
 "$python" -m trainreport.experiments scaling "$out" --out "$out/scaling.md"

@@ -22,7 +22,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 
-from .sparse_ops import flat_nonzero, put_
+from .sparse_ops import as_numpy, put_
 
 _SAMPLE = (1024, 16384)  # fewest and most sample entries per row to estimate the threshold,
 _SAMPLE_SHARE = 128  # ... and between them 1/128 of the row (short rows stay cheap)
@@ -30,6 +30,7 @@ _SIGMAS = 4.0  # safety margin of the estimate, in standard deviations
 _CACHED_SAMPLES = 8  # sample positions kept for this many row lengths
 _REMEMBERED_KEYS = 64  # keys whose thresholds are kept (the least recently used one goes)
 _CHUNK = 1 << 16  # entries per step of the one-thread candidate pass (stays in a core's L2)
+_CACHED_VIEWS = 16  # (rows, n) shapes whose views of the work buffers are kept
 _TINY = float(np.finfo(np.float32).smallest_subnormal)  # ">= _TINY" means "non-zero"
 _NOT_FINITE = "the values to select from hold NaN or inf (a diverged gradient?)"
 # A remembered threshold's margin below the last k-th |x|: least, first, most.
@@ -130,8 +131,12 @@ class Selector:
         self._seed = seed
         self._samples: dict = {}
         self._memory: dict = {}
-        self._magnitude = torch.empty(0)
-        self._mask = torch.empty(0, dtype=torch.bool)
+        self._buffers: dict = {}  # name: (reused CPU tensor, its NumPy view)
+        self._views: dict = {}  # (rows, n): the torch pass's views of the buffers
+
+    def __getstate__(self) -> dict:
+        """Leave the reused buffers out of a copy (or a pickle): their views would come apart."""
+        return {**self.__dict__, "_buffers": {}, "_views": {}}
 
     def topk(self, x: torch.Tensor, k: int, key=None) -> torch.Tensor:
         """Return the indices of the ``k`` entries of the 1-D ``x`` with the largest ``|x|``.
@@ -139,7 +144,7 @@ class Selector:
         Exactly ``min(k, len(x))`` indices (int64, ascending), ties towards the lower index.
         ``key``: see :meth:`scan`.
         """
-        return self.topk_rows(x.reshape(1, -1), k, key)[0]
+        return self._selected(x, k, None, key, take=False)[0]
 
     def topk_rows(self, rows: torch.Tensor, k: int, key=None) -> torch.Tensor:
         """Return the columns of the ``k`` largest ``|x|`` in every row of the ``(r, n)`` ``rows``.
@@ -148,7 +153,7 @@ class Selector:
         lower index. One call costs about one top-k over ``r * n`` entries. ``key``: see
         :meth:`scan`.
         """
-        return self.pick(rows, k, self.scan(rows, k, key=key))[0]
+        return self._selected(rows, k, None, key, take=False)[0]
 
     def select(
         self, x: torch.Tensor, k: int, addend: torch.Tensor | None = None, key=None
@@ -156,17 +161,17 @@ class Selector:
         """Add ``addend`` into ``x`` and return the top-``k`` of the sum; ``x`` keeps its values.
 
         Args:
-            x: a 1-D vector (one list) or an ``(r, n)`` matrix (one list per row).
+            x: a 1-D vector (one list) or an ``(r, n)`` matrix (one list per row); on the CPU
+                a tensor or a NumPy array (``x`` and ``addend`` alike).
             k: the entries to select per list.
             addend: added into ``x`` first, in the selection's pass (see :meth:`scan`).
             key: names the rows across calls (see :meth:`scan`).
 
         Returns:
-            ``(columns, values)`` as :meth:`pick` returns them: columns int64, ascending.
+            ``(columns, values)`` as :meth:`pick` returns them: columns int64, ascending; NumPy
+            arrays for a NumPy ``x``.
         """
-        rows = x.view(1, -1) if x.dim() == 1 else x
-        columns, values = self.pick(rows, k, self.scan(rows, k, addend, key))
-        return (columns[0], values[0]) if x.dim() == 1 else (columns, values)
+        return self._selected(x, k, addend, key, take=False)
 
     def take(self, x: torch.Tensor, k: int, addend: torch.Tensor | None = None, key=None) -> tuple:
         """Take the top-``k`` out of ``x``: :meth:`select`, then zero the selected entries in ``x``.
@@ -174,9 +179,21 @@ class Selector:
         Returns:
             ``(columns, values)`` as :meth:`select` returns them.
         """
-        columns, values = self.select(x, k, addend, key)
-        put_(x, columns, 0.0)
-        return columns, values
+        return self._selected(x, k, addend, key, take=True)
+
+    def _selected(self, x, k: int, addend, key, take: bool) -> tuple:
+        """:meth:`select` (or with ``take`` :meth:`take`) of a vector or a matrix.
+
+        On the CPU the work is NumPy's on views of ``x`` and ``addend``; the results become
+        tensors only at the end (for a tensor ``x``).
+        """
+        rows = x.reshape(1, -1) if x.ndim == 1 else x
+        columns, values = self._pick(rows, k, self.scan(rows, k, addend, key))
+        if take:
+            put_(rows, columns, 0.0)
+        if x.ndim == 1:
+            columns, values = columns[0], values[0]
+        return _typed(x, columns), _typed(x, values)
 
     def at_least(
         self, x: torch.Tensor, threshold: float, addend: torch.Tensor | None = None
@@ -197,7 +214,7 @@ class Selector:
             found = chosen, x.index_select(0, chosen)
         else:
             positions, values, _ = self._candidates(
-                x.detach().view(1, -1), np.full(1, threshold, np.float32), extra
+                as_numpy(x).reshape(1, -1), np.full(1, threshold, np.float32), extra
             )
             found = torch.from_numpy(positions), torch.from_numpy(values)
         if _observers:
@@ -232,20 +249,21 @@ class Selector:
         n = rows.shape[1]
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
-        if addend is not None and not rows.is_contiguous():
+        if addend is not None and not _contiguous(rows):
             raise ValueError("scan adds in place: rows must be contiguous")
-        extra = _for_the_pass(rows, addend, chunked=not rows.is_cuda and k < n)
-        if rows.is_cuda or k >= n:
+        cuda = _is_cuda(rows)
+        extra = _for_the_pass(rows, addend, chunked=not cuda and k < n)
+        if cuda or k >= n:
             if _observers:
                 _report("topk", rows.shape, False)
             return None
-        rows = rows.detach().contiguous()
+        rows = _as_contiguous(rows)
+        array = as_numpy(rows)  # the one NumPy view of the rows the pass reads
         thresholds, hinted = self._remembered(key, rows.shape, k)
         if not hinted.all():
-            thresholds = np.where(hinted, thresholds, self._estimate(rows, k, extra)).astype(
-                np.float32
-            )
-        positions, values, sizes = self._candidates(rows, thresholds, extra)
+            estimate = self._estimate(rows, k, extra, array)
+            thresholds = np.where(hinted, thresholds, estimate).astype(np.float32)
+        positions, values, sizes = self._candidates(rows, thresholds, extra, array)
         if _observers:
             _report("topk", rows.shape, bool(hinted.all()))
         return Candidates(positions, values, sizes, thresholds, hinted, key)
@@ -254,29 +272,39 @@ class Selector:
         """Choose each row's top-``k`` by magnitude, ties towards the lower index.
 
         Args:
-            rows: the ``(r, n)`` matrix.
+            rows: the ``(r, n)`` matrix (on the CPU a tensor or a NumPy array).
             k: the entries to choose per row.
             candidates: :meth:`scan`'s result for these unchanged rows with at least this ``k``
                 (``None``: scanned now).
 
         Returns:
             ``(columns, values)``: columns int64 of shape ``(r, min(k, n))``, each row
-            ascending, and the entries there.
+            ascending, and the entries there; NumPy arrays for NumPy ``rows``.
 
         Raises:
             ValueError: ``k`` < 1, or a chosen entry is NaN or inf.
         """
+        columns, values = self._pick(rows, k, candidates)
+        return _typed(rows, columns), _typed(rows, values)
+
+    def _pick(self, rows, k: int, candidates: Candidates | None = None) -> tuple:
+        """:meth:`pick`, with NumPy results on the CPU."""
         count, n = rows.shape
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
-        if k >= n:  # every entry: none is dropped, but a NaN or inf is refused as a selection's is
-            if not torch.isfinite(rows).all():
-                raise ValueError(_NOT_FINITE)
-            return torch.arange(n, device=rows.device).repeat(count, 1), rows.detach().clone()
-        if rows.is_cuda:
+        if _is_cuda(rows):
+            if k >= n:  # every entry: none is dropped, but a NaN or inf is refused
+                if not torch.isfinite(rows).all():
+                    raise ValueError(_NOT_FINITE)
+                return torch.arange(n, device=rows.device).repeat(count, 1), rows.detach().clone()
             columns = torch.topk(rows.abs(), k, dim=1, sorted=False).indices.sort(dim=1).values
             return columns, rows.gather(1, columns)
-        rows = rows.detach().contiguous()
+        if k >= n:  # every entry: none is dropped, but a NaN or inf is refused as a selection's is
+            array = as_numpy(rows)
+            if not np.isfinite(array).all():
+                raise ValueError(_NOT_FINITE)
+            return np.tile(np.arange(n, dtype=np.int64), (count, 1)), array.copy()
+        rows = _as_contiguous(rows)
         if candidates is None:
             candidates = self.scan(rows, k)
         positions, values, sizes = candidates.positions, candidates.values, candidates.sizes
@@ -287,7 +315,7 @@ class Selector:
         chosen = values[kept].reshape(count, k)
         if candidates.key is not None:
             self._remember(candidates, rows.shape, k, levels)
-        return _columns(positions[kept], count, n, k), torch.from_numpy(chosen)
+        return _columns(positions[kept], count, n, k), chosen
 
     def _remembered(self, key, shape: tuple, k: int) -> tuple:
         """Return per row the threshold remembered under ``key`` and whether there is one.
@@ -378,7 +406,7 @@ class Selector:
             counts[row] = found.size
         short = np.flatnonzero(counts < k)
         if short.size:  # fewer than k non-zeros: zeros complete them, lowest index first
-            heads = rows.numpy()[short, :k]
+            heads = as_numpy(rows)[short, :k]
             zero = ~(np.abs(heads) >= _TINY)  # at least k - count of them per row
             zero &= np.cumsum(zero, axis=1) <= (k - counts[short])[:, None]
             which, column = np.nonzero(zero)  # which: the position in ``short``
@@ -400,15 +428,20 @@ class Selector:
         """Run :meth:`above` unobserved (also the GPU path of :meth:`at_least`)."""
         if magnitude.is_cuda:
             return torch.nonzero(magnitude >= threshold).squeeze(1)
-        mask = self._buffer("_mask", magnitude.numel(), torch.bool)
+        size = magnitude.numel()
+        mask, mask_array = self._buffer("_mask", size, torch.bool)
         if _numpy_passes():
-            np.greater_equal(magnitude.numpy(), threshold, out=mask.numpy())
+            np.greater_equal(as_numpy(magnitude), threshold, out=mask_array[:size])
         else:
-            torch.ge(magnitude, threshold, out=mask)
-        return flat_nonzero(mask)
+            torch.ge(magnitude, threshold, out=mask[:size])
+        return torch.from_numpy(np.flatnonzero(mask_array[:size]))
 
     def _candidates(
-        self, rows: torch.Tensor, thresholds: np.ndarray, extra: np.ndarray | None = None
+        self,
+        rows,
+        thresholds: np.ndarray,
+        extra: np.ndarray | None = None,
+        array: np.ndarray | None = None,
     ) -> tuple:
         """Return flat positions, values and per-row counts of the entries at their threshold.
 
@@ -416,23 +449,24 @@ class Selector:
         NaN and inf always pass and raise ``ValueError``), as NumPy arrays, positions ascending.
         One thread runs the pass in cache-sized chunks, several threads whole-matrix passes.
         ``extra`` (one thread only): a flat array first added into the rows' first entries.
+        ``array``: the NumPy view of ``rows`` (a tensor or a NumPy array), if made already.
         """
         count, n = rows.shape
+        values = as_numpy(rows) if array is None else array
         limits = thresholds.astype(np.float32).view(np.int32)[:, None]  # compared as bit patterns
         if not _numpy_passes():
-            magnitude = self._buffer("_magnitude", count * n, rows.dtype).view(count, n)
-            mask = self._buffer("_mask", count * n, torch.bool).view(count, n)
-            torch.ge(
-                torch.abs(rows, out=magnitude).view(torch.int32), torch.from_numpy(limits), out=mask
-            )
-            positions = flat_nonzero(mask.view(-1)).numpy()
+            magnitude, bits, mask, mask_array, bound, bound_array = self._pass_views(count, n)
+            tensor = rows.detach() if isinstance(rows, torch.Tensor) else torch.from_numpy(values)
+            torch.abs(tensor, out=magnitude)
+            bound_array[:] = limits
+            torch.ge(bits, bound, out=mask)
+            positions = np.flatnonzero(mask_array)
             return _finite(
-                positions, rows.numpy().reshape(-1)[positions], _row_sizes(positions, count, n)
+                positions, values.reshape(-1)[positions], _row_sizes(positions, count, n)
             )
-        values = rows.numpy()
         flat = values.reshape(-1)
-        scratch = self._buffer("_magnitude", min(count * n, _CHUNK), rows.dtype).numpy()
-        bits = self._buffer("_mask", min(count * n, _CHUNK), torch.bool).numpy()
+        scratch = self._buffer("_magnitude", min(count * n, _CHUNK), torch.float32)[1]
+        bits = self._buffer("_mask", min(count * n, _CHUNK), torch.bool)[1]
         span = max(1, _CHUNK // n)  # whole rows per step when rows are short
         positions, found_values = [], []
         for first in range(0, count, span):
@@ -454,19 +488,46 @@ class Selector:
         positions = np.concatenate(positions)
         return _finite(positions, np.concatenate(found_values), _row_sizes(positions, count, n))
 
-    def _buffer(self, name: str, numel: int, dtype: torch.dtype) -> torch.Tensor:
-        buffer = getattr(self, name)
-        if buffer.numel() < numel or buffer.dtype != dtype:
-            buffer = torch.empty(numel, dtype=dtype)
-            setattr(self, name, buffer)
-        return buffer[:numel]
+    def _buffer(self, name: str, numel: int, dtype: torch.dtype) -> tuple:
+        """Return the reused CPU buffer ``name`` (at least ``numel`` entries) and its NumPy view.
 
-    def _estimate(self, rows: torch.Tensor, k: int, extra: np.ndarray | None = None) -> np.ndarray:
+        Both start at the buffer's start; a larger buffer replaces a smaller one (and the torch
+        pass's views of the old one are dropped).
+        """
+        held = self._buffers.get(name)
+        if held is None or held[0].numel() < numel or held[0].dtype != dtype:
+            buffer = torch.empty(numel, dtype=dtype)
+            held = self._buffers[name] = (buffer, buffer.numpy())
+            self._views.clear()
+        return held
+
+    def _pass_views(self, count: int, n: int) -> tuple:
+        """Return the torch pass's ``(count, n)`` views and its ``(count, 1)`` limits.
+
+        ``|x|``, its bits as int32, the mask and the mask's NumPy view; the rows' limits (int32
+        bit patterns) and their NumPy view. Kept per shape (a few shapes a synchronizer), so
+        that a pass makes no views.
+        """
+        views = self._views.get((count, n))
+        if views is None:
+            size = count * n
+            magnitude = self._buffer("_magnitude", size, torch.float32)[0][:size].view(count, n)
+            mask, mask_array = self._buffer("_mask", size, torch.bool)
+            views = (magnitude, magnitude.view(torch.int32), mask[:size].view(count, n))
+            bound = torch.empty((count, 1), dtype=torch.int32)
+            views += (mask_array[:size], bound, bound.numpy())
+            if len(self._views) >= _CACHED_VIEWS:
+                self._views.clear()
+            self._views[(count, n)] = views
+        return views
+
+    def _estimate(self, rows, k: int, extra=None, array: np.ndarray | None = None) -> np.ndarray:
         """Return per row a threshold that about ``k`` plus a few standard deviations exceed.
 
         The estimate reads the same sample positions in every row. It is at least ``_TINY``, so
         that a mostly-zero row takes all its non-zeros and no zero as candidates. ``extra``: a
         flat array still to be added into the rows' first entries (the sample sees the sums).
+        ``array``: the NumPy view of ``rows``, if made already.
         """
         count, n = rows.shape
         sample = self._samples.get(n)
@@ -480,7 +541,7 @@ class Selector:
         size = sample.size
         expected = k * size / n
         rank_from_top = min(size, math.ceil(expected + _SIGMAS * math.sqrt(expected) + 4))
-        table = np.take(rows.numpy(), sample, axis=1)
+        table = np.take(as_numpy(rows) if array is None else array, sample, axis=1)
         if extra is not None and extra.size:
             flat = sample + (np.arange(count) * n)[:, None]
             added = np.take(extra, flat, mode="clip")  # no boolean indexing: it is slow
@@ -499,18 +560,47 @@ class Selector:
         return thresholds
 
 
-def _for_the_pass(x: torch.Tensor, addend: torch.Tensor | None, chunked: bool) -> np.ndarray | None:
+def _for_the_pass(x, addend, chunked: bool) -> np.ndarray | None:
     """Return ``addend`` as the NumPy array the chunked candidate pass adds into ``x``.
 
     When no such pass will run (``chunked`` false, or several threads), ``addend`` is added
-    into the first entries of the contiguous ``x`` here and ``None`` is returned.
+    into the first entries of the contiguous ``x`` here (by NumPy for a NumPy ``x``) and
+    ``None`` is returned.
     """
     if addend is None:
         return None
     if chunked and _numpy_passes():
-        return addend.detach().numpy()
+        return as_numpy(addend)
+    if isinstance(x, np.ndarray):
+        part = x.reshape(-1)[: addend.size]
+        np.add(part, as_numpy(addend), out=part)
+        return None
     x.view(-1)[: addend.numel()].add_(addend)
     return None
+
+
+def _is_cuda(rows) -> bool:
+    """Whether ``rows`` is a CUDA tensor (a NumPy array is not)."""
+    return isinstance(rows, torch.Tensor) and rows.is_cuda
+
+
+def _contiguous(rows) -> bool:
+    """Whether ``rows`` (a tensor or a NumPy array) is C-contiguous."""
+    return rows.flags.c_contiguous if isinstance(rows, np.ndarray) else rows.is_contiguous()
+
+
+def _as_contiguous(rows):
+    """Return ``rows`` itself if it is C-contiguous, else a contiguous copy of the same type."""
+    if isinstance(rows, np.ndarray):
+        return np.ascontiguousarray(rows)
+    return rows.contiguous()
+
+
+def _typed(like, array):
+    """Return a result ``array`` as the type of ``like``: NumPy for NumPy, a tensor otherwise."""
+    if isinstance(array, torch.Tensor) or isinstance(like, np.ndarray):
+        return array
+    return torch.from_numpy(array)
 
 
 def _finite(positions: np.ndarray, values: np.ndarray, sizes: np.ndarray) -> tuple:
@@ -536,10 +626,10 @@ def _kth_largest(table: np.ndarray, k: int) -> np.ndarray:
     return np.partition(table, place, axis=1)[:, place]
 
 
-def _columns(kept: np.ndarray, count: int, n: int, k: int) -> torch.Tensor:
+def _columns(kept: np.ndarray, count: int, n: int, k: int) -> np.ndarray:
     """Return the ``(count, k)`` columns of ``kept``, ascending flat positions, ``k`` per row."""
     table = kept.reshape(count, k)
-    return torch.from_numpy(table if count == 1 else table - (np.arange(count) * n)[:, None])
+    return table if count == 1 else table - (np.arange(count) * n)[:, None]
 
 
 def _keep_k_per_row(values: np.ndarray, k: int, sizes: np.ndarray) -> tuple:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
 import torch
 
 from allreducers import (
@@ -24,7 +25,7 @@ from allreducers import (
 from .base import Synchronizer
 from .registry import register
 from .selection import Selector
-from .sparse_ops import flat_nonzero, is_member, put_, search_sorted
+from .sparse_ops import as_numpy, flat_nonzero, is_member, put_, search_sorted
 from .teams import AUTO, Candidate, candidates, check_layout, probe, team_groups
 
 SAG_VARIANTS = ("bruck", "recursive")
@@ -234,7 +235,7 @@ class SparDL(Synchronizer):
         self.conserves_mass = residuals == "global"
         self.srs = check_srs(srs)
         check_layout(layout)
-        self._work = torch.empty(0)
+        self._work = self._work_array = torch.empty(0)
         self._nnz = None
         self.auto = None
         self._pending = False
@@ -373,7 +374,7 @@ class SparDL(Synchronizer):
     def _synchronize(self, grad, timer):
         call = _Call(self, grad, timer)
         result = call.run()
-        self._nnz = (call.final_values, call.valid)
+        self._nnz = (call.tables["final_values"], call.valid)
         return result, call.work[: self.numel]
 
     def _padded_work(self, residual: torch.Tensor) -> torch.Tensor:
@@ -387,23 +388,29 @@ class SparDL(Synchronizer):
             padded = self._work = torch.zeros(
                 self.team_size * self.block_size, device=residual.device
             )
+        if not _shares(self._work_array, padded):
+            # What a call's local work reads and writes (_Call): on the CPU its NumPy view.
+            self._work_array = padded.numpy() if padded.device.type == "cpu" else padded
         if residual.data_ptr() != padded.data_ptr():
             padded[: self.numel].copy_(residual)
-        padded[self.numel :].zero_()
+        if self.numel < padded.numel():
+            self._work_array[self.numel :] = 0.0
         return padded
 
-    def tables(self, device: torch.device) -> dict:
+    def tables(self, device: torch.device) -> tuple:
         """Return what a call (``_Call``) uses on ``device``, made once per configuration.
 
+        ``(tensors, arrays)``: two dicts of the same names, the tensors and what the call's
+        local work reads and writes them as (on the CPU their NumPy views, else the tensors).
         The (m, k_b) tables it fills; per row (see ``row_blocks``) ``bases``, the flat start of
         its block, ``offsets``, row * B (keys that keep the rows' columns in order), and
         ``limits``, ``row_limits`` (each int64 of shape (m, 1)); ``places``, 0 .. k_b-1.
         """
         tables = self._tables.get(device)
-        if tables is None:
+        if tables is None or not _shares(tables[1]["chosen"], tables[0]["chosen"]):
             shape, index = (self.team_size, self.block_budget), torch.int64
             rows = torch.arange(self.team_size, dtype=index)
-            tables = self._tables[device] = {
+            tensors = {
                 "chosen": torch.empty(shape, dtype=index, device=device),
                 "levels": torch.empty(shape[0], device=device),
                 "sent": torch.empty(shape, device=device),
@@ -417,6 +424,8 @@ class SparDL(Synchronizer):
                 "limits": torch.tensor(self.row_limits, dtype=index).to(device).view(-1, 1),
                 "places": torch.arange(shape[1], dtype=index).to(device).view(1, -1),
             }
+            arrays = {name: as_numpy(tensor) for name, tensor in tensors.items()}
+            tables = self._tables[device] = (tensors, arrays if device.type == "cpu" else tensors)
         return tables
 
     def _count_nonzero(self, result):
@@ -504,23 +513,30 @@ class _Call:
     """One SparDL synchronization on this rank: its state, and its steps as methods.
 
     :meth:`run` performs steps 1-6 of docs/DESIGN.md, section "SparDL", in order. ``work`` is
-    the padded buffer of a (step 1) viewed as the m ``blocks``; when the call is done it holds
-    the new residual. a_w below is this worker's own accumulated value (as in docs/DESIGN.md).
+    the padded buffer of a (step 1); when the call is done it holds the new residual. a_w below
+    is this worker's own accumulated value (as in docs/DESIGN.md).
 
     The steps are batched (docs/DESIGN.md, "The batched steps"): per-block facts live in
     ``(m, k_b)`` tables whose row j is block ``row_blocks[j]``, and each step works on one
-    contiguous range of rows with a fixed number of operations.
+    contiguous range of rows with a fixed number of operations. The local work goes through
+    *arrays*: ``dense`` (``work``), its m ``blocks``, the gradient and the tables are, on the
+    CPU, NumPy views of the tensors (made once per configuration, the gradient's and the
+    result's once per call), which dispatch no torch operation; elsewhere the tensors
+    themselves. What travels (messages, Spar-All-Gather's lists) is a tensor everywhere.
     """
 
     def __init__(self, sync: SparDL, grad: torch.Tensor, timer) -> None:
-        self.sync, self.grad, self.timer = sync, grad, timer
+        self.sync, self.timer = sync, timer
         with timer("accumulate"):
             self.work = sync._padded_work(sync._residual)
         m, device = sync.team_size, self.work.device
-        self.blocks = self.work.view(m, sync.block_size)
-        tables = sync.tables(device)
-        self.tables = tables
-        self.bases, self.offsets = tables["bases"], tables["offsets"]
+        self.cpu = device.type == "cpu"
+        self.dense = sync._work_array
+        self.blocks = self.dense.reshape(m, sync.block_size)
+        self.grad_array = as_numpy(grad) if self.cpu else grad
+        self.tables, arrays = sync.tables(device)  # the tensors (they travel), the arrays
+        self.bases, self.offsets = arrays["bases"], arrays["offsets"]
+        self.places, self.limits = arrays["places"], arrays["limits"]
         self.pending = set(range(m))  # blocks still without the gradient (step 1)
         # Receives reduce blocks in place, so a_w survives only where nothing was added: each
         # receive first saves the values it overwrites, (flat positions, values), O(k) a call.
@@ -528,17 +544,17 @@ class _Call:
         # Per row, its selection's columns (ascending; a shorter selection repeats its last
         # column), k-th largest |x|, the values as they travel and (at a 16-bit wire) what
         # quantization took off them: step 6 tells from these what the selection sent on.
-        self.chosen, self.levels, self.sent = tables["chosen"], tables["levels"], tables["sent"]
+        self.chosen, self.levels, self.sent = arrays["chosen"], arrays["levels"], arrays["sent"]
         # Lists travel quantized only where something travels.
         self.coder = sync.codec if sync.codec.compact and sync.size > 1 else None
-        self.lost = tables["lost"] if self.coder is not None else None
+        self.lost = arrays["lost"] if self.coder is not None else None
         # Per row, the block's final list (steps 4-5), its flat positions in ``work`` and the
         # residual step 6 leaves there; ``valid`` masks padded entries of shorter lists.
-        self.final_columns, self.final_values = tables["final_columns"], tables["final_values"]
-        self.final_flat, self.new_values = tables["final_flat"], tables["new_values"]
+        self.final_columns, self.final_values = arrays["final_columns"], arrays["final_values"]
+        self.final_flat, self.new_values = arrays["final_flat"], arrays["new_values"]
         self.valid = None
         self.collected = 0  # rows 0 .. collected-1 are collected (steps 5 and 6)
-        self.result = None
+        self.result = self.result_array = None
         self.pair_list = None  # R-SAG: this holder's current list of the block (step 4)
         self.pair_holders = 1  # R-SAG: the holders of the same current list
         self.shares = []  # R-SAG: per pair step that dropped entries, this holder's shares
@@ -549,15 +565,30 @@ class _Call:
         self.spar_reduce_scatter()
         own = self.select_own_block()  # step 3
         if sync.teams > 1:  # step 4
+            own = self.tensors(own)
             own = self.recursive_sag(own) if sync.sag == "recursive" else self.bruck_sag(own)
         with timer("accumulate"):
             self.result = sync._new_result(self.work.device)
+            self.result_array = self.array(self.result)
         self.gather_and_collect(own)  # steps 5 and 6
         with timer("accumulate"):
             self.leave_residuals()
             if self.shares and sync.residuals == "global":
-                _keep_shares(self.blocks[sync.position], own[0].long(), self.shares)
+                row = self.work.view(sync.team_size, sync.block_size)[sync.position]
+                _keep_shares(row, own[0].long(), self.shares)
         return self.result
+
+    def array(self, tensor):
+        """Return ``tensor`` as the local work reads it: its NumPy view on the CPU."""
+        return as_numpy(tensor) if self.cpu else tensor
+
+    def tensor(self, array) -> torch.Tensor:
+        """Return a local ``array`` as a tensor (a view on the CPU), to travel."""
+        return torch.from_numpy(array) if self.cpu else array
+
+    def tensors(self, arrays: tuple) -> tuple:
+        """Return local ``arrays`` as tensors (:meth:`tensor`)."""
+        return tuple(self.tensor(array) for array in arrays)
 
     def reduce_scatter(self) -> torch.Tensor:
         """Steps 1-2 only (one team): return the own block's dense sum, ``work`` the residual."""
@@ -565,12 +596,12 @@ class _Call:
         self.spar_reduce_scatter()
         with timer("accumulate"):
             self.first_touch(sync.position, 1, fuse=False)
-            own = self.blocks[sync.position]
+            own = self.work.view(sync.team_size, sync.block_size)[sync.position]
             shard = own.clone()
             own.zero_()
             if sync.team_size > 1:  # rows 1 .. m-1: the blocks this rank cut and sent
-                flat = (self.bases[1:] + self.chosen[1:]).view(-1)
-                put_(self.work, flat, 0.0 if self.lost is None else self.lost[1:].reshape(-1))
+                flat = (self.bases[1:] + self.chosen[1:]).reshape(-1)
+                put_(self.dense, flat, 0.0 if self.lost is None else self.lost[1:].reshape(-1))
         return shard
 
     def spar_reduce_scatter(self) -> None:
@@ -598,7 +629,7 @@ class _Call:
         first = (items[0] - self.sync.position) % self.sync.team_size
         return slice(first, first + len(items))
 
-    def first_touch(self, first: int, count: int, fuse: bool) -> torch.Tensor | None:
+    def first_touch(self, first: int, count: int, fuse: bool):
         """Step 1 for the blocks ``first .. first+count-1``, which are about to be touched.
 
         If ``fuse`` and all of them still lack the gradient, return their part of it for the
@@ -609,14 +640,17 @@ class _Call:
         if not fused:
             for start, length in _runs(sorted(self.pending.intersection(span))):
                 part = self.gradient_part(start, length)
-                self.blocks[start : start + length].view(-1)[: part.numel()].add_(part)
+                target = self.blocks[start : start + length].reshape(-1)[: part.shape[0]]
+                target += part  # in place, through the view
         self.pending.difference_update(span)
         return self.gradient_part(first, count) if fused else None
 
-    def gradient_part(self, first: int, count: int) -> torch.Tensor:
+    def gradient_part(self, first: int, count: int):
         """Return the gradient's entries in blocks ``first .. first+count-1`` (not the padding)."""
         block_size = self.sync.block_size
-        return self.grad[min(self.sync.numel, first * block_size) : (first + count) * block_size]
+        return self.grad_array[
+            min(self.sync.numel, first * block_size) : (first + count) * block_size
+        ]
 
     def select(self, items, keep: int) -> slice:
         """Select the top-``keep`` of each block of ``items`` (consecutive rows) into the tables.
@@ -634,10 +668,11 @@ class _Call:
             )
             part = slice(row, row + count)
             self.chosen[part, :keep] = columns
-            self.levels[part] = values.abs().amin(dim=1)
+            self.levels[part] = _smallest_magnitudes(values)
             sent = values
             if self.coder is not None:
-                sent = torch.stack([self.coder.quantize(values_row) for values_row in values])
+                rows_sent = [self.coder.quantize(row) for row in self.tensor(values)]
+                sent = self.array(torch.stack(rows_sent))
                 self.lost[part, :keep] = values - sent
             self.sent[part, :keep] = sent
             row += count
@@ -651,21 +686,23 @@ class _Call:
         """Step 2, sending: the top-k_b of each block ``step`` sends, packed without counts."""
         with self.timer("select"):
             rows = self.select(step.send_items, self.sync.block_budget)
-            return self.sync.codec.encode_rows(self.chosen[rows], self.sent[rows])
+            chosen, sent = self.tables["chosen"], self.tables["sent"]
+            return self.sync.codec.encode_rows(chosen[rows], sent[rows])
 
     def receive_blocks(self, step, message: torch.Tensor) -> None:
         """Step 2, receiving: add the received lists into their blocks' dense copies."""
         items = step.recv_items
         columns, summands = self.sync.codec.decode_rows(message, len(items), self.sync.block_budget)
         with self.timer("accumulate"):
+            columns, summands = self.array(columns), self.array(summands)
             for first, count in _runs(items):
                 self.first_touch(first, count, fuse=False)
-            flat = (self.bases[self.rows(items)] + columns).view(-1)
-            self.saves.append((flat, self.work.index_select(0, flat)))
-            self.work.scatter_add_(0, flat, summands.reshape(-1))  # the positions are distinct
+            flat = (self.bases[self.rows(items)] + columns).reshape(-1)
+            self.saves.append((flat, self.dense[flat]))
+            _add_at(self.dense, flat, summands.reshape(-1))  # the positions are distinct
 
     def select_own_block(self) -> tuple:
-        """Step 3: the own block's top-h list (h = k_b for one team and for R-SAG)."""
+        """Step 3: the own block's top-h list (h = k_b for one team and for R-SAG), as arrays."""
         sync = self.sync
         keep = sync.block_budget if sync.sag == "recursive" else sync.height.value
         with self.timer("select"):
@@ -781,18 +818,19 @@ class _Call:
         self.final_columns[0] = own[0]
         self.final_values[0] = own[1]
         held = [1]  # rows 0 .. held-1 are here
+        final_columns, final_values = self.tables["final_columns"], self.tables["final_values"]
 
         def produce(step) -> torch.Tensor:
             rows = self.rows(step.send_items)
-            return sync.codec.encode_rows(self.final_columns[rows], self.final_values[rows])
+            return sync.codec.encode_rows(final_columns[rows], final_values[rows])
 
         def consume(step, message: torch.Tensor) -> None:
             rows = self.rows(step.recv_items)
             columns, values = sync.codec.decode_rows(
                 message, len(step.recv_items), sync.block_budget
             )
-            self.final_columns[rows] = columns
-            self.final_values[rows] = values
+            self.final_columns[rows] = self.array(columns)
+            self.final_values[rows] = self.array(values)
             held[0] = rows.stop
 
         run_schedule(
@@ -823,8 +861,9 @@ class _Call:
         first, last = ends[0].view(-1, 1), ends[1].view(-1, 1) - 1
         places = self.tables["places"]
         place = first + torch.minimum(places, last)
-        self.final_columns.copy_(torch.cat([columns.long() for columns, _ in lists])[place])
-        self.final_values.copy_(torch.cat([values for _, values in lists])[place])
+        final_columns, final_values = self.tables["final_columns"], self.tables["final_values"]
+        final_columns.copy_(torch.cat([columns.long() for columns, _ in lists])[place])
+        final_values.copy_(torch.cat([values for _, values in lists])[place])
         self.valid = places <= last
 
     def collect(self, held: int) -> None:
@@ -844,37 +883,37 @@ class _Call:
             columns, values = self.final_columns[rows], self.final_values[rows]
             self.write_result(first, held, columns, values)
             flat = self.final_flat[rows]
-            torch.add(self.bases[rows], columns, out=flat)
+            _add(self.bases[rows], columns, out=flat)
             if sync.residuals == "local":
                 return
             # What the selection saw: nothing touched it since.
-            seen = self.work.index_select(0, flat.view(-1)).view(flat.shape)
-            magnitude = seen.abs()
-            level = self.levels[rows].view(-1, 1)
+            seen = self.dense[flat]
+            magnitude = abs(seen)
+            level = self.levels[rows].reshape(-1, 1)
             passed_on = magnitude > level
             tied = magnitude == level
             # Row r's columns + r * B ascend across the rows: one search serves all of them.
             offsets = self.offsets[rows]
-            chosen = (self.chosen[rows] + offsets).view(-1)
-            if self.lost is None and self.work.device.type == "cpu":
+            chosen = (self.chosen[rows] + offsets).reshape(-1)
+            query = (columns + offsets).reshape(-1)
+            if self.lost is None and self.cpu:
                 # Only entries at their row's level can be either: on the CPU, where a
                 # data-dependent size costs no wait, look up just those (usually a few).
-                at = flat_nonzero(tied.view(-1))
-                query = (columns.reshape(-1) + offsets.expand_as(columns).reshape(-1))[at]
-                place = search_sorted(chosen, query).clamp_(max=chosen.numel() - 1)
-                passed_on.view(-1)[at] = chosen[place] == query
-                self.new_values[rows] = seen.masked_fill_(passed_on, 0.0)
+                at = flat_nonzero(tied.reshape(-1))
+                query = query[at]
+                place = search_sorted(chosen, query).clip(max=chosen.shape[0] - 1)
+                passed_on.reshape(-1)[at] = chosen[place] == query
+                self.new_values[rows] = _zero_where(passed_on, seen)
                 return
-            query = (columns + offsets).view(-1)
-            place = search_sorted(chosen, query).clamp_(max=chosen.numel() - 1)
-            member = (chosen.index_select(0, place) == query).view(columns.shape)
+            place = search_sorted(chosen, query).clip(max=chosen.shape[0] - 1)
+            member = (chosen[place] == query).reshape(columns.shape)
             passed_on |= tied & member
             # What stays of an entry sent on: nothing, or what quantization took off it.
             if self.lost is None:
-                self.new_values[rows] = seen.masked_fill_(passed_on, 0.0)
+                self.new_values[rows] = _zero_where(passed_on, seen)
             else:
-                stays = self.lost[rows].reshape(-1).index_select(0, place).view(columns.shape)
-                self.new_values[rows] = torch.where(passed_on, stays, seen)
+                stays = self.lost[rows].reshape(-1)[place].reshape(columns.shape)
+                self.new_values[rows] = _where(passed_on, stays, seen)
 
     def write_result(self, first: int, held: int, columns, values) -> None:
         """Write the final lists of rows ``first .. held-1`` / P into the result.
@@ -882,22 +921,23 @@ class _Call:
         Rows of padding only are left out; in a row that ends in padding, the padding columns
         (a suffix of the list) are redirected to the row's last entry inside the vector.
         """
-        sync, tables = self.sync, self.tables
+        sync = self.sync
         limits = sync.row_limits[first:held]
-        bases, bound = tables["bases"][first:held], tables["limits"][first:held]
+        bases, bound = self.bases[first:held], self.limits[first:held]
         if min(limits) == 0:  # only when n < (m - 1) B
             inside = [row for row, limit in enumerate(limits) if limit]
-            inside = torch.tensor(inside, dtype=torch.int64).to(columns.device)
-            columns, values, bases, bound = (
-                t.index_select(0, inside) for t in (columns, values, bases, bound)
-            )
+            if self.cpu:
+                inside = np.array(inside, dtype=np.int64)
+            else:
+                inside = torch.tensor(inside, dtype=torch.int64).to(columns.device)
+            columns, values, bases, bound = (t[inside] for t in (columns, values, bases, bound))
             limits = [limit for limit in limits if limit]
         if min(limits, default=sync.block_size) < sync.block_size:
-            last = torch.searchsorted(columns, bound) - 1  # at least 0: see DESIGN.md
-            place = torch.minimum(tables["places"], last)
-            columns, values = columns.gather(1, place), values.gather(1, place)
-        if columns.numel():
-            put_(self.result, (bases + columns).view(-1), (values / sync.size).view(-1))
+            last = _count_below(columns, bound) - 1  # at least 0: see DESIGN.md
+            place = _minimum(self.places, last)
+            columns, values = _take_along(columns, place), _take_along(values, place)
+        if columns.shape[0]:
+            put_(self.result_array, (bases + columns).reshape(-1), (values / sync.size).reshape(-1))
 
     def leave_residuals(self) -> None:
         """Step 6: the residual in ``work`` once every row is collected.
@@ -907,12 +947,12 @@ class _Call:
         worker's selections sent get 0 or what quantization took off them.
         """
         for flat, before in reversed(self.saves):
-            put_(self.work, flat, before)
+            put_(self.dense, flat, before)
         if self.sync.residuals == "global":
-            put_(self.work, self.final_flat.view(-1), self.new_values.view(-1))
+            put_(self.dense, self.final_flat.reshape(-1), self.new_values.reshape(-1))
             return
-        flat = (self.bases + self.chosen).view(-1)
-        put_(self.work, flat, 0.0 if self.lost is None else self.lost.view(-1))
+        flat = (self.bases + self.chosen).reshape(-1)
+        put_(self.dense, flat, 0.0 if self.lost is None else self.lost.reshape(-1))
 
 
 def _runs(items) -> list:
@@ -927,6 +967,77 @@ def _runs(items) -> list:
         else:
             runs.append([item, 1])
     return [tuple(run) for run in runs]
+
+
+# The local work's few operations whose spelling differs between NumPy arrays (the CPU) and
+# tensors (elsewhere); the rest (slices, arithmetic, comparisons, indexing) read alike.
+
+
+def _shares(array, tensor: torch.Tensor) -> bool:
+    """Whether ``array`` is the local work's view of ``tensor``: its NumPy view, or itself.
+
+    (A copy of the synchronizer would hold a NumPy array apart from its tensor.)
+    """
+    if isinstance(array, np.ndarray):
+        return array.size == tensor.numel() and array.ctypes.data == tensor.data_ptr()
+    return array is tensor
+
+
+def _smallest_magnitudes(values):
+    """Return each row's smallest ``|value|``."""
+    if isinstance(values, np.ndarray):
+        return np.abs(values).min(axis=1)
+    return values.abs().amin(dim=1)
+
+
+def _add(a, b, out) -> None:
+    """Write ``a + b`` into ``out``."""
+    if isinstance(out, np.ndarray):
+        np.add(a, b, out=out)
+    else:
+        torch.add(a, b, out=out)
+
+
+def _add_at(target, flat, values) -> None:
+    """Add ``values`` into ``target`` at the distinct positions ``flat``."""
+    if isinstance(target, np.ndarray):
+        target[flat] += values
+    else:
+        target.scatter_add_(0, flat, values)
+
+
+def _zero_where(mask, values):
+    """Return ``values`` with (positive) zeros where ``mask`` is true; a tensor changes in place."""
+    if isinstance(values, np.ndarray):
+        return np.where(mask, np.float32(0.0), values)
+    return values.masked_fill_(mask, 0.0)
+
+
+def _where(mask, chosen, other):
+    """Return ``chosen`` where ``mask`` is true, ``other`` elsewhere."""
+    return (np.where if isinstance(mask, np.ndarray) else torch.where)(mask, chosen, other)
+
+
+def _minimum(a, b):
+    """Return the elementwise minimum of ``a`` and ``b`` (broadcast)."""
+    return (np.minimum if isinstance(a, np.ndarray) else torch.minimum)(a, b)
+
+
+def _count_below(columns, bound):
+    """Return, per row of the ascending ``columns``, how many lie below the row's ``bound``.
+
+    ``torch.searchsorted`` of the bound in each row (leftmost), shape (rows, 1).
+    """
+    if isinstance(columns, np.ndarray):
+        return np.count_nonzero(columns < bound, axis=1, keepdims=True)
+    return torch.searchsorted(columns, bound)
+
+
+def _take_along(table, place):
+    """Return ``table``'s entries at the columns ``place``, row by row."""
+    if isinstance(table, np.ndarray):
+        return np.take_along_axis(table, place, axis=1)
+    return table.gather(1, place)
 
 
 def _coalesce(lists: list) -> tuple:

@@ -172,13 +172,15 @@ LEAN = os.path.join("runs", "lean-engine")
 def ops_table(root: str) -> str:
     """Return docs/PERFORMANCE.md's "Operations per call" table.
 
-    Operations / data-dependent ones per P, before and now (``runs/lean-engine/ops_before.json``,
-    ``ops_after.json``), and ops(32) / ops(4).
+    Operations / data-dependent ones per P, before the batched steps, after them, and with the
+    NumPy path (``runs/lean-engine/ops_before.json``, ``ops_after.json``, ``ops_numpy.json``),
+    and ops(32) / ops(4).
     """
+    whens = ("before", "after", "numpy")
     counts: dict = {}
-    for when in ("before", "after"):
+    for when in whens:
         for row in _load(root, os.path.join(LEAN, f"ops_{when}.json")):
-            method = counts.setdefault(row["method"], {"before": {}, "after": {}})
+            method = counts.setdefault(row["method"], {w: {} for w in whens})
             method[when][row["workers"]] = (row["ops"], row["data_dependent_ops"])
     workers = sorted(next(iter(counts.values()))["after"])
     header = " | ".join(["P = " + str(workers[0])] + [str(p) for p in workers[1:]])
@@ -192,14 +194,20 @@ def ops_table(root: str) -> str:
         return first + " | ".join(cells) + f" | {per[workers[-1]][0] / per[4][0]:.1f} |"
 
     names = {"topk": "topk (TopkA)"}
-    for method, whens in counts.items():
-        name = names.get(method, method)
-        if whens["before"] == whens["after"]:
-            lines.append(row(f"| {name} | (unchanged) | ", whens["after"]))
-        else:
-            lines.append(row(f"| {name} | before | ", whens["before"]))
-            lines.append(row("| | now | ", whens["after"]))
+    labels = {"before": "before", "after": "batched", "numpy": "NumPy path"}
+    for method, per in counts.items():
+        first = f"| {names.get(method, method)} | "
+        for when in whens:
+            if when != "before" and per[when] == per[_previous(whens, when)]:
+                continue  # unchanged by that step
+            lines.append(row(first + f"{labels[when]} | ", per[when]))
+            first = "| | "
     return "\n".join(lines) + "\n"
+
+
+def _previous(sequence: tuple, item):
+    """The element of ``sequence`` before ``item``."""
+    return sequence[sequence.index(item) - 1]
 
 
 def lean_replay_table(root: str) -> str:

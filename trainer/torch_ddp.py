@@ -21,6 +21,7 @@ library all-reduce.
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import inspect
 import math
@@ -167,7 +168,18 @@ def start_group(comm, device) -> str:
     dist.init_process_group(
         backend, init_method=f"tcp://{address}:{port}", rank=rank, world_size=size, **options
     )
+    atexit.register(_end_group, comm)
     return f"{address}:{port}"
+
+
+def _end_group(comm) -> None:
+    """At exit: every rank ends the group together (an MPI barrier, then
+    ``destroy_process_group``), so that no rank's Gloo threads are torn down by the interpreter
+    while a peer still talks to them, which aborted a run now and then ("terminate called
+    without an active exception"). Not reached on Ctrl-C's immediate exit."""
+    if dist.is_initialized():
+        comm.Barrier()
+        dist.destroy_process_group()
 
 
 def allreduce_bytes(numel: int, element_size: int, size: int) -> float:

@@ -11,6 +11,7 @@ a bitmap over the indices it owns).
 
 from __future__ import annotations
 
+import abc
 import math
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -52,7 +53,7 @@ def _spans(counts: Sequence[int]) -> list:
     return list(zip(bounds[:-1], bounds[1:]))
 
 
-class Codec:
+class Codec(abc.ABC):
     """Encodes sparse lists and dense values into one message and decodes them.
 
     ``Codec(wire)`` returns a new codec of the class of ``wire`` (:class:`Fp32Codec`,
@@ -95,6 +96,7 @@ class Codec:
         """
         return 0
 
+    @abc.abstractmethod
     def quantize(self, values: torch.Tensor) -> torch.Tensor:
         """Return ``values`` as a receiver decodes them when they travel as one list.
 
@@ -104,26 +106,26 @@ class Codec:
         Raises:
             ValueError: ``values`` hold NaN or inf (fp16), or a bf16 value overflows.
         """
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def quantize_parts(self, values: torch.Tensor, counts: Sequence[int], kept: int):
         """Return ``values`` with every part but part ``kept`` quantized as it travels alone.
 
         Parts are consecutive entries of sizes ``counts``; part ``kept`` stays home, as it is.
         ``values`` itself at fp32.
         """
-        raise NotImplementedError
 
     # Sparse lists ---------------------------------------------------------------------------
 
+    @abc.abstractmethod
     def encode(self, lists: Sequence[tuple], with_counts: bool) -> torch.Tensor:
         """Return one message holding the (indices, values) ``lists``.
 
         Indices may be int32 or int64 (each below 2^31); the fp32 codec carries the counts only
         ``with_counts``, compact codecs always.
         """
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def decode(self, message: torch.Tensor, items: int, sizes: Sequence[int] | None = None):
         """Return the ``items`` (int32 indices, float32 values) lists of a message.
 
@@ -133,7 +135,6 @@ class Codec:
         Raises:
             RuntimeError: the message does not fit.
         """
-        raise NotImplementedError
 
     def encode_rows(self, columns: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         """Return one message holding the rows of ``(r, w)`` ``columns`` and ``values`` as r lists.
@@ -159,6 +160,7 @@ class Codec:
         """Return the (indices, values) of a message encoded from one list without counts."""
         return self.decode(message, 1)[0]
 
+    @abc.abstractmethod
     def encode_parts(
         self, indices: torch.Tensor, values: torch.Tensor, counts: Sequence[int], home: int
     ) -> list:
@@ -170,7 +172,6 @@ class Codec:
         buffer made by one ``cat`` of the parts' slices after one conversion of the indices:
         two kernels on a GPU, whatever the number of parts.
         """
-        raise NotImplementedError
 
     def decode_joined(self, items: Sequence) -> tuple:
         """Return the lists of ``items``, joined in order, and their lengths.
@@ -206,24 +207,24 @@ class Codec:
 
     # Dense values ---------------------------------------------------------------------------
 
+    @abc.abstractmethod
     def encode_values(self, pieces: Sequence[torch.Tensor]) -> torch.Tensor:
         """Return one message holding the float32 tensors ``pieces`` (no indices).
 
         fp32: their bits as int32. Compact: each piece's exponent, then the 16-bit values.
         """
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def values_bytes(self, sizes: Sequence[int]) -> int:
         """Return the bytes of an :meth:`encode_values` message of pieces of lengths ``sizes``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def decode_values(self, message: torch.Tensor, sizes: Sequence[int]) -> list:
         """Return the float32 pieces of lengths ``sizes`` of an :meth:`encode_values` message.
 
         Raises:
             RuntimeError: the message does not fit.
         """
-        raise NotImplementedError
 
     def decode_values_joined(self, messages: Sequence[torch.Tensor], sizes: Sequence[int]):
         """Return the float32 values of one-piece :meth:`encode_values` ``messages``, joined.

@@ -8,6 +8,8 @@ import signal
 import sys
 import tempfile
 
+import pytest
+
 # A test run started with SIGINT ignored (a background job of a script) would hand the ignore on
 # to every process the interrupt tests start, which then could not be interrupted: handle it as
 # Python does by default, so those processes start with the default action.
@@ -27,3 +29,14 @@ atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 from tests.ranks import import_extra_methods  # noqa: E402 - needs the root on sys.path
 
 import_extra_methods()
+
+
+@pytest.fixture(params=[1, 2], ids=["one-thread", "two-threads"])
+def threads(request):
+    """Both CPU selection paths: NumPy passes in chunks (one thread) and torch's (several)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(previous)

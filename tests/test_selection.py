@@ -64,15 +64,6 @@ def test_topk_on_cuda_selects_the_largest():
     np.testing.assert_array_equal(got.cpu().numpy(), reference_topk(x, 1000))
 
 
-@pytest.fixture(params=[1, 2], ids=["one-thread", "two-threads"])
-def threads(request):
-    """Both CPU paths: NumPy passes in chunks (one thread) and torch's whole-matrix passes."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(previous)
-
-
 @pytest.mark.parametrize(
     "rows,n", [(1, 300000), (3, 40000), (5, 7), (4, 1000), (2, 600000), (9, 70000)]
 )

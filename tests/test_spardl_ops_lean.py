@@ -16,15 +16,6 @@ from syncbench.opcount import OperationCounter, count_method
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.fixture(params=[1, 2], ids=["one-thread", "two-threads"])
-def threads(request):
-    """Both CPU selection passes: NumPy's in chunks (one thread) and torch's (several)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(previous)
-
-
 def _ops(workers: int, numel: int = 100_000) -> dict:
     def gradient(call: int) -> torch.Tensor:
         return torch.randn(numel, generator=torch.Generator().manual_seed(call))

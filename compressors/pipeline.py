@@ -271,6 +271,18 @@ class BucketPipeline:
         self.wait()
         return future.value()
 
+    def close(self, timeout: float = 60.0) -> None:
+        """Wait for the queued buckets, then end this rank's communication thread and join it.
+
+        A program that ends its process group calls it first, so that no thread is left inside
+        torch when the interpreter exits; a later bucket starts a new thread.
+        """
+        self.wait()
+        with _threads_lock:
+            thread = _threads.get(_group_key(self.transport))
+        if thread is not None:
+            thread.stop(timeout)
+
     def wait(self, timeout: float | None = None, raise_error: bool = True) -> None:
         """Return once every submitted bucket is done.
 

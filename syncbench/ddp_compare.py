@@ -271,7 +271,6 @@ def release(runs: dict) -> None:
     called without an active exception").
     """
     from compressors.ddp import SparDLState
-    from compressors.pipeline import comm_thread
 
     states = [
         state
@@ -280,9 +279,7 @@ def release(runs: dict) -> None:
         if isinstance(state, SparDLState)
     ]
     for state in states:
-        state.pipeline.wait()
-    for transport in {id(s.pipeline.transport): s.pipeline.transport for s in states}.values():
-        comm_thread(transport).stop()
+        state.pipeline.close()
     del states
     runs.clear()
     gc.collect()

@@ -338,3 +338,14 @@ def test_a_stopped_comm_thread_runs_its_queued_jobs_ends_and_is_replaced():
     assert fresh is not thread and fresh.put(lambda: ran.append(4))
     fresh.stop()
     assert ran == [1, 2, 4]
+
+
+def test_closing_a_pipeline_runs_its_buckets_and_ends_its_thread():
+    from compressors.pipeline import comm_thread
+
+    transport = local_group(1).rank(0)
+    pipeline = BucketPipeline(transport, "topk", 0.5)
+    thread = comm_thread(transport)
+    pipeline.close()
+    assert not thread.thread.is_alive()
+    pipeline.close()  # nothing left to end

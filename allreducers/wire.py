@@ -136,25 +136,39 @@ class Codec(abc.ABC):
             RuntimeError: the message does not fit.
         """
 
-    def encode_rows(self, columns: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    def quantize_rows(self, values: torch.Tensor) -> torch.Tensor:
+        """Return each row of the ``(r, w)`` ``values`` as :meth:`quantize` gives it alone.
+
+        A fixed number of operations and no read of the data, whatever r is; the rows must be
+        finite (fp16: a row with NaN or inf travels as what its scaling makes of it, which the
+        next selection refuses).
+        """
+        return values
+
+    @abc.abstractmethod
+    def rows_size(self, rows: int, width: int, span: int) -> int:
+        """Return the length (in ``recv_dtype`` elements) of an :meth:`encode_rows` message.
+
+        Fixed by the shape: ``rows`` lists of ``width`` entries whose columns lie in
+        ``[0, span)``.
+        """
+
+    @abc.abstractmethod
+    def encode_rows(self, columns: torch.Tensor, values: torch.Tensor, span: int) -> torch.Tensor:
         """Return one message holding the rows of ``(r, w)`` ``columns`` and ``values`` as r lists.
 
-        The same bytes as :meth:`encode` of the r row lists without counts; at fp32 a constant
-        number of operations, whatever r is (a compact codec encodes list by list).
+        Columns lie in ``[0, span)`` and each row's are non-decreasing (SparDL's tables are
+        ascending, padded by repeating the last entry). The message has :meth:`rows_size`
+        elements; a fixed number of operations and no read of the data, whatever r is.
         """
-        return self.encode(list(zip(columns, values)), with_counts=False)
 
-    def decode_rows(self, message: torch.Tensor, rows: int, width: int) -> tuple:
+    @abc.abstractmethod
+    def decode_rows(self, message: torch.Tensor, rows: int, width: int, span: int) -> tuple:
         """Return the ``(rows, width)`` (int32 columns, float32 values) of an :meth:`encode_rows`.
 
         Raises:
-            RuntimeError: the message does not hold ``rows`` lists of ``width`` entries.
+            RuntimeError: the message is not of :meth:`rows_size`.
         """
-        lists = self.decode(message, rows, [width] * rows)
-        return (
-            torch.stack([indices for indices, _ in lists]),
-            torch.stack([values for _, values in lists]),
-        )
 
     def decode_one(self, message: torch.Tensor) -> tuple:
         """Return the (indices, values) of a message encoded from one list without counts."""
@@ -287,15 +301,19 @@ class Fp32Codec(Codec):
             start += size
         return lists
 
-    def encode_rows(self, columns: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        """Return the rows' message in two copies, whatever the number of rows."""
+    def rows_size(self, rows: int, width: int, span: int) -> int:
+        """Return the int32 words of the rows' message: an index and a value per entry."""
+        return 2 * rows * width
+
+    def encode_rows(self, columns: torch.Tensor, values: torch.Tensor, span: int) -> torch.Tensor:
+        """Return the rows' message ``indices | value bits`` in two copies."""
         size = columns.numel()
         message = torch.empty(2 * size, dtype=torch.int32, device=values.device)
         message[:size].view(columns.shape).copy_(columns)
         message[size:].view(torch.float32).view(values.shape).copy_(values)
         return message
 
-    def decode_rows(self, message: torch.Tensor, rows: int, width: int) -> tuple:
+    def decode_rows(self, message: torch.Tensor, rows: int, width: int, span: int) -> tuple:
         """Return the rows of an :meth:`encode_rows` message, as views."""
         size = rows * width
         if message.numel() != 2 * size:
@@ -384,6 +402,71 @@ class CompactCodec(Codec):
             if part != kept:
                 sent[a:b] = self.quantize(values[a:b])
         return sent
+
+    def row_exponents(self, values: torch.Tensor) -> torch.Tensor:
+        """Return each row's :meth:`exponent` of the ``(r, w)`` ``values``, as int32 ``(r,)``."""
+        return torch.zeros(values.shape[0], dtype=torch.int32, device=values.device)
+
+    def _rows_to_half(self, values: torch.Tensor, exponents: torch.Tensor) -> torch.Tensor:
+        return (values * _powers_of_two(exponents, -1).unsqueeze(1)).to(self._half)
+
+    @staticmethod
+    def _rows_from_half(half: torch.Tensor, exponents: torch.Tensor) -> torch.Tensor:
+        return half.float().mul_(_powers_of_two(exponents).unsqueeze(1))
+
+    def quantize_rows(self, values: torch.Tensor) -> torch.Tensor:
+        """Return each row through 16 bits and back, scaled by its exponent: no read of data."""
+        exponents = self.row_exponents(values)
+        return self._rows_from_half(self._rows_to_half(values, exponents), exponents)
+
+    def rows_size(self, rows: int, width: int, span: int) -> int:
+        """Return the bytes of the rows' message (docs/DESIGN.md, "The wire")."""
+        return 4 * rows * (1 + _segments(span)) + 4 * rows * width
+
+    def encode_rows(self, columns: torch.Tensor, values: torch.Tensor, span: int) -> torch.Tensor:
+        """Return the rows' fixed-size uint8 message (docs/DESIGN.md, "The wire").
+
+        ``[e_1..e_r | segment counts | 16-bit low columns | 16-bit values]``: the counts (of
+        each row's columns per 65,536-wide segment of ``span``, r x S int32) travel only where
+        ``span`` > 65,536 and let the receiver restore the high bits of the non-decreasing rows.
+        """
+        rows, width = values.shape
+        segments = _segments(span)
+        message = torch.empty(
+            self.rows_size(rows, width, span), dtype=torch.uint8, device=values.device
+        )
+        head = 4 * rows * (1 + segments)
+        words = message[:head].view(torch.int32)
+        exponents = self.row_exponents(values)
+        words[:rows] = exponents
+        if segments:
+            counts = words[rows:].view(rows, segments).zero_()
+            ones = torch.ones((), dtype=torch.int32, device=values.device).expand(rows, width)
+            counts.scatter_add_(1, columns.long() >> 16, ones)
+        entries = rows * width
+        low = message[head : head + 2 * entries].view(torch.int16).view(rows, width)
+        low.copy_(columns & 0xFFFF)
+        halves = message[head + 2 * entries :].view(self._half).view(rows, width)
+        halves.copy_(self._rows_to_half(values, exponents))
+        return message
+
+    def decode_rows(self, message: torch.Tensor, rows: int, width: int, span: int) -> tuple:
+        """Return the int32 columns and float32 values of an :meth:`encode_rows` message."""
+        size = self.rows_size(rows, width, span)
+        if message.numel() != size:
+            raise RuntimeError(f"malformed message: {message.numel()} bytes, expected {size}")
+        segments = _segments(span)
+        head = 4 * rows * (1 + segments)
+        words = message[:head].view(torch.int32)
+        entries = rows * width
+        low = message[head : head + 2 * entries].view(torch.int16)
+        columns = low.to(torch.int32).bitwise_and_(0xFFFF)
+        if segments:
+            starts = torch.arange(segments, dtype=torch.int32, device=message.device) << 16
+            high = torch.repeat_interleave(starts.repeat(rows), words[rows:], output_size=entries)
+            columns.add_(high)
+        halves = message[head + 2 * entries :].view(self._half).view(rows, width)
+        return columns.view(rows, width), self._rows_from_half(halves, words[:rows])
 
     def encode(self, lists: Sequence[tuple], with_counts: bool) -> torch.Tensor:
         """Return the uint8 message of ``lists`` (docs/DESIGN.md, "The wire")."""
@@ -505,6 +588,21 @@ class Fp16Codec(CompactCodec):
             exponent += 1
         return max(exponent, _LOWEST_EXPONENT)
 
+    def row_exponents(self, values: torch.Tensor) -> torch.Tensor:
+        """Return :meth:`exponent` of each row of the ``(r, w)`` ``values``, as int32 ``(r,)``.
+
+        The same integers (but -125 for a row of zeros, whose zeros decode alike), computed on
+        the device from the bits of each row's largest magnitude, without a read; rows must be
+        finite. For a normal largest |v| = (1 + f) 2^(b - 127), e = b - 142, plus 1 where
+        (1 + f) 2^15 > 65504, i.e. f's 23 bits exceed 0x7FE000: adding 0x1FFF carries exactly
+        then.
+        """
+        if values.shape[1] == 0:
+            return super().row_exponents(values)
+        largest = torch.linalg.vector_norm(values, math.inf, dim=1)
+        exponents = largest.view(torch.int32).add(0x1FFF).bitwise_right_shift_(23)
+        return exponents.clamp_(min=_LOWEST_EXPONENT + 142).sub_(142)
+
 
 class Bf16Codec(CompactCodec):
     """The bf16 wire: bfloat16 values, unscaled; a value that overflows raises ``ValueError``."""
@@ -517,6 +615,26 @@ class Bf16Codec(CompactCodec):
         if half.numel() and not bool(torch.isfinite(half).all()):
             raise ValueError("wire='bf16': a message holds NaN or inf")
         return half
+
+    def _rows_to_half(self, values: torch.Tensor, exponents: torch.Tensor) -> torch.Tensor:
+        half = values.to(self._half)  # unscaled: every exponent is 0
+        if half.numel() and not bool(torch.isfinite(half).all()):
+            raise ValueError("wire='bf16': a message holds NaN or inf")
+        return half
+
+
+def _segments(span: int) -> int:
+    """Return the 65,536-wide segments of columns in ``[0, span)``; 0 where 16 bits hold them."""
+    return 0 if span <= _SEGMENT else -(-span // _SEGMENT)
+
+
+def _powers_of_two(exponents: torch.Tensor, sign: int = 1) -> torch.Tensor:
+    """Return 2^(sign e) (float32, exact) of int32 ``exponents``, sign e in [-126, 127].
+
+    Built from the bits, three operations.
+    """
+    biased = exponents + 127 if sign > 0 else torch.rsub(exponents, 127)
+    return biased.bitwise_left_shift_(23).view(torch.float32)
 
 
 def _offsets(indices: torch.Tensor) -> tuple:

@@ -619,10 +619,11 @@ class _Call:
         )
 
     def rows_numel(self):
-        """The length of a message of k_b-entry lists, per step, where it is fixed (fp32)."""
-        if self.sync.codec.compact:
-            return None
-        return lambda step: 2 * self.sync.block_budget * len(step.recv_items)
+        """The length of a message of k_b-entry lists, per step: fixed at every wire."""
+        sync = self.sync
+        return lambda step: sync.codec.rows_size(
+            len(step.recv_items), sync.block_budget, sync.block_size
+        )
 
     def rows(self, items) -> slice:
         """Return the rows of the blocks ``items``, which are consecutive rows."""
@@ -671,8 +672,7 @@ class _Call:
             self.levels[part] = _smallest_magnitudes(values)
             sent = values
             if self.coder is not None:
-                rows_sent = [self.coder.quantize(row) for row in self.tensor(values)]
-                sent = self.array(torch.stack(rows_sent))
+                sent = self.array(self.coder.quantize_rows(self.tensor(values)))
                 self.lost[part, :keep] = values - sent
             self.sent[part, :keep] = sent
             row += count
@@ -687,12 +687,14 @@ class _Call:
         with self.timer("select"):
             rows = self.select(step.send_items, self.sync.block_budget)
             chosen, sent = self.tables["chosen"], self.tables["sent"]
-            return self.sync.codec.encode_rows(chosen[rows], sent[rows])
+            return self.sync.codec.encode_rows(chosen[rows], sent[rows], self.sync.block_size)
 
     def receive_blocks(self, step, message: torch.Tensor) -> None:
         """Step 2, receiving: add the received lists into their blocks' dense copies."""
         items = step.recv_items
-        columns, summands = self.sync.codec.decode_rows(message, len(items), self.sync.block_budget)
+        columns, summands = self.sync.codec.decode_rows(
+            message, len(items), self.sync.block_budget, self.sync.block_size
+        )
         with self.timer("accumulate"):
             columns, summands = self.array(columns), self.array(summands)
             for first, count in _runs(items):
@@ -822,12 +824,12 @@ class _Call:
 
         def produce(step) -> torch.Tensor:
             rows = self.rows(step.send_items)
-            return sync.codec.encode_rows(final_columns[rows], final_values[rows])
+            return sync.codec.encode_rows(final_columns[rows], final_values[rows], sync.block_size)
 
         def consume(step, message: torch.Tensor) -> None:
             rows = self.rows(step.recv_items)
             columns, values = sync.codec.decode_rows(
-                message, len(step.recv_items), sync.block_budget
+                message, len(step.recv_items), sync.block_budget, sync.block_size
             )
             self.final_columns[rows] = self.array(columns)
             self.final_values[rows] = self.array(values)

@@ -145,11 +145,14 @@ def count_method(transport, name: str, numel: int, density: float, gradient, **o
     return count_call(sync, gradient(1))
 
 
-def count_table(methods: list, workers: list, numel: int, density: float, seed: int = 0) -> list:
+def count_table(
+    methods: list, workers: list, numel: int, density: float, seed: int = 0, wire: str = "fp32"
+) -> list:
     """Return the operations table: a row per method and group size.
 
-    Each row ``{method, workers, numel, density, ops, data_dependent_ops}``: rank 0's second
-    call of the method on an in-process group of that size (seeded normal gradients).
+    Each row ``{method, workers, numel, density, wire, ops, data_dependent_ops}``: rank 0's
+    second call of the method at ``wire`` on an in-process group of that size (seeded normal
+    gradients).
     """
     from allreducers.transports import local_group
 
@@ -162,11 +165,18 @@ def count_table(methods: list, workers: list, numel: int, density: float, seed: 
                     generator = torch.Generator().manual_seed(seed + 1000 * call + transport.rank)
                     return torch.randn(numel, generator=generator)
 
-                return count_method(transport, method, numel, density, gradient)
+                return count_method(transport, method, numel, density, gradient, wire=wire)
 
             counts = local_group(size).run(count)[0]
             rows.append(
-                {"method": method, "workers": size, "numel": numel, "density": density, **counts}
+                {
+                    "method": method,
+                    "workers": size,
+                    "numel": numel,
+                    "density": density,
+                    "wire": wire,
+                    **counts,
+                }
             )
     return rows
 
@@ -181,13 +191,14 @@ def main(argv=None) -> list:
     parser.add_argument("--workers", default="2,4,8,16,32", help="comma-separated P")
     parser.add_argument("--numel", type=int, default=100_000)
     parser.add_argument("--density", type=float, default=0.01)
+    parser.add_argument("--wire", default="fp32", choices=("fp32", "fp16", "bf16"))
     parser.add_argument("--json", metavar="FILE", help="write the rows as a JSON list")
     args = parser.parse_args(argv)
     try:
         workers = [int(p) for p in args.workers.split(",")]
     except ValueError:
         parser.error(f"--workers takes comma-separated integers, got {args.workers!r}")
-    rows = count_table(args.methods.split(","), workers, args.numel, args.density)
+    rows = count_table(args.methods.split(","), workers, args.numel, args.density, wire=args.wire)
     for row in rows:
         print(f"{row['method']:10} P={row['workers']:<3} {row['ops']}/{row['data_dependent_ops']}")
     if args.json:

@@ -45,18 +45,64 @@ def test_counter_sees_data_dependent_reads():
     assert counter.data_dependent == 4 and counter.total >= 5
 
 
-@pytest.mark.parametrize("wire", ["fp32", "fp16", "bf16"])
-def test_rows_codec_matches_list_codec(wire):
-    """``encode_rows`` sends the bytes ``encode`` sends for the same lists, and decodes back."""
-    coder = codec(wire)
+def test_fp32_rows_codec_sends_the_bytes_of_the_list_codec():
+    """At fp32 ``encode_rows`` sends the bytes ``encode`` sends for the same lists, and back."""
+    coder = codec("fp32")
     columns = torch.sort(torch.randint(0, 5000, (3, 7)), dim=1).values
-    values = coder.quantize(torch.randn(3, 7))
-    message = coder.encode_rows(columns, values)
+    values = torch.randn(3, 7)
+    message = coder.encode_rows(columns, values, 5000)
     assert torch.equal(message, coder.encode(list(zip(columns, values)), with_counts=False))
-    got_columns, got_values = coder.decode_rows(message, 3, 7)
+    assert message.numel() == coder.rows_size(3, 7, 5000)
+    got_columns, got_values = coder.decode_rows(message, 3, 7, 5000)
     assert torch.equal(got_columns.long(), columns) and torch.equal(got_values, values)
     with pytest.raises(RuntimeError, match="malformed"):
-        coder.decode_rows(message[:-4], 3, 7)
+        coder.decode_rows(message[:-4], 3, 7, 5000)
+
+
+@pytest.mark.parametrize("wire", ["fp16", "bf16"])
+@pytest.mark.parametrize("span", [5000, 65536, 65537, 1_000_003])
+def test_compact_rows_have_a_fixed_size_and_decode_exactly(wire, span):
+    """A compact rows message is of ``rows_size`` whatever the data, and gives back the columns
+    (non-decreasing, padded by repeats, across 65,536-wide segments) and each row quantized."""
+    coder = codec(wire)
+    generator = torch.Generator().manual_seed(span)
+    columns = torch.sort(torch.randint(0, span, (5, 40), generator=generator), dim=1).values
+    columns[1, 30:] = columns[1, 29]  # a short list, padded by its last entry
+    columns[2] = span - 1  # one column, the last
+    values = (
+        torch.randn(5, 40, generator=generator)
+        * torch.tensor([1e-30, 1.0, 0.0, 3e4, 1e30])[:, None]
+    )
+    message = coder.encode_rows(columns, values, span)
+    assert message.numel() == coder.rows_size(5, 40, span)
+    assert coder.rows_size(5, 40, span) == 4 * 5 * (1 + (span > 65536) * -(-span // 65536)) + 800
+    got_columns, got_values = coder.decode_rows(message, 5, 40, span)
+    assert got_columns.dtype == torch.int32 and torch.equal(got_columns.long(), columns)
+    assert torch.equal(got_values, coder.quantize_rows(values))
+    with pytest.raises(RuntimeError, match="malformed"):
+        coder.decode_rows(message[:-4], 5, 40, span)
+
+
+@pytest.mark.parametrize("wire", ["fp32", "fp16", "bf16"])
+def test_quantize_rows_is_quantize_of_each_row_without_a_read(wire):
+    """``quantize_rows`` gives each row's ``quantize`` bits, at magnitudes from subnormal to
+    near float32's largest, in a fixed number of operations and no data-dependent read."""
+    coder = codec(wire)
+    scales = [0.0, 1e-45, 1e-40, 2.0**-126, 1e-20, 1.0, 65504.0, 65520.0, 1e20]
+    if wire == "fp16":
+        scales.append(5e37)
+    rows = torch.randn(len(scales), 33, generator=torch.Generator().manual_seed(5))
+    rows = rows * torch.tensor(scales)[:, None]
+    rows[6, 0] = 65504.0  # exactly fp16's largest
+    with OperationCounter() as counter:
+        quantized = coder.quantize_rows(rows)
+    assert counter.data_dependent == (1 if wire == "bf16" else 0)  # bf16: the overflow check
+    expected = torch.stack([coder.quantize(row) for row in rows])
+    assert torch.equal(quantized, expected)
+    if coder.compact:  # each row's exponent, but -125 for fp16's rows of zeros (alike on the wire)
+        zero = -125 if wire == "fp16" else 0
+        exponents = [coder.exponent(row) if row.any() else zero for row in rows]
+        assert coder.row_exponents(rows).tolist() == exponents
 
 
 @pytest.mark.parametrize(

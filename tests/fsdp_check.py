@@ -5,7 +5,9 @@ every registered method's reduce-scatter gives FSDP's own gradients, with FSDP's
 sums forced (the model has 3 parameter groups and, at P = 4, a bias of 3 entries, fewer than
 P); the replica hook over 2 "hosts" of 2 ranks gives plain FSDP's over all 4 and leaves the
 replicas with the same bits; a sparse run learns with the same weights on every rank; states
-round-trip; FSDP2's mixed precision (bf16 parameters, fp32 reduction) works. Rank 0 prints "passed".
+round-trip; with ``residual_dtype="bf16"`` density 1 still gives FSDP's gradients and the
+modules share one float32 synchronizer per size; FSDP2's mixed precision (bf16 parameters, fp32
+reduction) works. Rank 0 prints "passed".
 """
 
 import io
@@ -82,6 +84,19 @@ again = SparseReduceScatter("spardl", None, 0.1, wire="fp16")
 again.load_state_dict(saved["0"])
 assert any(state["residual"].abs().sum() > 0 for state in saved["0"]["synchronizers"].values())
 
+# residual_dtype="bf16": FSDP's gradients at density 1; sparse, the modules share float32 work.
+for method in ("spardl", "topk"):
+    net = model()
+    attach(net, method, density=1.0, residual_dtype="bf16")
+    close(gradients(net), native, f"{method} with bf16 residuals at density 1")
+net = model()
+comms = attach(net, "spardl", density=0.1, residual_dtype="bf16")
+gradients(net, steps=3, optimizer=torch.optim.SGD(net.parameters(), lr=0.05))
+assert len({id(comm.synchronizers) for comm in comms.values()}) == 1, "not shared"
+states = [state for comm in comms.values() for state in comm.state_dict()["synchronizers"].values()]
+assert states and all(state["residual"].dtype == torch.bfloat16 for state in states)
+assert any(state["residual"].abs().sum() > 0 for state in states)
+
 try:
     SparseReduceScatter("spardl", None, 0.1, nope=1)
     raise AssertionError("an unknown option was taken")
@@ -104,9 +119,10 @@ assert all(torch.isfinite(g).all() for g in grads), "mixed precision gave a non-
 if world == 4:  # sparse hybrid sharding: 2 hosts of 2 ranks
     shard_group, replica_group = host_groups(2)
     for method in ("spardl", "topk"):
-        net = model(shard_group)
-        attach(net, method, density=1.0, replica_group=replica_group)
-        close(gradients(net), native, f"{method} replica hook at density 1")
+        for residual_dtype in ("fp32", "bf16"):
+            net = model(shard_group)
+            attach(net, method, 1.0, replica_group=replica_group, residual_dtype=residual_dtype)
+            close(gradients(net), native, f"{method} replica hook at density 1, {residual_dtype}")
     net = model(shard_group)
     hooks = attach(net, "spardl", density=0.1, replica_group=replica_group)
     gradients(net, steps=3, optimizer=torch.optim.SGD(net.parameters(), lr=0.05))

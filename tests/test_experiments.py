@@ -146,3 +146,15 @@ def test_sharding(tmp_path, env):
     assert labels == ["| fsdp_native", "| fsdp_spardl", "| hsdp_native", "| hsdp_spardl"]
     info = json.loads((out / "1gbit" / "hsdp_spardl" / "run.json").read_text())
     assert "--hsdp --method spardl --density 0.01" in info["command"]
+
+
+def test_sharding_has_a_data_parallel_reference_and_sparse_flags(tmp_path, env):
+    out = tmp_path / "out"
+    flags = "--method-option momentum=0.9"
+    text, _ = run("sharding.sh", out, {**env, "MODES": "hsdp dp", "SPARSE_FLAGS": flags})
+    labels = [r.split(" | ")[0] for r in table_rows(text)[1:]]
+    assert labels == ["| dp_spardl", "| hsdp_native", "| hsdp_spardl"]
+    command = json.loads((out / "1gbit" / "dp_spardl" / "run.json").read_text())["command"]
+    assert "--hsdp" not in command and "--fsdp" not in command and flags in command
+    native = json.loads((out / "1gbit" / "hsdp_native" / "run.json").read_text())["command"]
+    assert flags not in native

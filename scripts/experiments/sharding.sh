@@ -8,6 +8,9 @@
 # scripts/cluster_network.sh at each rate of RATES (default 100mbit 1gbit), ITERS (default 20)
 # iterations per run, once per mode of MODES (default: fsdp hsdp) and method of METHODS
 # (default: native, and spardl at DENSITY 0.01), each run stopped after CAP (default 600) s.
+# MODES may also hold dp: plain data parallelism with the method's overlapped buckets (the
+# pipeline the DDP hook runs), the unsharded reference; it has no native run. SPARSE_FLAGS
+# (e.g. "--method-option momentum=0.9") go to every run of a method other than native.
 # Runs go to OUT/RATE/MODE_METHOD; the table (ms, sync ms and MB per iteration, final test
 # accuracy) is printed and written to OUT/sharding.md. TINY=1: a smoke test (no hosts).
 set -euo pipefail
@@ -25,8 +28,14 @@ fi
 for rate in $RATES; do
   for mode in $MODES; do
     for method in $METHODS; do
-      flags=("--$mode")
-      [ "$method" = native ] || flags+=(--method "$method" --density "$DENSITY")
+      flags=()
+      [ "$mode" = dp ] || flags=("--$mode")
+      if [ "$method" = native ]; then
+        [ "$mode" != dp ] || continue
+      else
+        read -ra extra <<<"${SPARSE_FLAGS:-}"
+        flags+=(--method "$method" --density "$DENSITY" "${extra[@]}")
+      fi
       train "$out/$rate/${mode}_$method" "$rate" "$ITERS" 1 "${flags[@]}"
     done
   done

@@ -10,6 +10,7 @@ from tests.mpirun import mpiexec
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
 FLAGS = ["--max-epochs", "1", "--max-iters", "3"]
+_RESIDUAL_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def train(tmp_path, name, workers, *extra):
@@ -64,13 +65,17 @@ def test_flags_that_cannot_combine_exit_2_with_one_line(tmp_path, workers, extra
     [
         (2, ["--fsdp", "--method", "spardl", "--density", "0.05"]),
         (4, ["--hsdp", "--method", "topk", "--density", "0.05"]),
+        (2, ["--fsdp", "--method", "spardl", "--density", "0.05", "--residual-dtype", "bf16"]),
     ],
 )
 def test_a_sharded_run_resumes_as_if_it_had_never_stopped(tmp_path, monkeypatch, workers, extra):
     """Two epochs straight equal one epoch, then a resume for the second: the same rows, and
-    the same model, momentum and residuals in the last checkpoint (gathered from the shards)."""
+    the same model, momentum and residuals in the last checkpoint (gathered from the shards).
+    With ``--residual-dtype bf16`` the residuals are saved in bf16, and the run and its
+    checkpoints say so, and a resume without it is refused in one line (exit 2)."""
     monkeypatch.setenv("SPARDL_CLUSTER", json.dumps({"hosts": 2, "ranks_per_host": 2}))
     same = ("iters", "train_loss", "test_loss", "test_acc", "bytes_sent_per_rank")
+    dtype = "bf16" if "bf16" in extra else "fp32"
 
     def run(name, epochs, *more):
         result = mpiexec(
@@ -88,9 +93,11 @@ def test_a_sharded_run_resumes_as_if_it_had_never_stopped(tmp_path, monkeypatch,
             str(tmp_path / f"{name}-ckpt"),
             *extra,
             *more,
+            timeout=240,
         )
         assert result.returncode == 0, result.stderr
         lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        assert all(json.loads(line)["residual_dtype"] == dtype for line in lines)
         return [{key: json.loads(line)[key] for key in same} for line in lines]
 
     straight = run("straight", 2)
@@ -115,3 +122,18 @@ def test_a_sharded_run_resumes_as_if_it_had_never_stopped(tmp_path, monkeypatch,
             for numel, sync in state["synchronizers"].items():
                 again = comms[1][name]["synchronizers"][numel]
                 assert torch.equal(sync["residual"], again["residual"]), (name, numel)
+                assert sync["residual"].dtype == _RESIDUAL_DTYPES[dtype], (name, numel)
+        assert saved[0]["synchronizer"]["residual_dtype"] == dtype
+        assert saved[0]["run_info"]["residual_dtype"] == dtype
+    if dtype == "bf16":  # resumed with float32 residuals: refused
+        flags = [flag for flag in extra if flag not in ("--residual-dtype", "bf16")]
+        checkpoints = str(tmp_path / "resumed-ckpt")
+        refused = mpiexec(
+            workers,
+            "main_trainer.py",
+            *("--max-epochs", "3", "--checkpoint-dir", checkpoints, "--resume", *flags),
+            timeout=240,
+        )
+        assert refused.returncode == 2, refused.stderr
+        assert "does not fit this run: residual_dtype bf16 (this run: fp32" in refused.stderr
+        assert "Traceback" not in refused.stderr

@@ -300,6 +300,7 @@ def build_synchronization(args, settings, model, device, run_info, comm):
             args.method_options if sparse else {},
             device,
             args.ranks_per_host if args.hsdp else None,
+            residual_dtype=args.residual_dtype,
         )
         run_info.update(
             effective_density=synchronizer.density,
@@ -307,6 +308,7 @@ def build_synchronization(args, settings, model, device, run_info, comm):
             ranks_per_host=args.ranks_per_host,
             overlap=True,
             bucket_mb=None,
+            **({"residual_dtype": synchronizer.residual_dtype} if sparse else {}),
         )
         return synchronizer
     flat = build_synchronizer(

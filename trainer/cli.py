@@ -22,6 +22,7 @@ import datasets
 import models
 from allreducers.transports.environment import cluster_topology
 from allreducers.wire import WIRES
+from compressors.fsdp import RESIDUAL_DTYPES
 from trainer.config import DEFAULTS, ConfigError, config_path, load_config, merge
 from trainer.distributed import UsageError, agree
 from trainer.sharded import ranks_per_host
@@ -324,6 +325,14 @@ def _overlap_and_sharding_flags(sync):
         "SPARDL_CLUSTER, else the ranks sharing memory); natively, or with --compression "
         "--compressor NAME averaging the shards across hosts sparsely (docs/FSDP.md)",
     )
+    sync.add_argument(
+        "--residual-dtype",
+        choices=RESIDUAL_DTYPES,
+        default="fp32",
+        help="--fsdp or --hsdp with a sparse method: how each FSDP module keeps its "
+        "error-feedback residual, fp32, or bf16 (half the memory; the modules share float32 "
+        "synchronizers, and the bf16 rounding of the residual is lost) (default: fp32)",
+    )
 
 
 def _output_flags(run):
@@ -430,9 +439,9 @@ def _sharding_problems(args, size, comm):
     """Flags ``--fsdp`` and ``--hsdp`` cannot combine with; sets ``args.ranks_per_host``."""
     args.ranks_per_host = None
     if not (args.fsdp or args.hsdp):
-        return []
+        return _residual_dtype_problems(args, None)
     flag = "--fsdp" if args.fsdp else "--hsdp"
-    problems = []
+    problems = _residual_dtype_problems(args, flag)
     if size < 2:
         problems.append(f"{flag} needs at least 2 workers, got {size}")
     if args.no_overlap:
@@ -455,6 +464,31 @@ def _sharding_problems(args, size, comm):
             )
         args.ranks_per_host = per_host
     return problems
+
+
+def _residual_dtype_problems(args, flag):
+    """``--residual-dtype`` other than fp32 needs a sharded run (``flag``: ``--fsdp`` or
+    ``--hsdp``, else None) whose method keeps a residual: not FSDP's own (dense) reduction."""
+    dtype = args.residual_dtype
+    if dtype == "fp32" or is_ddp_method(args.compressor):  # a DDP method: refused with --fsdp
+        return []
+    if flag is None:
+        return [
+            f"--residual-dtype {dtype} without --fsdp or --hsdp: it sets how a sharded run's "
+            "sparse method keeps its residuals"
+        ]
+    try:
+        keeps = args.compressor != "dense" and compressors.resolve(args.compressor).uses_residual
+    except ValueError:  # an unknown method: reported already
+        return []
+    if not keeps:
+        return [
+            f"--residual-dtype {dtype} with a native {flag} run: FSDP's own reduction keeps no "
+            "residual; give a sparse method (--method NAME)"
+            if args.compressor == "dense"
+            else f"--residual-dtype {dtype} with {args.compressor}: it keeps no residual"
+        ]
+    return []
 
 
 def _ddp_problems(args):

@@ -11,6 +11,9 @@ keeps its own residuals), so a sharded run resumes like any other.
 * ``--hsdp``: shards within a host and replicates across hosts. Natively FSDP2's 2-D mesh
   (reduce-scatter in the host, all-reduce across); with a method, FSDP shards over the host
   and ``compressors.fsdp.sparse_replica_hook`` averages each shard across the hosts.
+* ``--residual-dtype bf16`` (with a method): each FSDP module keeps its error-feedback residual
+  in bf16, and the modules share float32 synchronizers, one per distinct vector length (as
+  ``compressors.fsdp.attach`` makes them: each module's comm a ``sibling`` of the first).
 
 How it measures: the gradient reductions run inside backward (on the CPU nothing overlaps
 them), so a step's synchronization is the time spent in them, timed around each reduce-scatter
@@ -123,15 +126,21 @@ class FSDPSync:
         density, options: the method's density and options.
         device: the rank's device.
         per_host: ``None`` for ``--fsdp``; for ``--hsdp``, the ranks of one host.
+        residual_dtype: how a method's residuals are kept, ``"fp32"`` or ``"bf16"``
+            (``compressors.fsdp.RESIDUAL_DTYPES``); FSDP's own reduction keeps none.
 
     Attributes:
         numel, name, density, stats: as the trainer's other synchronizers.
+        residual_dtype: the residuals' storage (``"fp32"`` natively).
     """
 
-    def __init__(self, comm, model, method, density, options, device, per_host=None) -> None:
+    def __init__(
+        self, comm, model, method, density, options, device, per_host=None, residual_dtype="fp32"
+    ) -> None:
         start_group(comm, device)
         self.name = method or "native"
         self.density = density if method else 1.0
+        self.residual_dtype = residual_dtype if method else "fp32"
         self.options = dict(options or {})
         self.size = comm.Get_size()
         self.per_host = per_host
@@ -152,6 +161,7 @@ class FSDPSync:
                 fully_shard(child, mesh=mesh)
         fully_shard(model, mesh=mesh)
         self.comms = {}
+        first = None  # the first module's comm: the others are its siblings (bf16: shared syncs)
         for name, module in model.named_modules():
             if not isinstance(module, FSDPModule):
                 continue
@@ -159,15 +169,23 @@ class FSDPSync:
                 module.set_custom_reduce_scatter(_NativeReduceScatter(self._clock))
                 if per_host is not None:
                     module.set_all_reduce_hook(self._native_replica_bytes(hosts))
+                continue
+            if first is not None:
+                comm_ = first.sibling()
             elif per_host is None:
-                comm_ = SparseReduceScatter(method, None, density, **self.options)
+                comm_ = first = SparseReduceScatter(
+                    method, None, density, self.residual_dtype, **self.options
+                )
+            else:
+                comm_ = first = sparse_replica_hook(
+                    method, replica_group, density, self.residual_dtype, **self.options
+                )
+            if per_host is None:
                 module.set_custom_reduce_scatter(_TimedReduceScatter(comm_, self._clock))
-                self.comms[name] = comm_
             else:
                 module.set_custom_reduce_scatter(_NativeReduceScatter(self._clock))
-                hook = sparse_replica_hook(method, replica_group, density, **self.options)
-                module.set_all_reduce_hook(_timed_hook(hook, self._clock))
-                self.comms[name] = hook
+                module.set_all_reduce_hook(_timed_hook(comm_, self._clock))
+            self.comms[name] = comm_
         self.stats = self._stats(None)
 
     def _native_replica_bytes(self, hosts):
@@ -221,12 +239,14 @@ class FSDPSync:
         set_optimizer_state_dict(model, optimizer, optimizer_state, options=options)
 
     def state_dict(self) -> dict:
-        """The mode, the method and each FSDP module's residuals (sparse methods)."""
+        """The mode, the method, the residuals' dtype and each FSDP module's residuals (sparse
+        methods)."""
         return {
             "overlap": True,
             "fsdp": "hsdp" if self.per_host else "fsdp",
             "method": self.name,
             "numel": self.numel,
+            "residual_dtype": self.residual_dtype,
             "comms": {name: comm.state_dict() for name, comm in self.comms.items()},
         }
 
@@ -237,6 +257,21 @@ class FSDPSync:
                 comm.load_state_dict(state["comms"][name])
 
     def state_mismatch(self, state) -> str | None:
-        """Why ``state`` cannot be loaded here, or ``None``."""
+        """Why ``state`` cannot be loaded here, or ``None``: another mode or method, or
+        residuals kept in another dtype (a state saved before ``residual_dtype`` existed: the
+        dtype its modules' states record, float32 without one)."""
         mode = "hsdp" if self.per_host else "fsdp"
-        return mode_mismatch(state, "fsdp", mode, f"a run without --{mode}", self.name)
+        problem = mode_mismatch(state, "fsdp", mode, f"a run without --{mode}", self.name)
+        if problem or not self.comms:
+            return problem
+        saved = state.get("residual_dtype") or next(
+            (
+                comm["residual_dtype"]
+                for comm in state.get("comms", {}).values()
+                if isinstance(comm, dict) and "residual_dtype" in comm
+            ),
+            "fp32",
+        )
+        if saved != self.residual_dtype:
+            return f"residual_dtype {saved} (this run: {self.residual_dtype}, --residual-dtype)"
+        return None

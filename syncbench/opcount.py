@@ -29,7 +29,7 @@ DATA_DEPENDENT = frozenset(
         "_unique2",
         "unique_dim",
         "unique_consecutive",
-        "repeat_interleave",
+        "repeat_interleave",  # but not when told its output's size (``output_size``)
     }
 )
 
@@ -41,10 +41,13 @@ class _Dispatched(TorchDispatchMode):
         super().__init__()
         self.counts: collections.Counter = collections.Counter()
         self.masked = 0
+        self.sized = 0  # repeat_interleave calls told their output's size
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func._schema.name.split("::")[-1]
         self.counts[name] += 1
+        if name == "repeat_interleave" and (kwargs or {}).get("output_size") is not None:
+            self.sized += 1  # its output's size is given: no read of the data
         if name in ("index", "index_put_", "index_put") and any(
             isinstance(index, torch.Tensor) and index.dtype == torch.bool
             for index in (args[1] if len(args) > 1 and isinstance(args[1], (list, tuple)) else ())
@@ -97,7 +100,7 @@ class OperationCounter:
     @property
     def data_dependent(self) -> int:
         """The operations whose result's size or value reaches the host."""
-        names = sum(self.counts[name] for name in DATA_DEPENDENT)
+        names = sum(self.counts[name] for name in DATA_DEPENDENT) - self._dispatched.sized
         return names + self._dispatched.masked + self._reads.count
 
 

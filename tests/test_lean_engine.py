@@ -43,6 +43,11 @@ def test_counter_sees_data_dependent_reads():
         torch.nonzero(x)
         x.tolist()
     assert counter.data_dependent == 4 and counter.total >= 5
+    repeats = torch.tensor([1, 2, 3])
+    with OperationCounter() as counter:  # told its output's size, repeat_interleave reads nothing
+        torch.repeat_interleave(torch.arange(3), repeats, output_size=6)
+        torch.repeat_interleave(torch.arange(3), repeats)
+    assert counter.data_dependent == 1
 
 
 def test_fp32_rows_codec_sends_the_bytes_of_the_list_codec():

@@ -205,6 +205,23 @@ def ops_table(root: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def ops_fp16_table(root: str) -> str:
+    """Return docs/PERFORMANCE.md's table of SparDL's operations per call at the fp16 wire.
+
+    Before (per-list compact messages) and after (fixed-size rows), from
+    ``runs/lean-engine/ops_fp16_before.json`` and ``ops_fp16_after.json``.
+    """
+    labels = {"before": "per-list messages (before)", "after": "fixed-size rows (after)"}
+    rows = {when: _load(root, os.path.join(LEAN, f"ops_fp16_{when}.json")) for when in labels}
+    workers = [row["workers"] for row in rows["after"]]
+    header = " | ".join(["P = " + str(workers[0])] + [str(p) for p in workers[1:]])
+    lines = [f"| spardl, fp16 wire | {header} |", "|" + "---|" * (len(workers) + 1)]
+    for when, label in labels.items():
+        cells = [f"{row['ops']}/{row['data_dependent_ops']}" for row in rows[when]]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _previous(sequence: tuple, item):
     """The element of ``sequence`` before ``item``."""
     return sequence[sequence.index(item) - 1]
@@ -400,7 +417,16 @@ TABLES = {
         zen_beside_spardl_table,
     ),
     "ops-per-call": Table(
-        "docs/PERFORMANCE.md", "## Operations per call", "runs/lean-engine/ops_*.json", ops_table
+        "docs/PERFORMANCE.md",
+        "## Operations per call",
+        "runs/lean-engine/ops_{before,after,numpy}.json",
+        ops_table,
+    ),
+    "ops-fp16": Table(
+        "docs/PERFORMANCE.md",
+        "**SparDL at the fp16 wire**",
+        "runs/lean-engine/ops_fp16_*.json",
+        ops_fp16_table,
     ),
     "lean-replay": Table(
         "docs/PERFORMANCE.md",

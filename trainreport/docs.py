@@ -76,6 +76,16 @@ def _experiment(kind: str) -> Callable[[str], str]:
     return make
 
 
+def _epoch(rate: str) -> Callable[[str], str]:
+    """The full-epoch time-to-accuracy table of ``rate`` (``runs/experiments/epoch``)."""
+
+    def make(root: str) -> str:
+        folder = os.path.join(root, "runs", "experiments", "epoch")
+        return _section(_quiet(lambda: experiments.seeds_table(folder, [0.8, 0.85])), rate)
+
+    return make
+
+
 HOOK_ROW = re.compile(
     r"seed (\d+): (.*?)\s+first\s+\S+\s+last 20 steps\s+(\S+)\s+whole set\s+(\S+)$"
 )
@@ -364,6 +374,36 @@ TABLES = {
         "## a2. Time to accuracy over three seeds",
         "runs/experiments/seeds/1gbit",
         _experiment("1gbit"),
+    ),
+    "tta-epoch": Table(
+        "docs/EXPERIMENTS.md",
+        "### a3 at 1 Gbit/s",
+        "runs/experiments/epoch/1gbit",
+        _epoch("1gbit"),
+    ),
+    "tta-epoch-100mbit": Table(
+        "docs/EXPERIMENTS.md",
+        "### a3 at 100 Mbit/s",
+        "runs/experiments/epoch/100mbit",
+        _epoch("100mbit"),
+    ),
+    "tta-epoch-dense": Table(
+        "docs/EXPERIMENTS.md",
+        "### a3, dense DDP for accuracy",
+        "runs/experiments/epoch/unshaped",
+        _epoch("unshaped"),
+    ),
+    "sharding-mc-1gbit": Table(
+        "docs/FSDP.md",
+        "### With momentum correction, 160 iterations, 1 Gbit/s",
+        "runs/experiments/sharding-mc/1gbit",
+        _tta("1gbit", "sharding-mc", (0.8,)),
+    ),
+    "sharding-mc-100mbit": Table(
+        "docs/FSDP.md",
+        "### With momentum correction and the unsharded reference, 100 Mbit/s",
+        "runs/experiments/sharding-mc/100mbit",
+        _tta("100mbit", "sharding-mc", (0.7,)),
     ),
     "tta-seeds-100mbit": Table(
         "docs/EXPERIMENTS.md",

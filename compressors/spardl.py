@@ -898,14 +898,22 @@ class _Call:
             offsets = self.offsets[rows]
             chosen = (self.chosen[rows] + offsets).reshape(-1)
             query = (columns + offsets).reshape(-1)
-            if self.lost is None and self.cpu:
-                # Only entries at their row's level can be either: on the CPU, where a
-                # data-dependent size costs no wait, look up just those (usually a few).
-                at = flat_nonzero(tied.reshape(-1))
+            if self.cpu:
+                # On the CPU, where a data-dependent size costs no wait, look up only the
+                # entries that need it: those at their row's level (usually a few), which can
+                # be either; at a 16-bit wire also those above it, whose lost part is needed.
+                needed = tied if self.lost is None else magnitude >= level
+                at = flat_nonzero(needed.reshape(-1))
                 query = query[at]
                 place = search_sorted(chosen, query).clip(max=chosen.shape[0] - 1)
-                passed_on.reshape(-1)[at] = chosen[place] == query
-                self.new_values[rows] = _zero_where(passed_on, seen)
+                passed = passed_on.reshape(-1)
+                passed[at] |= chosen[place] == query
+                if self.lost is None:
+                    self.new_values[rows] = _zero_where(passed_on, seen)
+                    return
+                kept = seen.reshape(-1)  # a fresh array: what stays of an entry sent on
+                kept[at] = np.where(passed[at], self.lost[rows].reshape(-1)[place], kept[at])
+                self.new_values[rows] = seen
                 return
             place = search_sorted(chosen, query).clip(max=chosen.shape[0] - 1)
             member = (chosen[place] == query).reshape(columns.shape)

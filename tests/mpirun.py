@@ -1,4 +1,5 @@
-"""Spawn ``mpiexec`` from tests, always with a timeout, with the settings for oversubscription."""
+"""Spawn ``mpiexec`` or ``torchrun`` from tests, always with a timeout, with the settings for
+oversubscription."""
 
 import os
 import subprocess
@@ -35,3 +36,29 @@ def mpiexec(workers, *args, timeout=240):
         text=True,
         timeout=timeout,
     )
+
+
+def torchrun(workers, script, timeout=240):
+    """Run ``torchrun --standalone --nproc-per-node workers script`` from the repository root."""
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        + [f"--nproc-per-node={workers}", script],
+        cwd=ROOT,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+class FirstOfFour:
+    """Rank 0 of four as the trainer's command-line checks see a communicator: all agree."""
+
+    def Get_rank(self):
+        return 0
+
+    def Get_size(self):
+        return 4
+
+    def allgather(self, value):
+        return [value] * 4

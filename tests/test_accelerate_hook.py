@@ -1,33 +1,14 @@
 """The hook with Hugging Face accelerate: 2 CPU processes, registered on the prepared model."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 
-from tests.mpirun import ROOT
+from tests.mpirun import torchrun
 
 pytest.importorskip("accelerate")
 pytestmark = pytest.mark.slow
 
 
 def test_hook_on_the_model_accelerate_prepares():
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node=2",
-            "tests/accelerate_check.py",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    run = torchrun(2, "tests/accelerate_check.py", timeout=120)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "accelerate hook checks passed on 2 ranks" in run.stdout

@@ -7,29 +7,14 @@ import sys
 import pytest
 
 from compressors.ddp import SparDLState
-from tests.mpirun import ROOT
+from tests.mpirun import ROOT, torchrun
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("workers", [2, 3])
 def test_hook_matches_ddp_and_keeps_ranks_identical(workers):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc-per-node={workers}",
-            "tests/ddp_check.py",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    run = torchrun(workers, "tests/ddp_check.py", timeout=180)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert f"passed on {workers} ranks" in run.stdout
 

@@ -1,16 +1,12 @@
 """Reduce-scatter by every method (FSDP's layout), and FSDP2 itself under torchrun."""
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
 
 import compressors
 from allreducers.transports import local_group
-from tests.mpirun import ROOT
+from tests.mpirun import torchrun
 from tests.ranks import heavy_tailed
 
 METHODS = compressors.available()
@@ -103,15 +99,6 @@ def test_a_vector_not_split_evenly_is_refused():
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [2, 4])
 def test_fsdp2_with_the_sparse_reduce_scatter_and_replica_hook(workers):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
-    run = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-        + [f"--nproc-per-node={workers}", "tests/fsdp_check.py"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = torchrun(workers, "tests/fsdp_check.py", timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert f"fsdp checks passed on {workers} ranks" in run.stdout

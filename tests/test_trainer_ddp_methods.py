@@ -9,7 +9,7 @@ import torch
 from mpi4py import MPI
 
 import main_trainer
-from tests.mpirun import ROOT, command, environment
+from tests.mpirun import ROOT, FirstOfFour, command, environment
 from trainer import cli
 from trainer.distributed import UsageError
 from trainer.torch_ddp import powersgd_entries
@@ -34,17 +34,6 @@ RUNS = {
     "ddp_bf16": ["--compressor", "ddp_bf16"],
     "powersgd": ["--method", "powersgd", "--method-option", "rank=2"],
 }
-
-
-class _FirstOfFour:
-    def Get_rank(self):
-        return 0
-
-    def Get_size(self):
-        return 4
-
-    def allgather(self, value):
-        return [value] * 4
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +121,7 @@ def test_ddp_gives_the_loss_and_weights_of_dense(runs):
 )
 def test_a_bad_ddp_method_flag_is_one_line(flags, fragment):
     with pytest.raises(UsageError) as refused:
-        cli.parse_settings(flags, _FirstOfFour())
+        cli.parse_settings(flags, FirstOfFour())
     assert fragment in str(refused.value) and "\n" not in str(refused.value)
 
 
@@ -144,7 +133,7 @@ def test_a_bad_option_exits_with_status_2(capsys):
 
 def test_method_options_and_powersgd_bytes():
     args, _ = cli.parse_settings(
-        ["--method", "powersgd", "--method-option", "start-iter=10"], _FirstOfFour()
+        ["--method", "powersgd", "--method-option", "start-iter=10"], FirstOfFour()
     )
     assert args.compressor == "powersgd" and args.density == 1.0
     assert args.method_options == {"rank": 4, "start_iter": 10}

@@ -12,28 +12,15 @@ from mpi4py import MPI
 
 import compressors
 from tests.imdb_sample import reviews, write_csv
-from tests.mpirun import mpiexec
+from tests.mpirun import FirstOfFour, mpiexec
 from trainer import build, cli
 from trainer.distributed import UsageError
 
 OKTOPK = ["--compression", "--compressor", "oktopk"]
 
 
-class _FirstOfFour:
-    """Rank 0 of four as the command-line checks see a communicator: every other rank agrees."""
-
-    def Get_rank(self):
-        return 0
-
-    def Get_size(self):
-        return 4
-
-    def allgather(self, value):
-        return [value] * 4
-
-
 def parse(*flags):
-    args, _ = cli.parse_settings(list(flags), _FirstOfFour())
+    args, _ = cli.parse_settings(list(flags), FirstOfFour())
     return args
 
 
@@ -147,7 +134,7 @@ def test_the_wire_method_option_wins_over_the_wire_flag(capsys):
 
 
 def _six(*flags):
-    class FirstOfSix(_FirstOfFour):
+    class FirstOfSix(FirstOfFour):
         def Get_size(self):
             return 6
 

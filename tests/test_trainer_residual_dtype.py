@@ -5,6 +5,7 @@ runs are in tests/test_trainer_sharded.py)."""
 import pytest
 
 import main_trainer
+from tests.mpirun import FirstOfFour
 from trainer import cli
 from trainer.distributed import UsageError
 from trainer.sharded import FSDPSync
@@ -12,21 +13,8 @@ from trainer.sharded import FSDPSync
 SPARSE = ["--fsdp", "--method", "spardl"]
 
 
-class _FirstOfFour:
-    """Rank 0 of four as the command-line checks see a communicator: every other rank agrees."""
-
-    def Get_rank(self):
-        return 0
-
-    def Get_size(self):
-        return 4
-
-    def allgather(self, value):
-        return [value] * 4
-
-
 def parse(*flags):
-    args, _ = cli.parse_settings(list(flags), _FirstOfFour())
+    args, _ = cli.parse_settings(list(flags), FirstOfFour())
     return args
 
 

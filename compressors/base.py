@@ -104,8 +104,9 @@ class Synchronizer(abc.ABC):
     momentum correction) and ``density_warmup`` (DGC's exponential density schedule).
 
     Attributes:
-        stats: the last call's ``bytes_sent``, ``messages``, ``rounds``, ``nnz`` and
-            ``seconds`` per phase (``select``, ``comm``, ``accumulate``, ``total``).
+        stats: the last call's ``bytes_sent``, ``messages``, ``rounds``, ``host_syncs`` (the
+            transport's waits for a GPU; 0 on the CPU), ``nnz`` and ``seconds`` per phase
+            (``select``, ``comm``, ``accumulate``, ``total``).
             ``accumulate`` holds the additions (the residual, received sums, the result); a
             method with ``adds_residual`` counts the residual's addition under ``select``,
             since its selection pass does it.
@@ -342,12 +343,13 @@ class Synchronizer(abc.ABC):
         self.transport.traffic.reset()
 
     def traffic_counts(self) -> dict:
-        """Return the ``bytes_sent``, ``messages`` and ``rounds`` since the last reset."""
+        """Return the traffic since the last reset (``bytes_sent`` ... ``host_syncs``)."""
         traffic = self.transport.traffic
         return {
             "bytes_sent": traffic.bytes_sent,
             "messages": traffic.messages,
             "rounds": traffic.rounds,
+            "host_syncs": traffic.host_syncs,
         }
 
     def allreduce_sum_(self, tensor: torch.Tensor) -> torch.Tensor:

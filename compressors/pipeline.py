@@ -326,8 +326,8 @@ class BucketPipeline:
             bucket's time on the communication thread) and ``phases`` (its synchronizer's
             seconds per phase, as ``Synchronizer.stats["seconds"]``) and, where its
             synchronizer chose its configuration itself (SparDL's ``teams="auto"``), ``auto``;
-            plus ``bytes_sent``, ``messages``, ``rounds``, ``seconds`` and ``phases`` summed over
-            the buckets (a step's when taken once per step).
+            plus ``bytes_sent``, ``messages``, ``rounds``, ``host_syncs``, ``seconds`` and
+            ``phases`` summed over the buckets (a step's when taken once per step).
         """
         with self._lock:
             done, self._stats = self._stats, []
@@ -340,6 +340,7 @@ class BucketPipeline:
             "bytes_sent": sum(b["bytes_sent"] for b in done),
             "messages": sum(b["messages"] for b in done),
             "rounds": sum(b["rounds"] for b in done),
+            "host_syncs": sum(b["host_syncs"] for b in done),
             "seconds": sum(b["seconds"] for b in done),
             "phases": phases,
         }

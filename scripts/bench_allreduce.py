@@ -69,11 +69,13 @@ import os
 import sys
 
 try:
+    import torch
+
     from allreducers.transports.environment import cluster_topology
     from syncbench import cli, plan
     from syncbench.bench import mpi_rows, network_label, replay_rows
     from syncbench.floor import EF_FLOOR, FLOOR
-    from syncbench.gradients import gradient_source
+    from syncbench.gradients import OnDevice, gradient_source
     from syncbench.summary import format_table, plot, write_csv
 except ModuleNotFoundError as missing:
     if missing.name not in ("compressors", "allreducers", "syncbench"):
@@ -214,6 +216,14 @@ def add_run_args(parser) -> None:
         "(the compute cost per rank, free of network and oversubscription)",
     )
     parser.add_argument(
+        "--device",
+        default="cpu",
+        choices=("cpu", "cuda"),
+        help="where the gradients and the methods' work live; cuda: with --replay, one rank's "
+        "local work on the GPU (each timed call waits for the device before the clock stops; "
+        "--count-ops then also counts host synchronizations, host_sync_ops)" + DEFAULT,
+    )
+    parser.add_argument(
         "--count-ops",
         action="store_true",
         help="add to each row the torch operations one call dispatches on rank 0 (ops) and "
@@ -261,6 +271,10 @@ def check_run_args(parser, args) -> None:
             parser.error(f"{flag} must be >= {least}, got {value}")
     if args.replay and cli.launched_rank_and_size()[1] > 1:
         parser.error("--replay times one process alone: start it without mpiexec")
+    if args.device == "cuda" and not args.replay:
+        parser.error("--device cuda times one rank's local work: it needs --replay P")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available to this process")
     if args.replay and args.lost_mass:
         parser.error("--lost-mass needs the ranks' exchange: it does not go with --replay")
     cli.usage_checked(parser, cli.check_seed, args.seed)
@@ -286,6 +300,8 @@ def check_run_args(parser, args) -> None:
         cli.usage_checked(
             parser, cli.check_numel, args.source.numel, args.methods, buffers(args), "the model's n"
         )
+    if args.device != "cpu":
+        args.source = OnDevice(args.source, torch.device(args.device))
 
 
 def buffers(args) -> int:

@@ -260,6 +260,7 @@ def replay_rows(args) -> list:
             network=network_label(replayed=True),
             topology=None,
             threads=[torch.get_num_threads()],
+            device=str(getattr(source, "device", "cpu")),
         )
         if name == plan.SPARDL and index < len(runs):
             row.update(spardl_columns(options, chosen.get(index)))

@@ -20,6 +20,8 @@ import compressors
 from allreducers.transports.recording import RecordingTransport
 from compressors.sparse_ops import budget, put_, zero_
 
+from .timing import settle
+
 FLOOR = "floor"
 EF_FLOOR = "floor+ef"
 FLOORS = {FLOOR: False, EF_FLOOR: True}  # the last rows, after the methods': error feedback?
@@ -58,8 +60,16 @@ class FloorRun:
         ]
         self.rounds = max([e.round + e.rounds for e in self.events], default=0)
 
+    def to(self, device: torch.device) -> None:
+        """Keep the residual and the messages on ``device`` (a GPU's gradients: the GPU)."""
+        if self.residual is not None:
+            self.residual = self.residual.to(device)
+        self.sends = [(event, buffer.to(device)) for event, buffer in self.sends]
+
     def local_work(self, grad: torch.Tensor, out: torch.Tensor) -> tuple:
         """This rank's work besides the messages; its seconds of selection and of accumulation."""
+        if self.sends and self.sends[0][1].device != grad.device:
+            self.to(grad.device)
         start = time.perf_counter()
         if self.residual is None:
             self.selector.topk(grad, self.k, key="gradient")
@@ -81,6 +91,7 @@ class FloorRun:
 
     def time(self, grad: torch.Tensor, exact: torch.Tensor, out: torch.Tensor) -> dict:
         """One replay after the local work on ``grad``; a record like ``MethodRun.time``'s."""
+        settle(grad)
         self.transport.barrier()
         start = time.perf_counter()
         select, accumulate = self.local_work(grad, out)
@@ -95,6 +106,7 @@ class FloorRun:
                 if e.kind == "recv" and e.round == number:
                     self.transport.recv(e.peer, number, e.dtype, grad.device)
             self.transport.waitall(handles)
+        settle(out)
         end = time.perf_counter()
         return {
             "seconds": end - start,
@@ -104,6 +116,7 @@ class FloorRun:
             "bytes": sum(e.nbytes for e, _ in self.sends),
             "messages": len(self.sends),
             "rounds": self.rounds,
+            "host_syncs": 0,
             "nnz": self.k,
             "cosine": None,
         }

@@ -76,6 +76,17 @@ class ModelGradients:
         return torch.cat([p.grad.reshape(-1) for p in self.model.parameters()]).float()
 
 
+class OnDevice:
+    """``source``'s gradients moved to ``device`` (the same values: made on the CPU, then moved)."""
+
+    def __init__(self, source, device: torch.device) -> None:
+        self.source, self.device, self.numel = source, device, source.numel
+
+    def get(self, rank: int, call: int) -> torch.Tensor:
+        """``source.get(rank, call)`` on the device."""
+        return self.source.get(rank, call).to(self.device)
+
+
 def trainer_package(name: str):
     """The trainer's package ``name`` (``models``), imported without touching ``sys.path``.
 

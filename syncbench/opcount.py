@@ -11,6 +11,7 @@ grows with its rounds, not with P (docs/PERFORMANCE.md, "Operations per call").
 from __future__ import annotations
 
 import collections
+import contextlib
 import warnings
 
 import torch
@@ -117,22 +118,32 @@ def count_call(sync, grad: torch.Tensor) -> dict:
         with OperationCounter() as counter:
             sync.allreduce(grad)
         return {"ops": counter.total, "data_dependent_ops": counter.data_dependent}
-    # On a GPU also the host synchronizations, as CUDA's sync debug mode reports them.
+    with host_syncs() as syncs, OperationCounter() as counter:
+        sync.allreduce(grad)
+    return {
+        "ops": counter.total,
+        "data_dependent_ops": counter.data_dependent,
+        "host_sync_ops": syncs["count"],
+    }
+
+
+@contextlib.contextmanager
+def host_syncs():
+    """Count the host synchronizations that CUDA's sync debug mode reports inside the block.
+
+    Yields a dict whose ``count`` is set when the block ends (``torch.cuda.set_sync_debug_mode``:
+    a wait for a stream or the device, a copy to pageable memory, a read of a value).
+    """
+    found = {"count": 0}
     previous = torch.cuda.get_sync_debug_mode()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            with OperationCounter() as counter:
-                sync.allreduce(grad)
+            yield found
         finally:
             torch.cuda.set_sync_debug_mode(previous)
-    syncs = sum("synchroniz" in str(warning.message) for warning in caught)
-    return {
-        "ops": counter.total,
-        "data_dependent_ops": counter.data_dependent,
-        "host_sync_ops": syncs,
-    }
+            found["count"] = sum("synchroniz" in str(warning.message) for warning in caught)
 
 
 def count_method(transport, name: str, numel: int, density: float, gradient, **options) -> dict:
@@ -149,13 +160,19 @@ def count_method(transport, name: str, numel: int, density: float, gradient, **o
 
 
 def count_table(
-    methods: list, workers: list, numel: int, density: float, seed: int = 0, wire: str = "fp32"
+    methods: list,
+    workers: list,
+    numel: int,
+    density: float,
+    seed: int = 0,
+    wire: str = "fp32",
+    device: str = "cpu",
 ) -> list:
     """Return the operations table: a row per method and group size.
 
-    Each row ``{method, workers, numel, density, wire, ops, data_dependent_ops}``: rank 0's
-    second call of the method at ``wire`` on an in-process group of that size (seeded normal
-    gradients).
+    Each row ``{method, workers, numel, density, wire, device, ops, data_dependent_ops}``: rank
+    0's second call of the method at ``wire`` on an in-process group of that size (seeded normal
+    gradients on ``device``; on ``cuda`` also ``host_sync_ops``).
     """
     from allreducers.transports import local_group
 
@@ -166,7 +183,7 @@ def count_table(
             def count(transport, method=method):
                 def gradient(call):
                     generator = torch.Generator().manual_seed(seed + 1000 * call + transport.rank)
-                    return torch.randn(numel, generator=generator)
+                    return torch.randn(numel, generator=generator).to(device)
 
                 return count_method(transport, method, numel, density, gradient, wire=wire)
 
@@ -178,6 +195,7 @@ def count_table(
                     "numel": numel,
                     "density": density,
                     "wire": wire,
+                    "device": device,
                     **counts,
                 }
             )
@@ -195,15 +213,31 @@ def main(argv=None) -> list:
     parser.add_argument("--numel", type=int, default=100_000)
     parser.add_argument("--density", type=float, default=0.01)
     parser.add_argument("--wire", default="fp32", choices=("fp32", "fp16", "bf16"))
+    parser.add_argument(
+        "--device", default="cpu", choices=("cpu", "cuda"), help="where the gradients live"
+    )
     parser.add_argument("--json", metavar="FILE", help="write the rows as a JSON list")
     args = parser.parse_args(argv)
     try:
         workers = [int(p) for p in args.workers.split(",")]
     except ValueError:
         parser.error(f"--workers takes comma-separated integers, got {args.workers!r}")
-    rows = count_table(args.methods.split(","), workers, args.numel, args.density, wire=args.wire)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available to this process")
+    rows = count_table(
+        args.methods.split(","),
+        workers,
+        args.numel,
+        args.density,
+        wire=args.wire,
+        device=args.device,
+    )
     for row in rows:
-        print(f"{row['method']:10} P={row['workers']:<3} {row['ops']}/{row['data_dependent_ops']}")
+        syncs = f" syncs {row['host_sync_ops']}" if "host_sync_ops" in row else ""
+        print(
+            f"{row['method']:10} P={row['workers']:<3} {row['ops']}/{row['data_dependent_ops']}"
+            + syncs
+        )
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(rows, handle, indent=1)

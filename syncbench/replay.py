@@ -95,7 +95,7 @@ def replay_runs(runs: list, source, workers: int, warmup: int, density: float) -
         events = spardl_call()
         transport = ReplayTransport(events, 0, workers)
         run = FloorRun(transport, events, source.numel, density, error_feedback)
-        scratch = torch.empty(source.numel)
+        scratch = torch.empty(source.numel, device=grads[0][0].device)
         for call in grads[:-1]:
             run.local_work(call[0], scratch)
         return Replayed(run, transport, run.state())

@@ -18,7 +18,8 @@ def summarize_counts(per_rank: list) -> dict:
     """Traffic and nnz over the timed calls; ``per_rank[r][c]`` is rank r's record of call c.
 
     ``bytes_per_rank`` and ``messages`` are means over calls and ranks, ``bytes_max_rank`` the
-    mean over calls of the busiest rank, ``rounds`` the most any rank counted in any call, and
+    mean over calls of the busiest rank, ``rounds`` and ``host_syncs`` (the transport's waits for
+    a GPU) the most any rank counted in any call, and
     ``nnz`` the median over calls (rank 0's; results are identical on all ranks).
     """
     calls = range(len(per_rank[0]))
@@ -32,6 +33,7 @@ def summarize_counts(per_rank: list) -> dict:
             sum(r[c]["messages"] for r in per_rank) / workers for c in calls
         ),
         "rounds": max(r[c]["rounds"] for r in per_rank for c in calls),
+        "host_syncs": max(r[c].get("host_syncs", 0) for r in per_rank for c in calls),
         "nnz": statistics.median_low(per_rank[0][c]["nnz"] for c in calls),
     }
 

@@ -16,6 +16,15 @@ from compressors.sparse_ops import count_nonzero
 PHASES = ("select", "comm", "accumulate")
 
 
+def settle(tensor: torch.Tensor) -> None:
+    """Wait for the work queued on ``tensor``'s GPU (nothing on the CPU).
+
+    A clock read after it counts the device's work, not only its launch.
+    """
+    if tensor.is_cuda:
+        torch.cuda.synchronize(tensor.device)
+
+
 class MethodRun:
     """One row's synchronizer on this rank, timed one call at a time.
 
@@ -51,9 +60,11 @@ class MethodRun:
         measured, ``lost_mass``. The synchronizer counts no non-zeros in its call (``count_nnz``
         off): nnz is counted here, after the clock.
         """
+        settle(grad)
         self.sync.transport.barrier()
         start = time.perf_counter()
         result = self.sync.allreduce(grad, out=out)
+        settle(result)
         seconds = time.perf_counter() - start
         stats = self.sync.stats
         record = {
@@ -62,6 +73,7 @@ class MethodRun:
             "bytes": stats["bytes_sent"],
             "messages": stats["messages"],
             "rounds": stats["rounds"],
+            "host_syncs": stats["host_syncs"],
             "nnz": count_nonzero(result),
             "cosine": cosine(result, exact),
         }
@@ -82,7 +94,7 @@ def time_runs(factories: list, gradient, calls: int, sequential: bool) -> list:
     the benchmark slows every run alike. ``sequential``: all calls of one run, then the next
     (one run's buffers in memory at a time).
     """
-    out = torch.empty(gradient(0)[0].numel())
+    out = torch.empty_like(gradient(0)[0])
     records = [[] for _ in factories]
     if sequential:
         for index, factory in enumerate(factories):

@@ -33,7 +33,7 @@ class Counting(MPITransport):
 
     def _isend(self, tensor, dest, tag):
         handle = super()._isend(tensor, dest, tag)
-        self.sent += handle[1].numpy().nbytes  # the buffer MPI sends from
+        self.sent += handle.buffer.numpy().nbytes  # the buffer MPI sends from
         return handle
 
     def _recv(self, source, tag, dtype, device):

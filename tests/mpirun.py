@@ -2,6 +2,7 @@
 oversubscription."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -22,8 +23,15 @@ def environment():
 
 
 def command(workers, *args):
-    """The command line ``mpiexec -n workers python args...``."""
-    return [os.path.join(BIN, "mpiexec"), "-n", str(workers), sys.executable, *args]
+    """The command line ``mpiexec -n workers python args...``.
+
+    The ``mpiexec`` beside this Python (the one ``pip install mpich`` gives), else the first on
+    the ``PATH``.
+    """
+    launcher = os.path.join(BIN, "mpiexec")
+    if not os.path.exists(launcher):
+        launcher = shutil.which("mpiexec") or launcher
+    return [launcher, "-n", str(workers), sys.executable, *args]
 
 
 def mpiexec(workers, *args, timeout=240):

@@ -196,6 +196,23 @@ def test_tagged_transport_keeps_spaces_apart_and_counts_its_own_traffic():
         assert result == ([1.0] * 3, [2.0] * 2, 12, 1 + 2, 0, [2.0] * 4)
 
 
+def test_a_view_counts_the_host_syncs_its_calls_made_on_the_base():
+    def body(transport):
+        def waiting_recv(*args, real=transport._recv):
+            transport.traffic.host_syncs += 1  # as the MPI transport's staging does
+            return real(*args)
+
+        transport._recv = waiting_recv
+        first, second = TaggedTransport(transport, 0), TaggedTransport(transport, 1)
+        peer = 1 - transport.rank
+        handle = first.isend(torch.ones(2), peer, 0)
+        first.recv(peer, 0, torch.float32, torch.device("cpu"))
+        first.waitall([handle])
+        return first.traffic.host_syncs, second.traffic.host_syncs
+
+    assert local_group(2).run(body) == [(1, 0), (1, 0)]
+
+
 def test_a_negative_tag_space_is_refused():
     with pytest.raises(ValueError, match="tag space"):
         TaggedTransport(local_group(1).rank(0), -1)

@@ -24,6 +24,7 @@ class EpochMeter:
         "comm_seconds",
         "select_seconds",
         "bytes_sent",
+        "host_syncs",
     )
 
     def __init__(self):
@@ -46,6 +47,7 @@ class EpochMeter:
         self.sums["comm_seconds"] += sync_stats["seconds"]["comm"]
         self.sums["select_seconds"] += sync_stats["seconds"]["select"]
         self.sums["bytes_sent"] += sync_stats["bytes_sent"]
+        self.sums["host_syncs"] += sync_stats.get("host_syncs", 0)
 
     def summary(self, comm):
         """Combine all ranks (collective): mean loss per sample; times and bytes per rank."""
@@ -61,6 +63,8 @@ class EpochMeter:
             "comm_seconds": totals["comm_seconds"] / workers,
             "select_seconds": totals["select_seconds"] / workers,
             "bytes_sent_per_rank": totals["bytes_sent"] / workers,
+            # the transport's waits for a GPU (staging for an MPI that is not CUDA-aware)
+            "host_syncs_per_rank": totals["host_syncs"] / workers,
         }
 
 

@@ -77,6 +77,7 @@ def _stats(taken: dict) -> dict:
     phases = dict(taken["phases"])
     return {
         "bytes_sent": taken["bytes_sent"],
+        "host_syncs": taken.get("host_syncs", 0),
         "seconds": {phase: phases.get(phase, 0.0) for phase in ("select", "comm", "accumulate")},
         "sync_seconds": taken["seconds"],
         "compute_end": None,

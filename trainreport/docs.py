@@ -336,6 +336,70 @@ def lean_ddp_table(root: str) -> str:
 
 
 #: Every table the documents publish from raw rows under ``runs/``.
+GPU = os.path.join(LEAN, "gpu-h200-2026-11-27")
+
+
+def gpu_replay_table(root: str) -> str:
+    """Return docs/PERFORMANCE.md's table of one rank's local work replayed on the GPU.
+
+    ``runs/lean-engine/gpu-h200-2026-11-27/replay_cuda.json`` (``--replay 4 --device cuda
+    --count-ops``): median ms, operations / data-dependent ones, host synchronizations.
+    """
+    lines = [
+        "| method | median ms | min-max ms | ops / reads per call | host syncs per call |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in _load(root, os.path.join(GPU, "replay_cuda.json")):
+        counted = "ops" in row and row["ops"] is not None
+        ops = f"{row['ops']}/{row['data_dependent_ops']}" if counted else "-"
+        syncs = row["host_sync_ops"] if counted else "-"
+        lines.append(
+            f"| {row['label']} | {row['median_ms']:.2f} | {row['min_ms']:.2f}-{row['max_ms']:.2f}"
+            f" | {ops} | {syncs} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def gpu_bert_table(root: str) -> str:
+    """Return docs/PERFORMANCE.md's table of bert-base overlapped and blocking on the GPU.
+
+    The trainer's epoch rows ``runs/lean-engine/gpu-h200-2026-11-27/runN_bert_MODE.jsonl``, per
+    iteration.
+    """
+    modes = [
+        ("run1_bert_overlap_25", "overlapped, 25 MiB buckets (the default), run 1"),
+        ("run2_bert_overlap_25", "overlapped, 25 MiB buckets, run 2"),
+        ("run2_bert_overlap_100", "overlapped, 100 MiB buckets"),
+        ("run2_bert_overlap_400", "overlapped, 400 MiB (one bucket)"),
+        ("run1_bert_blocking", "`--no-overlap`, run 1"),
+        ("run2_bert_blocking", "`--no-overlap`, run 2"),
+    ]
+    lines = [
+        "| mode | ms/iter | compute | sync | exposed | select | comm | transport's host syncs"
+        " per iter. |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, label in modes:
+        with open(os.path.join(root, GPU, name + ".jsonl")) as stream:
+            row = json.loads(stream.read().splitlines()[-1])
+        per = 1e3 / row["epoch_iters"]
+        times = [
+            row[key] * per
+            for key in (
+                "epoch_seconds",
+                "compute_seconds",
+                "sync_seconds",
+                "exposed_sync_seconds",
+                "select_seconds",
+                "comm_seconds",
+            )
+        ]
+        cells = " | ".join(f"{value:.1f}" for value in times)
+        syncs = row["host_syncs_per_rank"] / row["epoch_iters"]
+        lines.append(f"| {label} | {cells} | {syncs:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
 def zen_bytes_table(root: str) -> str:
     """Return docs/DEVIATIONS.md's table of ZEN's bytes (``runs/deviations/zen_bytes.json``)."""
     rows = _load(root, os.path.join("runs", "deviations", "zen_bytes.json"))
@@ -467,6 +531,18 @@ TABLES = {
         "**SparDL at the fp16 wire**",
         "runs/lean-engine/ops_fp16_*.json",
         ops_fp16_table,
+    ),
+    "gpu-replay": Table(
+        "docs/PERFORMANCE.md",
+        "**Local work on the H200.**",
+        "runs/lean-engine/gpu-h200-2026-11-27/replay_cuda.json",
+        gpu_replay_table,
+    ),
+    "gpu-bert": Table(
+        "docs/PERFORMANCE.md",
+        "**bert-base on the H200, overlapped against blocking.**",
+        "runs/lean-engine/gpu-h200-2026-11-27/run*_bert_*.jsonl",
+        gpu_bert_table,
     ),
     "lean-replay": Table(
         "docs/PERFORMANCE.md",

@@ -23,15 +23,18 @@ class Traffic:
 
     A *round* is one step of a schedule on its critical path; every rank counts every step of
     the collectives it joins, including steps in which it happens to have nothing to send.
+    ``host_syncs``: the times the transport itself waited for a GPU (staging device tensors
+    through the host for an MPI that is not CUDA-aware); 0 on the CPU.
     """
 
     bytes_sent: int = 0
     messages: int = 0
     rounds: int = 0
+    host_syncs: int = 0
 
     def reset(self) -> None:
         """Zero every counter (called at the start of each synchronization)."""
-        self.bytes_sent = self.messages = self.rounds = 0
+        self.bytes_sent = self.messages = self.rounds = self.host_syncs = 0
 
 
 class PendingReceive(NamedTuple):

@@ -1,8 +1,12 @@
 """The mpi4py transport: ``Isend`` and matched-probe receives on contiguous buffers.
 
-Device tensors are handed to MPI directly when the library is CUDA-aware; otherwise they are
-staged through pinned host buffers that are kept and reused across calls. Set the environment
-variable ``SPARDL_CUDA_AWARE_MPI=1`` (or ``0``) to override the detection.
+Device tensors are handed to MPI directly when the library is CUDA-aware. Otherwise they are
+staged through pinned host buffers: a send's copy to the host is queued without waiting, and the
+sends queued since the last wait are handed to MPI together after one wait for the device (at
+the next receive, wait or collective: one host synchronization per round, however many messages
+the round sends); a received message goes back to the device by a copy that is not waited for.
+``traffic.host_syncs`` counts those waits. Set the environment variable
+``SPARDL_CUDA_AWARE_MPI=1`` (or ``0``) to override the detection.
 """
 
 from __future__ import annotations
@@ -39,24 +43,23 @@ def cuda_aware() -> bool:
     return bool(query()) if query is not None else False
 
 
-class _PinnedPool:
-    """Host staging buffers for device tensors, grown on demand and reused across calls."""
+def _pinned(numel: int, dtype: torch.dtype) -> torch.Tensor:
+    """A host buffer for staging, from torch's caching allocator of pinned memory.
 
-    def __init__(self) -> None:
-        self._buffers: list[torch.Tensor] = []
+    That allocator hands a block out again only once the non-blocking copies recorded on it are
+    done (it asks the device, it does not wait for it), so a staged receive needs no host
+    synchronization before its buffer is reused.
+    """
+    return torch.empty(numel, dtype=dtype, pin_memory=True)
 
-    def get(self, slot: int, numel: int, dtype: torch.dtype) -> torch.Tensor:
-        """Return a host buffer of ``numel`` elements of ``dtype`` for staging slot ``slot``."""
-        nbytes = numel * torch.empty((), dtype=dtype).element_size()
-        while len(self._buffers) <= slot:
-            self._buffers.append(torch.empty(0, dtype=torch.uint8))
-        if self._buffers[slot].numel() < nbytes:
-            self._buffers[slot] = torch.empty(
-                max(nbytes, 2 * self._buffers[slot].numel()),
-                dtype=torch.uint8,
-                pin_memory=torch.cuda.is_available(),
-            )
-        return self._buffers[slot][:nbytes].view(dtype)
+
+class _Send:
+    """A send of :meth:`MPITransport.isend`: ``request`` once MPI has it, ``buffer`` kept alive."""
+
+    __slots__ = ("request", "buffer", "dest", "tag")
+
+    def __init__(self, buffer, dest, tag, request=None) -> None:
+        self.buffer, self.dest, self.tag, self.request = buffer, dest, tag, request
 
 
 class _Receive:
@@ -85,17 +88,13 @@ class MPITransport(Transport):
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.device_buffers_ok = cuda_aware()
-        self._staging = _PinnedPool()
-        self._recv_staging = _PinnedPool()
-        self._busy_slots: set = set()  # staging slots of sends not yet waited for
+        self._queued: list = []  # staged sends whose copy to the host is not waited for yet
+        self._streams: set = set()  # the streams their copies were queued on
         self._unmatched: list = []  # started receives whose message was not announced yet
 
-    def _host_view(self, tensor: torch.Tensor, slot: int) -> torch.Tensor:
-        if tensor.device.type == "cpu" or self.device_buffers_ok:
-            return tensor
-        host = self._staging.get(slot, tensor.numel(), tensor.dtype)
-        host.copy_(tensor)
-        return host
+    def _direct(self, tensor: torch.Tensor) -> bool:
+        """Whether MPI reads or writes ``tensor`` itself (a host tensor, or a CUDA-aware MPI)."""
+        return tensor.device.type == "cpu" or self.device_buffers_ok
 
     @staticmethod
     def _buffer(tensor: torch.Tensor):
@@ -103,39 +102,64 @@ class MPITransport(Transport):
         return [data, _MPI_TYPES[tensor.dtype]]
 
     def _isend(self, tensor, dest, tag):
-        slot = next(s for s in range(len(self._busy_slots) + 1) if s not in self._busy_slots)
-        self._busy_slots.add(slot)
-        staged = self._host_view(tensor.contiguous(), slot)
-        return self.comm.Isend(self._buffer(staged), dest=dest, tag=tag), staged, slot
+        tensor = tensor.contiguous()
+        if self._direct(tensor):
+            self._flush()  # keep MPI's order of one source's messages
+            return _Send(tensor, dest, tag, self.comm.Isend(self._buffer(tensor), dest, tag))
+        host = _pinned(tensor.numel(), tensor.dtype)
+        host.copy_(tensor, non_blocking=True)
+        self._streams.add(torch.cuda.current_stream(tensor.device))
+        send = _Send(host, dest, tag)
+        self._queued.append(send)
+        return send
+
+    def _flush(self) -> None:
+        """Wait once for the queued copies to the host, then hand their sends to MPI."""
+        if not self._queued:
+            return
+        for stream in self._streams:
+            stream.synchronize()
+        self.traffic.host_syncs += 1
+        for send in self._queued:
+            send.request = self.comm.Isend(self._buffer(send.buffer), send.dest, send.tag)
+        self._queued, self._streams = [], set()
 
     def _recv(self, source, tag, dtype, device):
+        self._flush()
         status = MPI.Status()
         message = self.comm.Mprobe(source=source, tag=tag, status=status)
-        numel = status.Get_count(_MPI_TYPES[dtype])
-        direct = device.type == "cpu" or self.device_buffers_ok
-        out = (
-            torch.empty(numel, dtype=dtype, device=device)
-            if direct
-            else self._recv_staging.get(0, numel, dtype)
-        )
-        message.Recv(self._buffer(out))
-        return out if direct else out.to(device)
+        landing = self._landing(status.Get_count(_MPI_TYPES[dtype]), dtype, device)
+        message.Recv(self._buffer(landing))
+        return self._arrived(landing, device)
+
+    def _landing(self, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """Where MPI writes a received message: on ``device``, or a pinned buffer to stage it."""
+        if device.type == "cpu" or self.device_buffers_ok:
+            return torch.empty(numel, dtype=dtype, device=device)
+        return _pinned(numel, dtype)
+
+    @staticmethod
+    def _arrived(landing: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """The received message on ``device``: a staged one copied there, not waited for."""
+        if device.type == "cpu" or landing.device.type != "cpu":
+            return landing
+        return landing.to(device, non_blocking=True)
 
     def _waitall(self, handles):
-        MPI.Request.Waitall([request for request, _, _ in handles])
-        self._busy_slots.difference_update(slot for _, _, slot in handles)
+        self._flush()
+        MPI.Request.Waitall([send.request for send in handles])
 
     def _irecv(self, source, tag, dtype, device):
         """Start a receive whose data moves as soon as its message is announced.
 
         Every ``irecv`` and ``wait_recv`` matches the announced messages of the started receives
         (a non-blocking probe, then a non-blocking receive into a buffer of the message's size).
-        Staged device receives are done when waited for (they share one staging buffer).
+        A staged device receive lands in a pinned buffer and is copied to the device when
+        waited for.
         """
         receive = _Receive(source, tag, dtype, device)
-        if device.type == "cpu" or self.device_buffers_ok:
-            self._unmatched.append(receive)
-            self._match()
+        self._unmatched.append(receive)
+        self._match()
         return receive
 
     def _match(self) -> None:
@@ -153,36 +177,41 @@ class MPITransport(Transport):
                 missed.add(key)
                 waiting.append(receive)
                 continue
-            receive.out = torch.empty(
-                status.Get_count(_MPI_TYPES[receive.dtype]),
-                dtype=receive.dtype,
-                device=receive.device,
-            )
+            numel = status.Get_count(_MPI_TYPES[receive.dtype])
+            receive.out = self._landing(numel, receive.dtype, receive.device)
             receive.request = message.Irecv(self._buffer(receive.out))
         self._unmatched = waiting
 
     def _wait_recv(self, receive):
+        self._flush()
         self._match()
         if receive.request is None:
             if receive in self._unmatched:
                 self._unmatched.remove(receive)
             return self._recv(receive.source, receive.tag, receive.dtype, receive.device)
         receive.request.Wait()
-        return receive.out
+        return self._arrived(receive.out, receive.device)
 
     def _allreduce_sum_into(self, tensor, out):
-        direct = out.device.type == "cpu" or self.device_buffers_ok
-        if not direct or out.data_ptr() == tensor.data_ptr():
+        if not self._direct(out) or out.data_ptr() == tensor.data_ptr():
             return super()._allreduce_sum_into(tensor, out)
+        self._flush()
         self.comm.Allreduce(self._buffer(tensor.contiguous()), self._buffer(out), op=MPI.SUM)
         return out
 
     def _allreduce_sum(self, tensor):
-        staged = self._host_view(tensor, 0)
-        self.comm.Allreduce(MPI.IN_PLACE, self._buffer(staged), op=MPI.SUM)
-        return tensor if staged is tensor else tensor.copy_(staged)
+        self._flush()
+        if self._direct(tensor):
+            self.comm.Allreduce(MPI.IN_PLACE, self._buffer(tensor), op=MPI.SUM)
+            return tensor
+        host = _pinned(tensor.numel(), tensor.dtype)
+        host.copy_(tensor)  # waits for the device
+        self.traffic.host_syncs += 1
+        self.comm.Allreduce(MPI.IN_PLACE, self._buffer(host), op=MPI.SUM)
+        return tensor.copy_(host, non_blocking=True)
 
     def _barrier(self):
+        self._flush()
         self.comm.Barrier()
 
     def abort(self, message: str) -> None:

@@ -90,35 +90,43 @@ class TaggedTransport(Transport):
         self._tag(tag)
         return super().isend(tensor, dest, tag, sized)
 
+    def _counted(self, method, *args):
+        """Call ``base``'s ``method``; count in this view the host synchronizations it made."""
+        before = self.base.traffic.host_syncs
+        try:
+            return method(*args)
+        finally:
+            self.traffic.host_syncs += self.base.traffic.host_syncs - before
+
     def _isend_sized(self, tensor, dest, tag):
         return self.base._isend_sized(tensor, dest, self._tag(tag))
 
     def _recv_sized(self, source, tag, dtype, device, numel):
-        return self.base._recv_sized(source, self._tag(tag), dtype, device, numel)
+        return self._counted(self.base._recv_sized, source, self._tag(tag), dtype, device, numel)
 
     def _isend(self, tensor, dest, tag):
         return self.base._isend(tensor, dest, self._tag(tag))
 
     def _recv(self, source, tag, dtype, device):
-        return self.base._recv(source, self._tag(tag), dtype, device)
+        return self._counted(self.base._recv, source, self._tag(tag), dtype, device)
 
     def _irecv(self, source, tag, dtype, device):
         return self.base._irecv(source, self._tag(tag), dtype, device)
 
     def _wait_recv(self, handle):
-        return self.base._wait_recv(handle)
+        return self._counted(self.base._wait_recv, handle)
 
     def _waitall(self, handles):
-        return self.base._waitall(handles)
+        return self._counted(self.base._waitall, handles)
 
     def _allreduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
-        return self.base._allreduce_sum(tensor)
+        return self._counted(self.base._allreduce_sum, tensor)
 
     def _allreduce_sum_into(self, tensor, out):
-        return self.base._allreduce_sum_into(tensor, out)
+        return self._counted(self.base._allreduce_sum_into, tensor, out)
 
     def _barrier(self):
-        return self.base._barrier()
+        return self._counted(self.base._barrier)
 
     def abort(self, message: str) -> None:
         """End the whole group as ``base`` does."""

@@ -383,17 +383,8 @@ def gpu_bert_table(root: str) -> str:
         with open(os.path.join(root, GPU, name + ".jsonl")) as stream:
             row = json.loads(stream.read().splitlines()[-1])
         per = 1e3 / row["epoch_iters"]
-        times = [
-            row[key] * per
-            for key in (
-                "epoch_seconds",
-                "compute_seconds",
-                "sync_seconds",
-                "exposed_sync_seconds",
-                "select_seconds",
-                "comm_seconds",
-            )
-        ]
+        parts = ("epoch", "compute", "sync", "exposed_sync", "select", "comm")
+        times = [row[part + "_seconds"] * per for part in parts]
         cells = " | ".join(f"{value:.1f}" for value in times)
         syncs = row["host_syncs_per_rank"] / row["epoch_iters"]
         lines.append(f"| {label} | {cells} | {syncs:.0f} |")

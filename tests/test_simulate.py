@@ -21,7 +21,7 @@ from syncbench.summary import summarize_counts
 
 simulate = load_script("simulate")
 
-COUNT_KEYS = ("bytes_per_rank", "bytes_max_rank", "messages", "rounds", "nnz")
+COUNT_KEYS = ("bytes_per_rank", "bytes_max_rank", "messages", "rounds", "host_syncs", "nnz")
 
 
 @pytest.mark.mpi

@@ -752,3 +752,11 @@ def test_a_checkpoint_holding_another_object_is_refused_unread(tmp_path):
     checkpoints.path(2).write_text("garbage\n")  # damaged: torch's reason, not its advice
     with pytest.raises(pickle.UnpicklingError, match="^Unsupported operand 103$"):
         checkpoints.load(2)
+
+
+def test_a_note_when_ranks_share_a_gpu_with_overlapped_buckets():
+    from trainer.build import shared_gpu_note
+
+    assert shared_gpu_note(1, 1) is None and shared_gpu_note(4, 4) is None
+    note = shared_gpu_note(4, 1)
+    assert note.startswith("4 ranks share this host's 1 GPU:") and "--no-overlap" in note

@@ -6,6 +6,8 @@ model (rank 0's weights) and a synchronizer of the protocol the loop speaks (``t
 blocking, overlapped buckets, a PyTorch DDP method, or FSDP.
 """
 
+from __future__ import annotations
+
 import os
 import random
 import warnings
@@ -18,7 +20,7 @@ import compressors
 import datasets
 import models
 from allreducers.transports.environment import cluster_topology
-from allreducers.transports.placement import place_rank
+from allreducers.transports.placement import host_ranks, place_rank
 from trainer.checkpoint import Checkpoints
 from trainer.cli import DEFAULT_DATA_DIR, note, parse_settings
 from trainer.data import make_loaders, smallest_training_batch
@@ -351,3 +353,18 @@ def _announce(args, settings, trainer, size, device):
             f"nothing to train: {trainer.epoch} of --max-epochs {settings['max_epochs']} "
             "epochs done"
         )
+    if device.type == "cuda" and isinstance(trainer.synchronizer, OverlappedSync):
+        shared = shared_gpu_note(host_ranks(trainer.comm)[1], torch.cuda.device_count())
+        if shared:
+            log.note(shared)
+
+
+def shared_gpu_note(local_ranks: int, gpus: int) -> str | None:
+    """The note for overlapped buckets when ``local_ranks`` ranks share a host's ``gpus``."""
+    if local_ranks <= gpus:
+        return None
+    return (
+        f"{local_ranks} ranks share this host's {_plural(gpus, 'GPU')}: there the overlapped "
+        "buckets measured slower than one blocking call (docs/PERFORMANCE.md, 'On a GPU'); "
+        "--no-overlap may be faster"
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import threading
 import warnings
 
 import torch
@@ -105,45 +106,53 @@ class OperationCounter:
         return names + self._dispatched.masked + self._reads.count
 
 
-def count_call(sync, grad: torch.Tensor) -> dict:
+def count_call(sync, grad: torch.Tensor, syncs: bool = True) -> dict:
     """Run ``sync.allreduce(grad)`` once and return ``{"ops", "data_dependent_ops"}``.
 
-    With a CUDA ``grad`` also ``host_sync_ops``: the host synchronizations of the call
-    (``torch.cuda.set_sync_debug_mode``).
+    With a CUDA ``grad`` and ``syncs``, also ``host_sync_ops``: the host synchronizations of the
+    call (:func:`host_syncs`). In-process ranks are threads of one process, whose sync debug mode
+    and warnings they share: only one of them may count them (:func:`count_method`: rank 0).
 
     A collective like the call itself: every rank calls it; each counts its own thread's
     operations.
     """
-    if not grad.is_cuda:
+    counting = grad.is_cuda and syncs
+    with host_syncs() if counting else contextlib.nullcontext() as found:
         with OperationCounter() as counter:
             sync.allreduce(grad)
-        return {"ops": counter.total, "data_dependent_ops": counter.data_dependent}
-    with host_syncs() as syncs, OperationCounter() as counter:
-        sync.allreduce(grad)
-    return {
-        "ops": counter.total,
-        "data_dependent_ops": counter.data_dependent,
-        "host_sync_ops": syncs["count"],
-    }
+    counts = {"ops": counter.total, "data_dependent_ops": counter.data_dependent}
+    if counting:
+        counts["host_sync_ops"] = found["count"]
+    return counts
 
 
 @contextlib.contextmanager
 def host_syncs():
-    """Count the host synchronizations that CUDA's sync debug mode reports inside the block.
+    """Count this thread's host synchronizations that CUDA's sync debug mode reports in the block.
 
-    Yields a dict whose ``count`` is set when the block ends (``torch.cuda.set_sync_debug_mode``:
-    a wait for a stream or the device, a copy to pageable memory, a read of a value).
+    Yields a dict whose ``count`` grows as they happen (``torch.cuda.set_sync_debug_mode``: a wait
+    for a stream or the device, a copy to pageable memory, a read of a value). The mode is the
+    process's: no other thread may use this at the same time; their synchronizations meanwhile
+    are not counted, and their other warnings are shown as usual.
     """
-    found = {"count": 0}
+    me, found = threading.get_ident(), {"count": 0}
     previous = torch.cuda.get_sync_debug_mode()
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings():
         warnings.simplefilter("always")
+        show = warnings.showwarning
+
+        def tally(message, *args, **kwargs):
+            if "synchroniz" not in str(message):
+                show(message, *args, **kwargs)
+            elif threading.get_ident() == me:
+                found["count"] += 1
+
+        warnings.showwarning = tally
         torch.cuda.set_sync_debug_mode("warn")
         try:
             yield found
         finally:
             torch.cuda.set_sync_debug_mode(previous)
-            found["count"] = sum("synchroniz" in str(warning.message) for warning in caught)
 
 
 def count_method(transport, name: str, numel: int, density: float, gradient, **options) -> dict:
@@ -156,7 +165,7 @@ def count_method(transport, name: str, numel: int, density: float, gradient, **o
     sync = compressors.create(name, transport, numel=numel, density=density, **options)
     sync.count_nnz = False
     sync.allreduce(gradient(0))
-    return count_call(sync, gradient(1))
+    return count_call(sync, gradient(1), syncs=transport.rank == 0)
 
 
 def count_table(

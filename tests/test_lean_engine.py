@@ -2,6 +2,9 @@
 batch whole ranges of blocks; ranks that disagree on their settings are told so at the first
 call."""
 
+import threading
+import warnings
+
 import pytest
 import torch
 
@@ -9,7 +12,7 @@ import compressors
 from allreducers import codec
 from allreducers.schedule import ceil_log2
 from allreducers.transports import local_group
-from syncbench.opcount import OperationCounter, count_method
+from syncbench.opcount import OperationCounter, count_method, host_syncs
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -197,3 +200,19 @@ def test_the_operations_table_command_writes_its_rows(tmp_path):
     rows = json.loads(path.read_text())
     assert [(row["method"], row["workers"]) for row in rows] == [("topk", 2), ("topk", 4)]
     assert all(row["ops"] > 0 for row in rows)
+
+
+def test_host_syncs_counts_only_its_own_threads_synchronizations(monkeypatch):
+    modes = []
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+    other = threading.Thread(target=warnings.warn, args=("called a synchronizing operation",))
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        with host_syncs() as found:
+            warnings.warn("called a synchronizing CUDA operation", stacklevel=1)
+            other.start()
+            other.join()
+            warnings.warn("something else", stacklevel=1)
+    assert found["count"] == 1 and modes == ["warn", 0]
+    assert [str(w.message) for w in shown] == ["something else"]

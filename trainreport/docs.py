@@ -360,6 +360,27 @@ def gpu_replay_table(root: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def gpu_ops_table(root: str) -> str:
+    """Return docs/PERFORMANCE.md's operations / host synchronizations per call on the GPU.
+
+    ``runs/lean-engine/gpu-h200-2026-11-27/ops_cuda.json`` (``python -m syncbench.opcount
+    --device cuda``): per method, ``ops/data-dependent/host syncs`` at each P.
+    """
+    rows = _load(root, os.path.join(GPU, "ops_cuda.json"))
+    workers = sorted({row["workers"] for row in rows})
+    per: dict = {}
+    for row in rows:
+        cell = f"{row['ops']}/{row['data_dependent_ops']}/{row['host_sync_ops']}"
+        per.setdefault(row["method"], {})[row["workers"]] = cell
+    lines = [
+        "| method | " + " | ".join(f"P = {p}" for p in workers) + " |",
+        "|---|" + "---:|" * len(workers),
+    ]
+    for method, cells in per.items():
+        lines.append(f"| {method} | " + " | ".join(cells[p] for p in workers) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def gpu_bert_table(root: str) -> str:
     """Return docs/PERFORMANCE.md's table of bert-base overlapped and blocking on the GPU.
 
@@ -528,6 +549,12 @@ TABLES = {
         "**Local work on the H200.**",
         "runs/lean-engine/gpu-h200-2026-11-27/replay_cuda.json",
         gpu_replay_table,
+    ),
+    "gpu-ops": Table(
+        "docs/PERFORMANCE.md",
+        "**Operations and host synchronizations per call on the GPU.**",
+        "runs/lean-engine/gpu-h200-2026-11-27/ops_cuda.json",
+        gpu_ops_table,
     ),
     "gpu-bert": Table(
         "docs/PERFORMANCE.md",

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts" / "experiments"
@@ -130,6 +131,22 @@ def test_usage_errors_exit_2(tmp_path, env):
             ["bash", str(SCRIPTS / script)], env=env, capture_output=True, text=True, timeout=30
         )
         assert result.returncode == 2 and result.stderr.startswith("usage:")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
+def test_the_gpu_script_needs_a_gpu(tmp_path, env):
+    script = str(SCRIPTS / "gpu.sh")
+    usage = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=30)
+    assert usage.returncode == 2 and usage.stderr.startswith("usage:")
+    environment = dict(env, PYTHON=sys.executable)
+    run = subprocess.run(
+        ["bash", script, str(tmp_path / "out")],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2 and "needs a CUDA device" in run.stderr
 
 
 def test_widemlp_has_over_ten_million_parameters():

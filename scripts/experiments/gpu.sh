@@ -35,6 +35,10 @@ mpiexec=${MPIEXEC:-$(command -v mpiexec || command -v mpirun)}
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  # Open MPI, in a container
 cd "$root" || exit 1
+if ! "$python" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+  echo "$0: needs a CUDA device that $python's torch can use" >&2
+  exit 2
+fi
 log() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$out/log.txt"; }
 
 step_mpi() {

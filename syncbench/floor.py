@@ -59,16 +59,18 @@ class FloorRun:
             if e.kind == "send"
         ]
         self.rounds = max([e.round + e.rounds for e in self.events], default=0)
+        self.device = torch.device("cpu")  # where the residual and messages are (:meth:`to`)
 
     def to(self, device: torch.device) -> None:
         """Keep the residual and the messages on ``device`` (a GPU's gradients: the GPU)."""
+        self.device = device
         if self.residual is not None:
             self.residual = self.residual.to(device)
         self.sends = [(event, buffer.to(device)) for event, buffer in self.sends]
 
     def local_work(self, grad: torch.Tensor, out: torch.Tensor) -> tuple:
         """This rank's work besides the messages; its seconds of selection and of accumulation."""
-        if self.sends and self.sends[0][1].device != grad.device:
+        if grad.device != self.device:
             self.to(grad.device)
         start = time.perf_counter()
         if self.residual is None:

@@ -140,6 +140,7 @@ def record_calls(
                     "bytes": stats["bytes_sent"],
                     "messages": stats["messages"],
                     "rounds": stats["rounds"],
+                    "host_syncs": stats["host_syncs"],
                     "nnz": stats["nnz"],
                     "events": recorder.take(),
                     "selections": counter.take(),

@@ -33,7 +33,7 @@ def summarize_counts(per_rank: list) -> dict:
             sum(r[c]["messages"] for r in per_rank) / workers for c in calls
         ),
         "rounds": max(r[c]["rounds"] for r in per_rank for c in calls),
-        "host_syncs": max(r[c].get("host_syncs", 0) for r in per_rank for c in calls),
+        "host_syncs": max(r[c]["host_syncs"] for r in per_rank for c in calls),
         "nnz": statistics.median_low(per_rank[0][c]["nnz"] for c in calls),
     }
 

@@ -496,6 +496,7 @@ def test_summarize_takes_the_slowest_rank_of_each_call_and_its_split():
             "bytes": nbytes,
             "messages": 2,
             "rounds": 2,
+            "host_syncs": 0,
             "nnz": 7,
             "cosine": 0.5,
         }

@@ -9,7 +9,7 @@ import torch
 from mpi4py import MPI
 
 import main_trainer
-from tests.mpirun import ROOT, FirstOfFour, command, environment
+from tests.mpirun import ROOT, FirstOf, command, environment
 from trainer import cli
 from trainer.distributed import UsageError
 from trainer.torch_ddp import powersgd_entries
@@ -121,7 +121,7 @@ def test_ddp_gives_the_loss_and_weights_of_dense(runs):
 )
 def test_a_bad_ddp_method_flag_is_one_line(flags, fragment):
     with pytest.raises(UsageError) as refused:
-        cli.parse_settings(flags, FirstOfFour())
+        cli.parse_settings(flags, FirstOf(4))
     assert fragment in str(refused.value) and "\n" not in str(refused.value)
 
 
@@ -133,7 +133,7 @@ def test_a_bad_option_exits_with_status_2(capsys):
 
 def test_method_options_and_powersgd_bytes():
     args, _ = cli.parse_settings(
-        ["--method", "powersgd", "--method-option", "start-iter=10"], FirstOfFour()
+        ["--method", "powersgd", "--method-option", "start-iter=10"], FirstOf(4)
     )
     assert args.compressor == "powersgd" and args.density == 1.0
     assert args.method_options == {"rank": 4, "start_iter": 10}

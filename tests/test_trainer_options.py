@@ -12,7 +12,7 @@ from mpi4py import MPI
 
 import compressors
 from tests.imdb_sample import reviews, write_csv
-from tests.mpirun import FirstOfFour, mpiexec
+from tests.mpirun import FirstOf, mpiexec
 from trainer import build, cli
 from trainer.distributed import UsageError
 
@@ -20,7 +20,7 @@ OKTOPK = ["--compression", "--compressor", "oktopk"]
 
 
 def parse(*flags):
-    args, _ = cli.parse_settings(list(flags), FirstOfFour())
+    args, _ = cli.parse_settings(list(flags), FirstOf(4))
     return args
 
 
@@ -134,15 +134,8 @@ def test_the_wire_method_option_wins_over_the_wire_flag(capsys):
 
 
 def _six(*flags):
-    class FirstOfSix(FirstOfFour):
-        def Get_size(self):
-            return 6
-
-        def allgather(self, value):
-            return [value] * 6
-
     with pytest.raises(UsageError) as refused:
-        cli.parse_settings(list(flags), FirstOfSix())
+        cli.parse_settings(list(flags), FirstOf(6))
     return str(refused.value)
 
 

@@ -5,7 +5,7 @@ runs are in tests/test_trainer_sharded.py)."""
 import pytest
 
 import main_trainer
-from tests.mpirun import FirstOfFour
+from tests.mpirun import FirstOf
 from trainer import cli
 from trainer.distributed import UsageError
 from trainer.sharded import FSDPSync
@@ -14,7 +14,7 @@ SPARSE = ["--fsdp", "--method", "spardl"]
 
 
 def parse(*flags):
-    args, _ = cli.parse_settings(list(flags), FirstOfFour())
+    args, _ = cli.parse_settings(list(flags), FirstOf(4))
     return args
 
 

@@ -11,6 +11,7 @@ import torch
 from mpi4py import MPI
 
 import models
+from tests.mpirun import FirstOf
 from trainer import build, cli
 from trainer.checkpoint import Checkpoints, restore_rng, rng_state
 from trainer.config import DEFAULTS, ConfigError, config_path, load_config, merge
@@ -183,19 +184,6 @@ def test_collective_helpers_on_one_rank():
     assert tensor.tolist() == [0, 1, 2, 3]
 
 
-class _FirstOfSix:
-    """Rank 0 of six as the command-line checks see a communicator: every other rank agrees."""
-
-    def Get_rank(self):
-        return 0
-
-    def Get_size(self):
-        return 6
-
-    def allgather(self, value):
-        return [value] * 6
-
-
 @pytest.mark.parametrize(
     "flags,fragment",
     [
@@ -209,7 +197,7 @@ class _FirstOfSix:
 )
 def test_spardl_team_flags_are_checked_in_the_trainers_terms(flags, fragment):
     with pytest.raises(UsageError, match=fragment.replace("(", r"\(")):
-        cli.parse_settings(flags, _FirstOfSix())
+        cli.parse_settings(flags, FirstOf(6))
 
 
 @pytest.mark.parametrize(
@@ -221,12 +209,12 @@ def test_spardl_team_flags_are_checked_in_the_trainers_terms(flags, fragment):
 )
 def test_teams_must_divide_the_workers_for_every_method(flags):
     with pytest.raises(UsageError, match="--teams 4 must divide the number of workers 6"):
-        cli.parse_settings(flags, _FirstOfSix())
+        cli.parse_settings(flags, FirstOf(6))
 
 
 def test_sag_recursive_does_not_stop_a_method_without_it():
     flags = ["--compression", "--compressor", "topk", "--teams", "3", "--sag", "recursive"]
-    args, _ = cli.parse_settings(flags, _FirstOfSix())
+    args, _ = cli.parse_settings(flags, FirstOf(6))
     assert (args.teams, args.sag) == (3, "recursive")
 
 
@@ -234,21 +222,21 @@ def test_more_loader_workers_than_cpus_are_capped_with_a_note(monkeypatch, capsy
     """torch warns (and a loader may stall) when a rank starts more workers than it has CPUs,
     as the ImageNet configs' 4 would on 2 cores."""
     monkeypatch.setattr(build.os, "sched_getaffinity", lambda pid: {0, 1})
-    _, settings = cli.parse_settings(["--loader-workers", "4"], _FirstOfSix())
+    _, settings = cli.parse_settings(["--loader-workers", "4"], FirstOf(6))
     assert "loader workers" not in capsys.readouterr().err  # not before the later checks pass
-    assert build.loader_workers(settings, _FirstOfSix()) == 2
+    assert build.loader_workers(settings, FirstOf(6)) == 2
     assert (
         "4 loader workers (--loader-workers or the config) are more than the 2 CPU(s) this process "
         "may use; using 2" in capsys.readouterr().err
     )
-    _, settings = cli.parse_settings(["--loader-workers", "2"], _FirstOfSix())
-    assert build.loader_workers(settings, _FirstOfSix()) == 2
+    _, settings = cli.parse_settings(["--loader-workers", "2"], FirstOf(6))
+    assert build.loader_workers(settings, FirstOf(6)) == 2
     assert "loader workers" not in capsys.readouterr().err
 
 
 def test_an_empty_data_dir_is_refused():
     with pytest.raises(UsageError, match="--data-dir is empty; name a directory"):
-        cli.parse_settings(["--data-dir", ""], _FirstOfSix())
+        cli.parse_settings(["--data-dir", ""], FirstOf(6))
 
 
 def test_a_rejected_run_leaves_no_directory_behind(tmp_path):
@@ -256,12 +244,12 @@ def test_a_rejected_run_leaves_no_directory_behind(tmp_path):
     with pytest.raises(UsageError, match="--density must lie in"):
         cli.parse_settings(
             ["--density", "2", "--log-dir", str(log_dir), "--checkpoint-dir", str(checkpoint_dir)],
-            _FirstOfSix(),
+            FirstOf(6),
         )
     assert list(tmp_path.iterdir()) == []
     (tmp_path / "file").write_text("")
     with pytest.raises(UsageError, match="file is not a directory"):
-        cli.parse_settings(["--log-dir", str(tmp_path / "file" / "logs")], _FirstOfSix())
+        cli.parse_settings(["--log-dir", str(tmp_path / "file" / "logs")], FirstOf(6))
 
 
 def test_an_older_checkpoint_is_checked_against_the_built_synchronizer(tmp_path):
@@ -354,7 +342,7 @@ def test_a_model_that_cannot_train_on_the_batches_is_refused_and_the_probe_leave
     with pytest.raises(
         UsageError, match="resnet50 cannot train on batches of 3x32x32 images"
     ) as refused:
-        build.build_model(args, split, 1, _FirstOfSix(), torch.device("cpu"))
+        build.build_model(args, split, 1, FirstOf(6), torch.device("cpu"))
     assert "shard" not in str(refused.value)
     build.build_model(args, split, 32, MPI.COMM_SELF, torch.device("cpu"))  # batches of 32 and 28
     # Nor can it on 6 ranks' shards of one sample each, whatever the batch size.
@@ -366,7 +354,7 @@ def test_a_model_that_cannot_train_on_the_batches_is_refused_and_the_probe_leave
         match="the 6 training samples give each of the 6 workers a shard of one "
         "sample: use fewer workers or more data",
     ):
-        build.build_model(args, one_each, 32, _FirstOfSix(), torch.device("cpu"))
+        build.build_model(args, one_each, 32, FirstOf(6), torch.device("cpu"))
     args.dnn = "resnet20"
     torch.manual_seed(5)
     expected = models.create("resnet20", 10, (3, 32, 32)).state_dict()
@@ -663,7 +651,7 @@ def test_a_density_rounded_up_to_whole_entries_is_noted_and_recorded(method, kep
     sync = local_group(1).run(
         lambda transport: compressors.create(method, transport, numel=22_650, density=density)
     )[0]
-    assert build.effective_density(sync, _FirstOfSix()) == sync.effective_density
+    assert build.effective_density(sync, FirstOf(6)) == sync.effective_density
     noted = capsys.readouterr().err
     assert (noted.count("main_trainer.py: note:") == 1) == (method != "dense"), noted
     if method != "dense":
@@ -680,7 +668,7 @@ def test_a_density_that_rounds_little_is_not_noted(capsys):
     sync = local_group(1).run(
         lambda transport: compressors.create("spardl", transport, numel=22_650, density=0.01)
     )[0]
-    assert build.effective_density(sync, _FirstOfSix()) == 226 / 22_650
+    assert build.effective_density(sync, FirstOf(6)) == 226 / 22_650
     assert capsys.readouterr().err == ""
 
 

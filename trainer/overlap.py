@@ -43,7 +43,7 @@ class OverlappedSync(WholeState):
         self.name, self.density = self.pipeline.method, density
         self.numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
         self.forward_model = model
-        self.stats = _stats({"bytes_sent": 0, "seconds": 0.0, "phases": {}})
+        self.stats = _stats({"bytes_sent": 0, "host_syncs": 0, "seconds": 0.0, "phases": {}})
 
     overlaps_backward = True
 
@@ -77,7 +77,7 @@ def _stats(taken: dict) -> dict:
     phases = dict(taken["phases"])
     return {
         "bytes_sent": taken["bytes_sent"],
-        "host_syncs": taken.get("host_syncs", 0),
+        "host_syncs": taken["host_syncs"],
         "seconds": {phase: phases.get(phase, 0.0) for phase in ("select", "comm", "accumulate")},
         "sync_seconds": taken["seconds"],
         "compute_end": None,

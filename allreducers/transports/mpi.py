@@ -54,12 +54,16 @@ def _pinned(numel: int, dtype: torch.dtype) -> torch.Tensor:
 
 
 class _Send:
-    """A send of :meth:`MPITransport.isend`: ``request`` once MPI has it, ``buffer`` kept alive."""
+    """A send of :meth:`MPITransport.isend`: ``request`` once MPI has it, ``buffer`` kept alive.
 
-    __slots__ = ("request", "buffer", "dest", "tag")
+    ``stream``: for a staged send, the stream its copy to the host was queued on.
+    """
 
-    def __init__(self, buffer, dest, tag, request=None) -> None:
+    __slots__ = ("request", "buffer", "dest", "tag", "stream")
+
+    def __init__(self, buffer, dest, tag, request=None, stream=None) -> None:
         self.buffer, self.dest, self.tag, self.request = buffer, dest, tag, request
+        self.stream = stream
 
 
 class _Receive:
@@ -89,12 +93,11 @@ class MPITransport(Transport):
         self.size = comm.Get_size()
         self.device_buffers_ok = cuda_aware()
         self._queued: list = []  # staged sends whose copy to the host is not waited for yet
-        self._streams: set = set()  # the streams their copies were queued on
         self._unmatched: list = []  # started receives whose message was not announced yet
 
-    def _direct(self, tensor: torch.Tensor) -> bool:
-        """Whether MPI reads or writes ``tensor`` itself (a host tensor, or a CUDA-aware MPI)."""
-        return tensor.device.type == "cpu" or self.device_buffers_ok
+    def _direct(self, device: torch.device) -> bool:
+        """Whether MPI reads and writes tensors on ``device`` itself (the host, or CUDA-aware)."""
+        return device.type == "cpu" or self.device_buffers_ok
 
     @staticmethod
     def _buffer(tensor: torch.Tensor):
@@ -103,13 +106,12 @@ class MPITransport(Transport):
 
     def _isend(self, tensor, dest, tag):
         tensor = tensor.contiguous()
-        if self._direct(tensor):
+        if self._direct(tensor.device):
             self._flush()  # keep MPI's order of one source's messages
             return _Send(tensor, dest, tag, self.comm.Isend(self._buffer(tensor), dest, tag))
         host = _pinned(tensor.numel(), tensor.dtype)
         host.copy_(tensor, non_blocking=True)
-        self._streams.add(torch.cuda.current_stream(tensor.device))
-        send = _Send(host, dest, tag)
+        send = _Send(host, dest, tag, stream=torch.cuda.current_stream(tensor.device))
         self._queued.append(send)
         return send
 
@@ -117,12 +119,12 @@ class MPITransport(Transport):
         """Wait once for the queued copies to the host, then hand their sends to MPI."""
         if not self._queued:
             return
-        for stream in self._streams:
+        for stream in {send.stream for send in self._queued}:
             stream.synchronize()
         self.traffic.host_syncs += 1
         for send in self._queued:
             send.request = self.comm.Isend(self._buffer(send.buffer), send.dest, send.tag)
-        self._queued, self._streams = [], set()
+        self._queued = []
 
     def _recv(self, source, tag, dtype, device):
         self._flush()
@@ -134,16 +136,13 @@ class MPITransport(Transport):
 
     def _landing(self, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """Where MPI writes a received message: on ``device``, or a pinned buffer to stage it."""
-        if device.type == "cpu" or self.device_buffers_ok:
+        if self._direct(device):
             return torch.empty(numel, dtype=dtype, device=device)
         return _pinned(numel, dtype)
 
-    @staticmethod
-    def _arrived(landing: torch.Tensor, device: torch.device) -> torch.Tensor:
+    def _arrived(self, landing: torch.Tensor, device: torch.device) -> torch.Tensor:
         """The received message on ``device``: a staged one copied there, not waited for."""
-        if device.type == "cpu" or landing.device.type != "cpu":
-            return landing
-        return landing.to(device, non_blocking=True)
+        return landing if self._direct(device) else landing.to(device, non_blocking=True)
 
     def _waitall(self, handles):
         self._flush()
@@ -193,7 +192,7 @@ class MPITransport(Transport):
         return self._arrived(receive.out, receive.device)
 
     def _allreduce_sum_into(self, tensor, out):
-        if not self._direct(out) or out.data_ptr() == tensor.data_ptr():
+        if not self._direct(out.device) or out.data_ptr() == tensor.data_ptr():
             return super()._allreduce_sum_into(tensor, out)
         self._flush()
         self.comm.Allreduce(self._buffer(tensor.contiguous()), self._buffer(out), op=MPI.SUM)
@@ -201,7 +200,7 @@ class MPITransport(Transport):
 
     def _allreduce_sum(self, tensor):
         self._flush()
-        if self._direct(tensor):
+        if self._direct(tensor.device):
             self.comm.Allreduce(MPI.IN_PLACE, self._buffer(tensor), op=MPI.SUM)
             return tensor
         host = _pinned(tensor.numel(), tensor.dtype)

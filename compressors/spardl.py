@@ -13,7 +13,6 @@ import numpy as np
 import torch
 
 from allreducers import (
-    allgather_lists,
     bruck_allgather_schedule,
     check_choice,
     recursive_halving_schedule,
@@ -25,7 +24,7 @@ from allreducers import (
 from .base import Synchronizer
 from .registry import register
 from .selection import Selector
-from .sparse_ops import as_numpy, flat_nonzero, is_member, put_, search_sorted
+from .sparse_ops import as_numpy, flat_nonzero, put_, search_sorted
 from .teams import AUTO, Candidate, candidates, check_layout, probe, team_groups
 
 SAG_VARIANTS = ("bruck", "recursive")
@@ -38,7 +37,9 @@ class HeightAdapter:
 
     ``value`` is h, which :meth:`update` moves towards a union of ``block_budget`` entries
     without leaving [max(1, block_budget // teams), block_budget]. With one team, or when the
-    budget covers the block, h is ``block_budget`` and never changes.
+    budget covers the block, h is ``block_budget`` and never changes. A call hands its union's
+    size over still on the device (:meth:`defer`); it is read when h is next asked for (the
+    next call's step 3, or :meth:`state_dict`), where that call's work is long done.
 
     Args:
         block_budget: k_b, the entries each block keeps.
@@ -51,10 +52,24 @@ class HeightAdapter:
         # At density 1 nothing may be dropped, so h stays k_b.
         self.fixed = teams == 1 or block_budget >= block_size
         self.floor = max(1, block_budget // teams)
-        self.value = block_budget if self.fixed else self.floor
-        self.step = max(1, (block_budget - self.value) // 100)
+        self._value = block_budget if self.fixed else self.floor
+        self.step = max(1, (block_budget - self._value) // 100)
         self.direction = 0
         self.streak = 0
+        self._pending = None  # a union size not read yet (a 0-d tensor)
+
+    @property
+    def value(self) -> int:
+        """h, after the update of the last :meth:`defer` (which reads its size)."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            self.update(int(pending))
+        return self._value
+
+    def defer(self, union_size: torch.Tensor) -> None:
+        """:meth:`update` by the 0-d ``union_size``, when h is next asked for."""
+        if not self.fixed:
+            self._pending = union_size
 
     def update(self, union_size: int) -> None:
         """Adapt h after a Spar-All-Gather whose summed union had ``union_size`` entries."""
@@ -71,12 +86,12 @@ class HeightAdapter:
         elif self.direction != 0:
             self.step, self.streak = max(1, self.step // 2), 0
         self.direction = wanted
-        self.value = min(self.block_budget, max(self.floor, self.value + wanted * self.step))
+        self._value = min(self.block_budget, max(self.floor, self._value + wanted * self.step))
 
     def state_dict(self) -> dict:
         """Return the adapter's mutable state (plain ints)."""
         return {
-            "value": self.value,
+            "value": self.value,  # first: it applies a deferred update
             "step": self.step,
             "direction": self.direction,
             "streak": self.streak,
@@ -84,7 +99,8 @@ class HeightAdapter:
 
     def load_state_dict(self, state: dict) -> None:
         """Restore what :meth:`state_dict` returned."""
-        self.value, self.step = int(state["value"]), int(state["step"])
+        self._value, self.step = int(state["value"]), int(state["step"])
+        self._pending = None
         self.direction, self.streak = int(state["direction"]), int(state["streak"])
 
 
@@ -374,7 +390,8 @@ class SparDL(Synchronizer):
     def _synchronize(self, grad, timer):
         call = _Call(self, grad, timer)
         result = call.run()
-        self._nnz = (call.tables["final_values"], call.valid)
+        # After a Spar-All-Gather a list ends in repeats of its last column: counted once.
+        self._nnz = (call.tables["final_values"], call.tables["final_columns"], self.teams > 1)
         return result, call.work[: self.numel]
 
     def _padded_work(self, residual: torch.Tensor) -> torch.Tensor:
@@ -432,8 +449,10 @@ class SparDL(Synchronizer):
         """The final lists' non-zeros inside the vector, counted only if ``count_nnz``."""
         if not self.count_nnz or self._nnz is None:
             return None
-        values, valid = self._nnz
-        return int(torch.count_nonzero(values if valid is None else values * valid))
+        values, columns, repeats = self._nnz
+        if repeats:
+            values = values * _first_of_runs(columns)
+        return int(torch.count_nonzero(values))
 
     def _config(self) -> dict:
         config = dict(
@@ -549,10 +568,9 @@ class _Call:
         self.coder = sync.codec if sync.codec.compact and sync.size > 1 else None
         self.lost = arrays["lost"] if self.coder is not None else None
         # Per row, the block's final list (steps 4-5), its flat positions in ``work`` and the
-        # residual step 6 leaves there; ``valid`` masks padded entries of shorter lists.
+        # residual step 6 leaves there.
         self.final_columns, self.final_values = arrays["final_columns"], arrays["final_values"]
         self.final_flat, self.new_values = arrays["final_flat"], arrays["new_values"]
-        self.valid = None
         self.collected = 0  # rows 0 .. collected-1 are collected (steps 5 and 6)
         self.result = self.result_array = None
         self.pair_list = None  # R-SAG: this holder's current list of the block (step 4)
@@ -712,161 +730,181 @@ class _Call:
         return self.chosen[0, :keep], self.sent[0, :keep]
 
     def bruck_sag(self, own: tuple) -> tuple:
-        """Step 4 with B-SAG: the d teams' lists of this block summed, then its top-k_b."""
+        """Step 4 with B-SAG: the d teams' lists of this block summed, then its top-k_b.
+
+        Fixed shapes, no read of the union's size: the d lists of h entries travel as rows
+        (:meth:`gather_rows`), their union has a capacity of d h entries, and the final list k_b
+        (a shorter one repeats its last entry, as in a short selection). The union's size goes
+        to the adaptive h on the device (:meth:`HeightAdapter.defer`).
+        """
         sync = self.sync
-        lists = allgather_lists(
-            sync.transport,
-            sync.sag_steps,
-            sync.team,
-            own,
-            sync.height.value,
-            self.timer,
-            wire=sync.wire,  # the lists are quantized already (select): they travel exactly
+        height, teams, device = sync.height.value, sync.teams, own[0].device
+        columns = torch.empty((teams, height), dtype=torch.int64, device=device)
+        values = torch.empty((teams, height), device=device)
+        columns[0], values[0] = own  # the lists are quantized already (select): exact on the wire
+        self.gather_rows(
+            sync.sag_steps, sync.team, (self.array(columns), self.array(values)), height
         )
+        # Row r holds team (team + r) % d: rolled, row t holds team t, the order of the sums.
+        columns, values = torch.roll(columns, sync.team, 0), torch.roll(values, sync.team, 0)
         with self.timer("accumulate"):
-            union, union_values = _coalesce([lists[team] for team in range(sync.teams)])
-        sync.height.update(union.numel())
-        if union.numel() > sync.block_budget:
-            with self.timer("select"):
-                keep = sync.selector.topk(union_values, sync.block_budget)
-                union, union_values = union[keep], union_values[keep]
-        return self.quantize_final((union, union_values), holders=1 if sync.team == 0 else 0)
+            union, sums, size = _union(columns, values)
+        sync.height.defer(size)
+        budget = sync.block_budget
+        with self.timer("select"):
+            places = self.tables["places"].view(-1)
+            if union.numel() > budget:
+                keep, real = self.top_of_union(sums, size)
+                place = keep[torch.minimum(places, real)]
+            else:
+                place = torch.minimum(places, size - 1)
+            final = union[place], sums[place]
+        return self.quantize_final(final, holders=1 if sync.team == 0 else 0)
+
+    def gather_rows(self, steps, own_item: int, tables: tuple, width: int, meanwhile=None):
+        """All-gather rows of ``width`` entries along the Bruck ``steps`` (fixed-size messages).
+
+        ``tables``: ``(columns, values)`` whose row r is item ``(own_item + r) % rows`` (row 0
+        the own one, here already; tensors, or on the CPU their NumPy views for the receives
+        and ``self.tables``' for the sends). ``meanwhile(held)`` runs in the last step while its
+        message travels: rows 0 .. held-1 are here then. The rows keep their bits at any wire
+        if they were quantized by rows (``quantize_rows``) first.
+        """
+        sync, count = self.sync, tables[0].shape[0]
+        held, sending = [1], tuple(self.tensor(table) for table in tables)
+
+        def rows(items) -> slice:
+            first = (items[0] - own_item) % count
+            return slice(first, first + len(items))
+
+        def produce(step) -> torch.Tensor:
+            send = rows(step.send_items)
+            return sync.codec.encode_rows(sending[0][send], sending[1][send], sync.block_size)
+
+        def consume(step, message: torch.Tensor) -> None:
+            arrived = rows(step.recv_items)
+            received = sync.codec.decode_rows(message, len(step.recv_items), width, sync.block_size)
+            tables[0][arrived], tables[1][arrived] = (self.array(t) for t in received)
+            held[0] = arrived.stop
+
+        run_schedule(
+            sync.transport,
+            steps,
+            produce,
+            consume,
+            self.work.device,
+            self.timer,
+            meanwhile=None if meanwhile is None else lambda step: meanwhile(step, held[0]),
+            dtype=sync.codec.recv_dtype,
+            recv_numel=lambda step: sync.codec.rows_size(
+                len(step.recv_items), width, sync.block_size
+            ),
+        )
 
     def quantize_final(self, final: tuple, holders: int) -> tuple:
         """Return the block's final list (step 4) as the final gather carries it.
 
-        At a 16-bit wire every holder of the list quantizes it alike; ``holders`` > 0 keeps
-        1/``holders`` of what quantization removed as this holder's share (0: none of it).
+        At a 16-bit wire every holder of the list quantizes it alike (by rows: no read);
+        ``holders`` > 0 keeps 1/``holders`` of what quantization removed as this holder's share
+        (0: none of it), once per column (not for the repeats of a short list's last entry).
         """
         if self.coder is None:
             return final
         columns, values = final
         with self.timer("select"):
-            sent = self.coder.quantize(values)
+            sent = self.coder.quantize_rows(values.view(1, -1)).view(-1)
             if holders:
-                self.shares.append((columns.long(), (values - sent) / holders))
+                lost = torch.where(_first_of_runs(columns), (values - sent) / holders, -0.0)
+                self.shares.append((columns.long(), lost))
         return columns, sent
 
     def recursive_sag(self, own: tuple) -> tuple:
         """Step 4 with R-SAG: the pairwise reduction of the d teams' top-k_b lists of this block.
 
-        Returns the final list, the same on all d holders; ``shares`` then holds, per pair step
-        that dropped entries, the dropped columns with this holder's share of their values.
+        Returns the final list, the same on all d holders; ``shares`` then holds, per pair step,
+        this holder's share of the values of the columns it dropped (zero elsewhere). Fixed
+        shapes: the lists travel as rows of k_b entries, their union has 2 k_b places.
         """
+        sync = self.sync
         self.pair_list = own
         run_schedule(
-            self.sync.transport,
-            self.sync.sag_steps,
+            sync.transport,
+            sync.sag_steps,
             self.send_pair_list,
             self.merge_pair_list,
             own[0].device,
             self.timer,
-            dtype=self.sync.codec.recv_dtype,
+            dtype=sync.codec.recv_dtype,
+            recv_numel=lambda step: sync.codec.rows_size(1, sync.block_budget, sync.block_size),
         )
         return self.quantize_final(self.pair_list, self.pair_holders)
 
     def send_pair_list(self, step) -> torch.Tensor:
-        """Step 4 with R-SAG, sending: the current list, packed without counts.
+        """Step 4 with R-SAG, sending: the current list, as one row.
 
         At a 16-bit wire a merged list is quantized first; each of its holders keeps its share
         of what that removed.
         """
         if self.pair_holders > 1:
             self.pair_list = self.quantize_final(self.pair_list, self.pair_holders)
-        return self.sync.codec.encode([self.pair_list], with_counts=False)
+        columns, values = self.pair_list
+        return self.sync.codec.encode_rows(
+            columns.view(1, -1), values.view(1, -1), self.sync.block_size
+        )
 
     def merge_pair_list(self, step, message: torch.Tensor) -> None:
         """Step 4 with R-SAG, receiving: sum the partner's list into the current one, keep k_b."""
-        budget = self.sync.block_budget
-        theirs = self.sync.codec.decode(message, 1, [budget])[0]
+        sync = self.sync
+        budget = sync.block_budget
+        theirs = sync.codec.decode_rows(message, 1, budget, sync.block_size)
+        mine = tuple(part.view(1, -1) for part in self.pair_list)
         mine_first = step.send_items[0] < step.recv_items[0]  # the lower group's list first
         with self.timer("accumulate"):
-            ordered = [self.pair_list, theirs] if mine_first else [theirs, self.pair_list]
-            union, values = _coalesce(ordered)
+            ordered = (mine, theirs) if mine_first else (theirs, mine)
+            union, sums, size = _union(
+                torch.cat([ordered[0][0].long(), ordered[1][0].long()]),
+                torch.cat([ordered[0][1], ordered[1][1]]),
+            )
         holders = len(step.send_items) + len(step.recv_items)  # a power of two: exact
-        if union.numel() > budget:
-            with self.timer("select"):
-                keep = self.sync.selector.topk(values, budget)
-                dropped = torch.ones(union.numel(), dtype=torch.bool, device=values.device)
-                dropped[keep] = False
-                self.shares.append((union[dropped].long(), values[dropped] / holders))
-                union, values = union[keep], values[keep]
-        self.pair_list = (union, values)
+        with self.timer("select"):
+            keep, real = self.top_of_union(sums, size)
+            dropped = torch.arange(sums.numel(), device=sums.device) < size
+            dropped[keep] = False
+            self.shares.append((union, torch.where(dropped, sums / holders, -0.0)))
+            place = keep[torch.minimum(self.tables["places"].view(-1), real)]
+        self.pair_list = (union[place], sums[place])
         self.pair_holders = holders
+
+    def top_of_union(self, sums: torch.Tensor, size: torch.Tensor) -> tuple:
+        """Return the places of the top-k_b of a union's ``sums`` (its ``size`` first entries).
+
+        Returns ``(keep, real)``: ``keep`` ascending, and the last place in it of an entry.
+        The padding (zeros after the union) loses every tie on the CPU; wherever some was kept
+        (a GPU's tie among zeros) it comes last in ``keep``, after ``real``.
+        """
+        keep = self.sync.selector.topk(sums, self.sync.block_budget)
+        return keep, (keep < size).sum() - 1
 
     def gather_and_collect(self, own: tuple) -> None:
         """Steps 5 and 6: gather the team's block lists, collecting them in two batches.
 
-        With one team every list has k_b entries: the Bruck steps move ranges of rows of the
-        final tables. After a Spar-All-Gather the lists' lengths vary: they travel with counts
-        and are padded to k_b by repeating their last entry. Blocks are disjoint, so the order
-        in which the lists arrive changes no bit.
+        Every final list has k_b entries (after a Spar-All-Gather a shorter one repeats its
+        last entry): the Bruck steps move ranges of rows of the final tables. The rows held
+        before the last step are collected while its message travels: at least half of them,
+        in a fixed number of operations. Blocks are disjoint, so the order in which the lists
+        arrive changes no bit.
         """
         sync = self.sync
-        if sync.teams > 1:
-            held = allgather_lists(
-                sync.transport,
-                sync.gather_steps,
-                sync.position,
-                own,
-                None,
-                self.timer,
-                wire=sync.wire,
-            )
-            with self.timer("accumulate"):
-                self.pad_final([held[block] for block in sync.row_blocks])
-            self.collect(sync.team_size)
-            return
-        self.final_columns[0] = own[0]
-        self.final_values[0] = own[1]
-        held = [1]  # rows 0 .. held-1 are here
-        final_columns, final_values = self.tables["final_columns"], self.tables["final_values"]
-
-        def produce(step) -> torch.Tensor:
-            rows = self.rows(step.send_items)
-            return sync.codec.encode_rows(final_columns[rows], final_values[rows], sync.block_size)
-
-        def consume(step, message: torch.Tensor) -> None:
-            rows = self.rows(step.recv_items)
-            columns, values = sync.codec.decode_rows(
-                message, len(step.recv_items), sync.block_budget, sync.block_size
-            )
-            self.final_columns[rows] = self.array(columns)
-            self.final_values[rows] = self.array(values)
-            held[0] = rows.stop
-
-        run_schedule(
-            sync.transport,
+        self.final_columns[0] = self.array(own[0])
+        self.final_values[0] = self.array(own[1])
+        self.gather_rows(
             sync.gather_steps,
-            produce,
-            consume,
-            self.work.device,
-            self.timer,
-            # The rows held before the last step are collected while its message travels:
-            # at least half of them, in a fixed number of operations.
-            meanwhile=lambda step: step is sync.gather_steps[-1] and self.collect(held[0]),
-            dtype=sync.codec.recv_dtype,
-            recv_numel=self.rows_numel(),
+            sync.position,
+            (self.final_columns, self.final_values),
+            sync.block_budget,
+            meanwhile=lambda step, held: step is sync.gather_steps[-1] and self.collect(held),
         )
         self.collect(sync.team_size)
-
-    def pad_final(self, lists: list) -> None:
-        """Put the rows' final ``lists`` (of up to k_b entries) into the final tables.
-
-        A shorter list repeats its last entry: writes at a repeated column write the same value
-        again, and ``valid`` keeps repeated entries out of the non-zero count.
-        """
-        lengths = [columns.numel() for columns, _ in lists]
-        starts = [sum(lengths[:row]) for row in range(len(lengths))]
-        # Per row its first entry and its last, from the lengths the host knows.
-        ends = torch.tensor([starts, lengths], dtype=torch.int64).to(self.work.device)
-        first, last = ends[0].view(-1, 1), ends[1].view(-1, 1) - 1
-        places = self.tables["places"]
-        place = first + torch.minimum(places, last)
-        final_columns, final_values = self.tables["final_columns"], self.tables["final_values"]
-        final_columns.copy_(torch.cat([columns.long() for columns, _ in lists])[place])
-        final_values.copy_(torch.cat([values for _, values in lists])[place])
-        self.valid = places <= last
 
     def collect(self, held: int) -> None:
         """Steps 5 and 6 for rows ``collected .. held-1``, whose final lists are here.
@@ -1050,29 +1088,50 @@ def _take_along(table, place):
     return table.gather(1, place)
 
 
-def _coalesce(lists: list) -> tuple:
-    """Return the union of sparse lists (columns ascending) and the sum at each column.
+def _union(columns: torch.Tensor, values: torch.Tensor) -> tuple:
+    """Return the union of the rows' sparse lists, at a fixed capacity, and the sums there.
 
-    The sums are added list by list in the order given: the same lists in the same order give
-    the same bits anywhere (each list is free of duplicates, so no two additions of one call
+    ``columns`` (each row ascending; it may end in repeats of its last entry, which count once)
+    and ``values`` are ``(d, h)``. Returns the union's columns ascending, then zeros up to d h;
+    the sums, then zeros; and the union's size, a 0-d tensor. No size is read from the device.
+
+    The sums are added row by row in row order: the same rows in the same order give the same
+    bits anywhere (a row's columns are distinct, so no two additions of one ``index_add_``
     meet, even on a GPU).
     """
-    union, place = torch.unique(torch.cat([indices for indices, _ in lists]), return_inverse=True)
-    sums = torch.zeros(union.numel(), device=lists[0][1].device)
-    start = 0
-    for _, values in lists:
-        sums.index_add_(0, place[start : start + values.numel()], values)
-        start += values.numel()
-    return union, sums
+    values = torch.where(_first_of_runs(columns), values, -0.0)  # repeats add nothing
+    flat = columns.reshape(-1)
+    ordered, order = torch.sort(flat, stable=True)
+    new = torch.ones_like(ordered, dtype=torch.bool)
+    torch.ne(ordered[1:], ordered[:-1], out=new[1:])
+    slot = torch.cumsum(new, 0).sub_(1)  # each sorted entry's place in the union
+    place = torch.empty_like(slot).scatter_(0, order, slot)  # ... each entry's, in row order
+    union = torch.zeros_like(flat).scatter_(0, slot, ordered)
+    sums = torch.zeros(flat.numel(), device=values.device)
+    for row, row_values in zip(place.view(columns.shape), values):
+        sums.index_add_(0, row, row_values)
+    return union, sums, slot[-1] + 1
+
+
+def _first_of_runs(columns: torch.Tensor) -> torch.Tensor:
+    """Return where the entries of ``columns`` differ from the one before them in their row.
+
+    A list (a row) ascends, but may end in repeats of its last entry: those are False.
+    """
+    first = torch.ones_like(columns, dtype=torch.bool)
+    torch.ne(columns[..., 1:], columns[..., :-1], out=first[..., 1:])
+    return first
 
 
 def _keep_shares(row: torch.Tensor, final: torch.Tensor, shares: list) -> None:
-    """Add this holder's R-SAG ``shares`` into its residual ``row`` at the ``final`` columns.
+    """Add this holder's ``shares`` into its residual ``row`` at the ``final`` columns.
 
     Elsewhere the row holds a_w, which already counts them (docs/DESIGN.md, SparDL, step 6).
-    One step's columns are distinct; a column dropped in several steps (d >= 16) gets each
-    share.
+    One step's columns are distinct but for repeats of the last one, whose shares are zero; a
+    column dropped in several R-SAG steps (d >= 16) gets each share. ``final`` ascends and may
+    repeat its last column. Fixed shapes: entries outside it add -0.0, which changes no bit.
     """
     for columns, values in shares:
-        inside = is_member(final, columns)
-        row.index_add_(0, columns[inside], values[inside])
+        place = search_sorted(final, columns).clamp_(max=final.numel() - 1)
+        inside = final[place] == columns
+        row.index_add_(0, columns, torch.where(inside, values, -0.0))

@@ -136,6 +136,6 @@ def test_cost_log2_d_messages_of_k_b_entries(workers, teams):
         for stats in call["stats"]:
             assert stats["rounds"] == 2 * gather_rounds + steps
             assert stats["messages"] == 2 * gather_rounds + steps
-            # the final gather carries every block's final list (k_b entries) plus one count each
-            gather = 8 * (team_size - 1) * budget + 4 * (team_size - 1) * (team_size > 1)
+            # the final gather carries every block's final list: k_b entries, no counts
+            gather = 8 * (team_size - 1) * budget
             assert stats["bytes_sent"] == srs + 8 * budget * steps + gather

@@ -35,6 +35,23 @@ def test_a_call_costs_a_constant_per_doubling_and_at_most_200_operations_at_8(th
     assert all(counts[p]["data_dependent_ops"] == 0 for p in counts), counts
 
 
+@pytest.mark.parametrize("wire", ["fp32", "fp16"])
+@pytest.mark.parametrize(("workers", "teams"), [(4, 2), (6, 3), (8, 4)])
+def test_bruck_sag_reads_only_the_deferred_union_size(wire, workers, teams):
+    """B-SAG's union has a fixed capacity and its lists travel as fixed-size rows: a call reads
+    one value from the device, the previous call's union size (the adaptive h)."""
+
+    def gradient(call: int) -> torch.Tensor:
+        return torch.randn(30_000, generator=torch.Generator().manual_seed(call))
+
+    counts = local_group(workers).run(
+        lambda transport: count_method(
+            transport, "spardl", 30_000, 0.01, gradient, teams=teams, wire=wire
+        )
+    )
+    assert all(count["data_dependent_ops"] == 1 for count in counts), counts
+
+
 def _device_path(monkeypatch) -> None:
     """Make SparDL's calls take the path of a GPU on CPU tensors: arrays are the tensors."""
     tables, padded_work, init = (

@@ -16,7 +16,6 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
-import numpy as np
 import torch
 
 from .checks import check_choice
@@ -47,10 +46,10 @@ def codec(wire: str = "fp32") -> Codec:
     return _CODECS[check_wire(wire)]
 
 
-def _spans(counts: Sequence[int]) -> list:
-    """Return the ``(start, end)`` of consecutive parts of sizes ``counts``."""
-    bounds = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).tolist()
-    return list(zip(bounds[:-1], bounds[1:]))
+def _head(tensor: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
+    """Return the entries of ``tensor`` that parts of sizes ``counts`` cover: all, usually."""
+    total = sum(counts)
+    return tensor if total == tensor.numel() else tensor[:total]
 
 
 class Codec(abc.ABC):
@@ -183,16 +182,18 @@ class Codec(abc.ABC):
         Part p is entries ``sum(counts[:p]) ..`` of ``(indices, values)``; its message is what
         :meth:`encode` makes of that list without counts. Part ``home`` does not travel: a
         compact codec encodes nothing for it (``None``). At fp32 the messages are views of one
-        buffer made by one ``cat`` of the parts' slices after one conversion of the indices:
-        two kernels on a GPU, whatever the number of parts.
+        buffer made by one ``cat`` of the parts' pieces (one ``split`` each of the indices and
+        the values) after one conversion of the indices: two kernels on a GPU and a fixed
+        number of operations, whatever the number of parts.
         """
 
     def decode_joined(self, items: Sequence) -> tuple:
         """Return the lists of ``items``, joined in order, and their lengths.
 
         An item is a one-list message (:meth:`decode_one`) or an ``(indices, values)`` list that
-        did not travel. Returns ``(int32 indices, float32 values, sizes)``; at fp32 two ``cat``
-        of the items' halves (views), sized by the messages' lengths (no read of the data).
+        did not travel. Returns ``(int32 indices, float32 values, sizes)``; at fp32 the
+        messages' halves are cut from one ``cat`` of them by one ``split``, then joined by two
+        ``cat``, sized by the messages' lengths (no read of the data).
 
         Raises:
             RuntimeError: an fp32 message of an odd number of words.
@@ -218,6 +219,17 @@ class Codec(abc.ABC):
         A view, of the codec's ``recv_dtype``: a message carried inside a larger int32 one.
         """
         return words.view(torch.uint8)[start:end]
+
+    def messages_in(self, words: torch.Tensor, sizes: Sequence[int]) -> tuple:
+        """Return the consecutive pieces of ``sizes`` bytes of the int32 ``words``, as messages.
+
+        Views of the codec's ``recv_dtype`` (:meth:`message_at` of each piece), made by one
+        ``split``: the sizes cover all of ``words``' bytes, each a whole number of elements.
+        """
+        unit = torch.iinfo(self.recv_dtype).bits // 8
+        if words.dtype != self.recv_dtype:
+            words = words.view(self.recv_dtype)
+        return words.split([size // unit for size in sizes])
 
     # Dense values ---------------------------------------------------------------------------
 
@@ -329,19 +341,43 @@ class Fp32Codec(Codec):
     def encode_parts(
         self, indices: torch.Tensor, values: torch.Tensor, counts: Sequence[int], home: int
     ) -> list:
-        """Return the parts' messages: views of one buffer made by one ``cat``."""
-        spans = _spans(counts)
-        words, bits = indices.to(torch.int32), values.view(torch.int32)
-        buffer = torch.cat([piece for a, b in spans for piece in (words[a:b], bits[a:b])])
-        return [buffer[2 * a : 2 * b] for a, b in spans]
+        """Return the parts' messages: views of one buffer made by one ``cat``.
 
-    def _joinable(self, item) -> tuple:
-        if isinstance(item, tuple):
-            return super()._joinable(item)
-        half = item.numel() // 2  # int32 words already: the halves, as views
-        if 2 * half != item.numel():
-            raise RuntimeError(f"malformed message: {item.numel()} words")
-        return item[:half], item[half:]
+        One ``split`` of the indices, one of the values and one of the buffer: a fixed number
+        of operations, whatever the number of parts.
+        """
+        counts = list(counts)
+        words, bits = _head(indices, counts).to(torch.int32), _head(values, counts)
+        pairs = zip(words.split(counts), bits.view(torch.int32).split(counts))
+        buffer = torch.cat([piece for pair in pairs for piece in pair])
+        return list(buffer.split([2 * count for count in counts]))
+
+    def decode_joined(self, items: Sequence) -> tuple:
+        """Return the lists of ``items``, joined in order, and their lengths.
+
+        The messages are joined by one ``cat`` and cut into their halves by one ``split``;
+        then two ``cat`` of the halves, the lists that did not travel among them: a fixed
+        number of operations, whatever the number of messages.
+
+        Raises:
+            RuntimeError: a message of an odd number of words.
+        """
+        messages = [item for item in items if not isinstance(item, tuple)]
+        for message in messages:
+            if message.numel() % 2:
+                raise RuntimeError(f"malformed message: {message.numel()} words")
+        if not items:
+            return torch.empty(0, dtype=torch.int32), torch.empty(0), []
+        if messages:  # int32 words already: their halves, one after another
+            halves = [message.numel() // 2 for message in messages for _ in range(2)]
+            cut = iter(torch.cat(messages).split(halves))
+        indices, words = [], []  # words: the values' bits, as int32
+        for item in items:
+            pair = self._joinable(item) if isinstance(item, tuple) else (next(cut), next(cut))
+            indices.append(pair[0])
+            words.append(pair[1])
+        sizes = [part.numel() for part in indices]
+        return torch.cat(indices), torch.cat(words).view(torch.float32), sizes
 
     def message_at(self, words: torch.Tensor, start: int, end: int) -> torch.Tensor:
         """Return words ``start // 4`` to ``end // 4`` of ``words`` (a view)."""
@@ -396,12 +432,18 @@ class CompactCodec(Codec):
         return values.mul_(math.ldexp(1.0, exponent)) if exponent else values
 
     def quantize_parts(self, values: torch.Tensor, counts: Sequence[int], kept: int):
-        """Return a copy of ``values`` with each part but ``kept`` quantized alone."""
-        sent = values.clone()
-        for part, (a, b) in enumerate(_spans(counts)):
-            if part != kept:
-                sent[a:b] = self.quantize(values[a:b])
-        return sent
+        """Return a copy of ``values`` with each part but ``kept`` quantized alone.
+
+        The parts are cut by one ``split`` and joined by one ``cat``.
+        """
+        counts = list(counts)
+        parts = _head(values, counts).split(counts)
+        sent = [
+            part if number == kept else self.quantize(part) for number, part in enumerate(parts)
+        ]
+        if sum(counts) != values.numel():
+            sent.append(values[sum(counts) :])  # what no part covers, as it is
+        return torch.cat(sent) if sent else values.clone()
 
     def row_exponents(self, values: torch.Tensor) -> torch.Tensor:
         """Return each row's :meth:`exponent` of the ``(r, w)`` ``values``, as int32 ``(r,)``."""
@@ -508,7 +550,7 @@ class CompactCodec(Codec):
             raise RuntimeError(f"malformed message: sizes {counts}, expected {list(sizes)}")
         index_size = 4 if form == 0 else 2
         start = 4 * head_words
-        if message.numel() != start + (index_size + 2) * total:
+        if message.numel() != start + (index_size + 2) * total or min(counts, default=0) < 0:
             raise RuntimeError(f"malformed message: {message.numel()} bytes for {total} entries")
         body = message[start : start + index_size * total]
         if form == 0:
@@ -519,20 +561,27 @@ class CompactCodec(Codec):
             offsets = body.view(torch.int16).to(torch.int32).bitwise_and_(0xFFFF)
             indices = offsets.add_(torch.repeat_interleave(bases, lengths.long()).to(offsets))
         halves = message[start + index_size * total :].view(self._half)
-        lists, first = [], 0
-        for count, exponent in zip(counts, exponents):
-            part = slice(first, first + count)
-            lists.append((indices[part], self._from_half(halves[part], exponent)))
-            first += count
-        return lists
+        if items != 1:  # one split each; one list is all of them
+            indices, halves = indices.split(counts), halves.split(counts)
+        else:
+            indices, halves = (indices,), (halves,)
+        return [
+            (part, self._from_half(half, exponent))
+            for part, half, exponent in zip(indices, halves, exponents)
+        ]
 
     def encode_parts(
         self, indices: torch.Tensor, values: torch.Tensor, counts: Sequence[int], home: int
     ) -> list:
-        """Return each part's own message, ``None`` for part ``home``."""
+        """Return each part's own message, ``None`` for part ``home``.
+
+        The parts are cut by one ``split`` of the indices and one of the values.
+        """
+        counts = list(counts)
+        parts = zip(_head(indices, counts).split(counts), _head(values, counts).split(counts))
         return [
-            None if part == home else self.encode([(indices[a:b], values[a:b])], False)
-            for part, (a, b) in enumerate(_spans(counts))
+            None if number == home else self.encode([part], False)
+            for number, part in enumerate(parts)
         ]
 
     def encode_values(self, pieces: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -554,11 +603,32 @@ class CompactCodec(Codec):
             raise RuntimeError(f"malformed message: {message.numel()} elements for {sizes}")
         exponents = message[:head].view(torch.int32).tolist()
         halves = message[head:].view(self._half)
-        pieces, first = [], 0
-        for size, exponent in zip(sizes, exponents):
-            pieces.append(self._from_half(halves[first : first + size], exponent))
-            first += size
-        return pieces
+        pieces = (halves,) if len(sizes) == 1 else halves.split(list(sizes))
+        return [self._from_half(piece, exponent) for piece, exponent in zip(pieces, exponents)]
+
+    def decode_values_joined(self, messages: Sequence[torch.Tensor], sizes: Sequence[int]):
+        """Return the float32 values of one-piece :meth:`encode_values` messages, joined.
+
+        Several messages are joined by one ``cat`` and cut into exponents and 16-bit values by
+        one ``split``; each piece is scaled by its exponent on the device: a fixed number of
+        operations and no read of the data, whatever the number of messages.
+        """
+        pairs = list(zip(messages, sizes))
+        for message, size in pairs:
+            if message.numel() != 4 + 2 * size:
+                raise RuntimeError(f"malformed message: {message.numel()} elements for {[size]}")
+        if len(pairs) < 2:
+            return super().decode_values_joined(messages, sizes)
+        joined = torch.cat([message for message, _ in pairs])
+        cut = joined.split([piece for _, size in pairs for piece in (4, 2 * size)])
+        exponents = torch.cat(cut[0::2]).view(torch.int32)
+        values = torch.cat(cut[1::2]).view(self._half).float()
+        counts = torch.tensor([size for _, size in pairs], device=joined.device)
+        # 2^e is exact in float32, and so is every product (e >= -125): the bits of _from_half.
+        scales = torch.repeat_interleave(
+            _powers_of_two(exponents), counts, output_size=values.numel()
+        )
+        return values.mul_(scales)
 
 
 class Fp16Codec(CompactCodec):
@@ -722,6 +792,11 @@ def unpack_bits(words: torch.Tensor, length: int) -> torch.Tensor:
     return torch.nonzero(bits.view(-1)[:length]).squeeze(1)
 
 
+def _bytes(tensor: torch.Tensor) -> int:
+    """Return the bytes of ``tensor``'s elements."""
+    return tensor.numel() * tensor.element_size()
+
+
 def _as_bytes(message: torch.Tensor) -> torch.Tensor:
     """Return a codec message (int32 or uint8) as its bytes."""
     return message.contiguous().view(torch.uint8)
@@ -731,13 +806,17 @@ class Partition(NamedTuple):
     """One owner's encoded partition: its header's fields and its body.
 
     ``form``: :data:`COO` or :data:`BITMAP`; ``count``: its entries; ``length``: the bytes of
-    the body before padding; ``body``: int32 words, padded to whole words.
+    the body before padding; ``body``: int32 words, padded to whole words. ``pieces``: where
+    :meth:`PartitionCodec.split` cut them with the body, the codec's messages in it (views):
+    ``(list,)`` for a list, ``(bitmap, values)`` for a bitmap; None elsewhere, or where the
+    header does not fit them (the decoders then cut the body).
     """
 
     form: int
     count: int
     length: int
     body: torch.Tensor
+    pieces: tuple | None = None
 
 
 class PartitionCodec:
@@ -794,22 +873,55 @@ class PartitionCodec:
     def split(self, message: torch.Tensor, items: int) -> list:
         """Return the ``items`` :class:`Partition` of a :meth:`join` message (one host read).
 
+        The bodies are views made by one ``split``, their pieces (:class:`Partition`) by
+        another where the codec's messages are not the bodies themselves: a fixed number of
+        operations, whatever ``items`` is.
+
         Raises:
             RuntimeError: the message does not fit its headers.
         """
         head = _PARTITION_HEADER * items
         headers = message[:head].tolist()
-        partitions, start = [], head
-        for number in range(items):
-            form, count, length = headers[
-                _PARTITION_HEADER * number : _PARTITION_HEADER * (number + 1)
-            ]
-            end = start + (length + 3) // 4
-            partitions.append(Partition(form, count, length, message[start:end]))
-            start = end
-        if start != message.numel():
+        if len(headers) != head:
             raise RuntimeError(f"malformed pull message: {message.numel()} words")
-        return partitions
+        fields = [
+            tuple(headers[at : at + _PARTITION_HEADER]) for at in range(0, head, _PARTITION_HEADER)
+        ]
+        words = [(length + 3) // 4 for _, _, length in fields]
+        if min(words, default=0) < 0 or head + sum(words) != message.numel():
+            raise RuntimeError(f"malformed pull message: {message.numel()} words")
+        bodies = message.split([head, *words])[1:]
+        pieces = self._pieces(message, head, fields, bodies)
+        return [Partition(*f, body, piece) for f, body, piece in zip(fields, bodies, pieces)]
+
+    def _cuts(self, form: int, count: int, length: int) -> list | None:
+        """Return the bytes of the codec's messages in a body (:class:`Partition` ``pieces``).
+
+        None where they are not whole elements of the codec's ``recv_dtype``.
+        """
+        values = self.coder.values_bytes([count])
+        cuts = [length - values, values] if form == BITMAP else [length]
+        unit = torch.iinfo(self.coder.recv_dtype).bits // 8
+        return None if min(cuts) < 0 or any(size % unit for size in cuts) else cuts
+
+    def _pieces(self, message: torch.Tensor, head: int, fields: list, bodies: Sequence) -> list:
+        """Return each partition's ``pieces``: the body itself for an fp32 list, else one cut."""
+        cuts = [self._cuts(*field) for field in fields]
+        whole = [
+            cut == [4 * body.numel()] and body.dtype == self.coder.recv_dtype
+            for cut, body in zip(cuts, bodies)
+        ]
+        if all(fits or cut is None for fits, cut in zip(whole, cuts)):
+            return [(body,) if fits else None for fits, body in zip(whole, bodies)]
+        sizes = [4 * head]
+        for cut, body in zip(cuts, bodies):
+            sizes += [*cut, 4 * body.numel() - sum(cut)] if cut else [4 * body.numel()]
+        cut_pieces = iter(self.coder.messages_in(message, sizes)[1:])
+        pieces = []
+        for cut in cuts:
+            pieces.append(tuple(next(cut_pieces) for _ in cut) if cut else None)
+            next(cut_pieces)  # the padding, or a body not cut
+        return pieces
 
     def decode_lists(self, partitions: dict) -> tuple:
         """Return the entries of the :data:`COO` ``{owner: partition}``, joined in order.
@@ -819,7 +931,12 @@ class PartitionCodec:
         Raises:
             RuntimeError: a partition does not fit its header.
         """
-        messages = [self.coder.message_at(p.body, 0, p.length) for p in partitions.values()]
+        messages = [
+            p.pieces[0]
+            if p.pieces and len(p.pieces) == 1
+            else self.coder.message_at(p.body, 0, p.length)
+            for p in partitions.values()
+        ]
         indices, values, _ = self.coder.decode_joined(messages)
         if indices.numel() != sum(p.count for p in partitions.values()):
             raise RuntimeError(f"malformed partitions of owners {list(partitions)}")
@@ -837,13 +954,21 @@ class PartitionCodec:
         """
         parts = list(partitions.values())
         widths = [4 * bitmap_words(size) for size in sizes]  # the bitmaps' bytes
-        words = torch.cat([part.body[: width // 4] for part, width in zip(parts, widths)])
-        indices = padded.index_select(0, unpack_bits(words, 32 * words.numel()))
+        cut = [self._bitmap_and_values(part, width) for part, width in zip(parts, widths)]
+        bitmaps = torch.cat([bitmap for bitmap, _ in cut])
+        indices = padded.index_select(0, unpack_bits(bitmaps, 8 * _bytes(bitmaps)))
         counts = [part.count for part in parts]
         if indices.numel() != sum(counts):
             raise RuntimeError(f"malformed partitions of owners {list(partitions)}")
-        messages = [
-            self.coder.message_at(part.body, width, part.length)
-            for part, width in zip(parts, widths)
-        ]
-        return indices, self.coder.decode_values_joined(messages, counts)
+        return indices, self.coder.decode_values_joined([values for _, values in cut], counts)
+
+    def _bitmap_and_values(self, part: Partition, width: int) -> tuple:
+        """Return a bitmap partition's bitmap of ``width`` bytes and its values' message.
+
+        Its ``pieces`` where :meth:`split` cut them so, else cut from the body; views of the
+        codec's ``recv_dtype``.
+        """
+        if part.form == BITMAP and part.pieces and _bytes(part.pieces[0]) == width:
+            return part.pieces
+        bitmap = part.body[: width // 4].view(self.coder.recv_dtype)
+        return bitmap, self.coder.message_at(part.body, width, part.length)

@@ -15,6 +15,7 @@ import torch
 from allreducers import (
     bruck_allgather_schedule,
     check_choice,
+    index_add_in_order,
     recursive_halving_schedule,
     run_schedule,
     srs_block_schedule,
@@ -1095,9 +1096,9 @@ def _union(columns: torch.Tensor, values: torch.Tensor) -> tuple:
     and ``values`` are ``(d, h)``. Returns the union's columns ascending, then zeros up to d h;
     the sums, then zeros; and the union's size, a 0-d tensor. No size is read from the device.
 
-    The sums are added row by row in row order: the same rows in the same order give the same
-    bits anywhere (a row's columns are distinct, so no two additions of one ``index_add_``
-    meet, even on a GPU).
+    The sums are added row by row in row order (``index_add_in_order``): the same rows in the
+    same order give the same bits anywhere (a row's columns are distinct, and its repeats add
+    -0.0, which changes no bit in any order).
     """
     values = torch.where(_first_of_runs(columns), values, -0.0)  # repeats add nothing
     flat = columns.reshape(-1)
@@ -1108,8 +1109,7 @@ def _union(columns: torch.Tensor, values: torch.Tensor) -> tuple:
     place = torch.empty_like(slot).scatter_(0, order, slot)  # ... each entry's, in row order
     union = torch.zeros_like(flat).scatter_(0, slot, ordered)
     sums = torch.zeros(flat.numel(), device=values.device)
-    for row, row_values in zip(place.view(columns.shape), values):
-        sums.index_add_(0, row, row_values)
+    index_add_in_order(sums, place, values.reshape(-1), [columns.shape[1]] * columns.shape[0])
     return union, sums, slot[-1] + 1
 
 

@@ -182,11 +182,11 @@ LEAN = os.path.join("runs", "lean-engine")
 def ops_table(root: str) -> str:
     """Return docs/PERFORMANCE.md's "Operations per call" table.
 
-    Operations / data-dependent ones per P, before the batched steps, after them, and with the
-    NumPy path (``runs/lean-engine/ops_before.json``, ``ops_after.json``, ``ops_numpy.json``),
-    and ops(32) / ops(4).
+    Operations / data-dependent ones per P, before the batched steps, after them, with the
+    NumPy path and with one split per tensor (``runs/lean-engine/ops_before.json``,
+    ``ops_after.json``, ``ops_numpy.json``, ``ops_split.json``), and ops(32) / ops(4).
     """
-    whens = ("before", "after", "numpy")
+    whens = ("before", "after", "numpy", "split")
     counts: dict = {}
     for when in whens:
         for row in _load(root, os.path.join(LEAN, f"ops_{when}.json")):
@@ -204,7 +204,7 @@ def ops_table(root: str) -> str:
         return first + " | ".join(cells) + f" | {per[workers[-1]][0] / per[4][0]:.1f} |"
 
     names = {"topk": "topk (TopkA)"}
-    labels = {"before": "before", "after": "batched", "numpy": "NumPy path"}
+    labels = {"before": "before", "after": "batched", "numpy": "NumPy path", "split": "split"}
     for method, per in counts.items():
         first = f"| {names.get(method, method)} | "
         for when in whens:
@@ -300,7 +300,7 @@ HOOK_NAMES = {
 
 
 def lean_ddp_table(root: str) -> str:
-    """Return docs/PERFORMANCE.md's lean-engine table of the DDP hooks.
+    """Return docs/PERFORMANCE.md's lean-engine table of the DDP hooks (2026-11-27).
 
     ``scripts/ddp_compare.py``'s JSON in ``runs/lean-engine/ddp_*.json``: median s/iter (ratio to
     compute alone), the fastest hook of each run in bold.
@@ -311,6 +311,21 @@ def lean_ddp_table(root: str) -> str:
         ("1 Gbit/s, before", "ddp_1gbit_before.json"),
         ("100 Mbit/s", "ddp_100mbit_after.json"),
     ]
+    return _ddp_table(root, runs)
+
+
+def lean_ddp_table_again(root: str) -> str:
+    """Return the DDP hooks' table of 2026-11-28 (``runs/lean-engine/ddp-2026-11-28/``)."""
+    runs = [
+        ("1 Gbit/s", "ddp-2026-11-28/ddp_1gbit_a.json"),
+        ("1 Gbit/s, 16 iterations", "ddp-2026-11-28/ddp_1gbit_b.json"),
+        ("100 Mbit/s", "ddp-2026-11-28/ddp_100mbit.json"),
+    ]
+    return _ddp_table(root, runs)
+
+
+def _ddp_table(root: str, runs: list) -> str:
+    """The hooks' median s/iter (ratio to compute alone) per ``(title, file)`` of ``runs``."""
     columns = [{r["hook"]: r for r in _load(root, os.path.join(LEAN, f))["rows"]} for _, f in runs]
     hooks = list(dict.fromkeys(h for column in columns for h in column))
     hooks.sort(key=list(HOOK_NAMES).index)
@@ -535,7 +550,7 @@ TABLES = {
     "ops-per-call": Table(
         "docs/PERFORMANCE.md",
         "## Operations per call",
-        "runs/lean-engine/ops_{before,after,numpy}.json",
+        "runs/lean-engine/ops_{before,after,numpy,split}.json",
         ops_table,
     ),
     "ops-fp16": Table(
@@ -585,6 +600,12 @@ TABLES = {
         "**DDP hooks, VGG-16, 4 ranks, batch 16, torchrun with Gloo**",
         "runs/lean-engine/ddp_*.json",
         lean_ddp_table,
+    ),
+    "lean-ddp-hooks-again": Table(
+        "docs/PERFORMANCE.md",
+        "**The DDP hooks again, 2026-11-28**",
+        "runs/lean-engine/ddp-2026-11-28/",
+        lean_ddp_table_again,
     ),
 }
 

@@ -24,7 +24,7 @@ def synchronize(method, grads, device, **options):
         for _ in range(2):
             before = sync.residual.clone()
             result = sync.allreduce(grads[transport.rank].to(device))
-            outputs.append((before.cpu(), result, sync.residual.cpu()))
+            outputs.append((before.cpu(), result, sync.residual.cpu().clone()))
         return outputs
 
     return local_group(workers).run(body)
@@ -39,6 +39,34 @@ def test_spardl_on_cuda_matches_cpu_and_conserves_mass(workers, teams, density):
     for call in range(2):
         results = [rank[call][1] for rank in on_gpu]
         assert all(r.is_cuda and torch.equal(r, results[0]) for r in results)
+        np.testing.assert_allclose(
+            results[0].cpu().numpy(), on_cpu[0][call][1].numpy(), rtol=1e-5, atol=1e-6
+        )
+        before = torch.stack([rank[call][0] for rank in on_gpu]).double()
+        after = torch.stack([rank[call][2] for rank in on_gpu]).double()
+        lhs = (grads.double() + before).sum(0)
+        rhs = workers * results[0].cpu().double() + after.sum(0)
+        assert float((lhs - rhs).abs().max()) <= 1e-5 * (float(lhs.abs().max()) + 1)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(teams=2, wire="fp16"),
+        dict(teams=4, sag="recursive"),
+        dict(teams=4, sag="recursive", wire="bf16"),
+    ],
+)
+def test_spar_all_gather_on_cuda_matches_cpu_with_exact_zeros(options):
+    """Fixed-capacity unions on a GPU: zeros tie with the padding, which must not be kept."""
+    workers = 8
+    grads = heavy_tailed((workers, 50000), workers)
+    grads[:, ::3] = 0.0  # many exact zeros: blocks with fewer non-zeros than they keep
+    on_gpu = synchronize("spardl", grads, "cuda", density=0.8, **options)
+    on_cpu = synchronize("spardl", grads, "cpu", density=0.8, **options)
+    for call in range(2):
+        results = [rank[call][1] for rank in on_gpu]
+        assert all(torch.equal(r, results[0]) for r in results)
         np.testing.assert_allclose(
             results[0].cpu().numpy(), on_cpu[0][call][1].numpy(), rtol=1e-5, atol=1e-6
         )

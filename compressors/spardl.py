@@ -765,11 +765,11 @@ class _Call:
     def gather_rows(self, steps, own_item: int, tables: tuple, width: int, meanwhile=None):
         """All-gather rows of ``width`` entries along the Bruck ``steps`` (fixed-size messages).
 
-        ``tables``: ``(columns, values)`` whose row r is item ``(own_item + r) % rows`` (row 0
-        the own one, here already; tensors, or on the CPU their NumPy views for the receives
-        and ``self.tables``' for the sends). ``meanwhile(held)`` runs in the last step while its
-        message travels: rows 0 .. held-1 are here then. The rows keep their bits at any wire
-        if they were quantized by rows (``quantize_rows``) first.
+        ``tables``: ``(columns, values)`` whose row r is item ``(own_item + r) % rows``, row 0
+        (the own one) filled already; the arrays the local work writes (on the CPU NumPy views
+        of the tensors that are sent). ``meanwhile(step, held)`` runs in every step while its
+        message travels, rows 0 .. held-1 being here. The rows keep their bits at any wire if
+        they were quantized by rows (``quantize_rows``) first.
         """
         sync, count = self.sync, tables[0].shape[0]
         held, sending = [1], tuple(self.tensor(table) for table in tables)

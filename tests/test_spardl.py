@@ -225,6 +225,21 @@ def test_height_adapter_tracks_the_budget_within_bounds():
     assert set(seen[-10:]) <= {14, 15}
 
 
+def test_a_deferred_union_size_updates_h_when_h_is_next_read():
+    deferred, immediate = HeightAdapter(50, 4, 5000), HeightAdapter(50, 4, 5000)
+    for size in (10, 80, 80, 30, 49, 51):
+        deferred.defer(torch.tensor(size))
+        immediate.update(size)
+        assert deferred.value == immediate.value
+    deferred.defer(torch.tensor(7))
+    immediate.update(7)
+    assert deferred.state_dict() == immediate.state_dict()  # a checkpoint reads it too
+    restored = HeightAdapter(50, 4, 5000)
+    restored.defer(torch.tensor(1000))
+    restored.load_state_dict(immediate.state_dict())  # a loaded state drops what was pending
+    assert restored.value == immediate.value
+
+
 def test_height_is_fixed_with_one_team_or_at_full_density():
     assert HeightAdapter(50, 1, 5000).value == 50
     full = HeightAdapter(100, 4, 100)

@@ -4,7 +4,7 @@
 - :mod:`.srs`: Spar-Reduce-Scatter, round by round or block by block.
 - :mod:`.gather`: the Bruck all-gather (the final gather and B-SAG).
 - :mod:`.halving`: recursive-halving pair exchanges (R-SAG).
-- :mod:`.engine`: :func:`run_schedule`, :func:`allgather_lists`.
+- :mod:`.engine`: :func:`run_schedule`, :func:`allgather_lists`, :func:`allgather_rows`.
 - :mod:`.wire`: the codec, which owns the bytes of every message (ZEN's partitions included).
 - :mod:`.checks`: :func:`check_choice`, the one check of an option that names one of a few.
 - :mod:`.regions`: windowed split-and-reduce over regions (Ok-Topk's second engine).
@@ -17,6 +17,7 @@ from .engine import (
     PhaseTimer,
     allgather_joined,
     allgather_lists,
+    allgather_rows,
     index_add_in_order,
     run_schedule,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "recursive_halving_schedule",
     "run_schedule",
     "allgather_lists",
+    "allgather_rows",
     "allgather_joined",
     "index_add_in_order",
     "PhaseTimer",

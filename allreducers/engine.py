@@ -167,6 +167,59 @@ def allgather_lists(
     return held
 
 
+def allgather_rows(
+    transport: Transport,
+    steps: Sequence[Step],
+    tables: tuple,
+    span: int,
+    timer: PhaseTimer | None = None,
+    wire: str = "fp32",
+    meanwhile: Callable | None = None,
+) -> None:
+    """All-gather rows of fixed width along a Bruck schedule, into ``tables``.
+
+    ``tables``: ``(columns, values)``, tensors of shape ``(items, width)`` whose row r is item
+    ``(own + r) % items`` for this rank's item ``own``; row 0 (its own) is filled. Each row's
+    columns ascend in ``[0, span)`` (a short list repeats its last entry). Bruck's step of
+    distance 2^s sends rows ``[0, c)`` and receives rows ``[2^s, 2^s + c)``: one range of rows a
+    message (``Codec.encode_rows``), whose size every rank knows, so no count travels and
+    nothing is read from the device. At a 16-bit wire the rows keep their bits if they were
+    quantized by rows (``Codec.quantize_rows``) first. ``meanwhile(step, held)`` runs in every
+    step while its message travels, rows 0 .. held-1 being here.
+    """
+    coder, (columns, values) = codec(wire), tables
+    count, width = values.shape
+    own = steps[0].send_items[0] if steps else 0  # Bruck: this rank's item goes first
+    held = [1]
+
+    def rows(items) -> slice:
+        first = (items[0] - own) % count
+        return slice(first, first + len(items))
+
+    def produce(step: Step) -> torch.Tensor:
+        send = rows(step.send_items)
+        return coder.encode_rows(columns[send], values[send], span)
+
+    def consume(step: Step, message: torch.Tensor) -> None:
+        arrived = rows(step.recv_items)
+        got_columns, got_values = coder.decode_rows(message, len(step.recv_items), width, span)
+        columns[arrived] = got_columns
+        values[arrived] = got_values
+        held[0] = arrived.stop
+
+    run_schedule(
+        transport,
+        steps,
+        produce,
+        consume,
+        values.device,
+        timer,
+        meanwhile=None if meanwhile is None else lambda step: meanwhile(step, held[0]),
+        dtype=coder.recv_dtype,
+        recv_numel=lambda step: coder.rows_size(len(step.recv_items), width, span),
+    )
+
+
 def allgather_joined(
     transport: Transport,
     steps: Sequence[Step],
@@ -174,6 +227,7 @@ def allgather_joined(
     fixed_size: int | None,
     timer: PhaseTimer | None = None,
     wire: str = "fp32",
+    span: int | None = None,
 ) -> tuple:
     """All-gather sparse lists along a Bruck schedule, joined in item order.
 
@@ -181,10 +235,20 @@ def allgather_joined(
     joined: ``(indices, values, sizes)``, the items' lists one after another in item order
     0, 1, ... and their lengths. At fp32 each step costs a fixed number of operations (its
     message is a prefix of the lists held so far, in the order the schedule holds them: this
-    rank's item first), and a call one host read per step where sizes vary (the counts).
+    rank's item first), and a call one host read per step where sizes vary (the counts). At a
+    16-bit wire lists of ``fixed_size`` entries whose indices ascend in ``[0, span)`` travel as
+    rows (:func:`allgather_rows`): no read; the values keep their bits if quantized by rows.
     """
     coder = codec(wire)
     position = steps[0].send_items[0] if steps else 0  # Bruck: this rank's item goes first
+    if coder.compact and fixed_size is not None and span is not None:
+        items = 1 + sum(len(step.recv_items) for step in steps)  # all, once each
+        columns = torch.empty((items, fixed_size), dtype=torch.int32, device=own[1].device)
+        values = torch.empty((items, fixed_size), device=own[1].device)
+        columns[0], values[0] = own
+        allgather_rows(transport, steps, (columns, values), span, timer, wire)
+        columns, values = torch.roll(columns, position, 0), torch.roll(values, position, 0)
+        return columns.view(-1), values.view(-1), [fixed_size] * items
     if coder.compact:
         held = allgather_lists(transport, steps, position, own, fixed_size, timer, wire=wire)
         lists = [held[item] for item in sorted(held)]

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from allreducers import (
+    allgather_rows,
     bruck_allgather_schedule,
     check_choice,
     index_add_in_order,
@@ -734,7 +735,7 @@ class _Call:
         """Step 4 with B-SAG: the d teams' lists of this block summed, then its top-k_b.
 
         Fixed shapes, no read of the union's size: the d lists of h entries travel as rows
-        (:meth:`gather_rows`), their union has a capacity of d h entries, and the final list k_b
+        (``allgather_rows``), their union has a capacity of d h entries, and the final list k_b
         (a shorter one repeats its last entry, as in a short selection). The union's size goes
         to the adaptive h on the device (:meth:`HeightAdapter.defer`).
         """
@@ -743,9 +744,8 @@ class _Call:
         columns = torch.empty((teams, height), dtype=torch.int64, device=device)
         values = torch.empty((teams, height), device=device)
         columns[0], values[0] = own  # the lists are quantized already (select): exact on the wire
-        self.gather_rows(
-            sync.sag_steps, sync.team, (self.array(columns), self.array(values)), height
-        )
+        tables, span = (columns, values), sync.block_size
+        allgather_rows(sync.transport, sync.sag_steps, tables, span, self.timer, sync.wire)
         # Row r holds team (team + r) % d: rolled, row t holds team t, the order of the sums.
         columns, values = torch.roll(columns, sync.team, 0), torch.roll(values, sync.team, 0)
         with self.timer("accumulate"):
@@ -761,46 +761,6 @@ class _Call:
                 place = torch.minimum(places, size - 1)
             final = union[place], sums[place]
         return self.quantize_final(final, holders=1 if sync.team == 0 else 0)
-
-    def gather_rows(self, steps, own_item: int, tables: tuple, width: int, meanwhile=None):
-        """All-gather rows of ``width`` entries along the Bruck ``steps`` (fixed-size messages).
-
-        ``tables``: ``(columns, values)`` whose row r is item ``(own_item + r) % rows``, row 0
-        (the own one) filled already; the arrays the local work writes (on the CPU NumPy views
-        of the tensors that are sent). ``meanwhile(step, held)`` runs in every step while its
-        message travels, rows 0 .. held-1 being here. The rows keep their bits at any wire if
-        they were quantized by rows (``quantize_rows``) first.
-        """
-        sync, count = self.sync, tables[0].shape[0]
-        held, sending = [1], tuple(self.tensor(table) for table in tables)
-
-        def rows(items) -> slice:
-            first = (items[0] - own_item) % count
-            return slice(first, first + len(items))
-
-        def produce(step) -> torch.Tensor:
-            send = rows(step.send_items)
-            return sync.codec.encode_rows(sending[0][send], sending[1][send], sync.block_size)
-
-        def consume(step, message: torch.Tensor) -> None:
-            arrived = rows(step.recv_items)
-            received = sync.codec.decode_rows(message, len(step.recv_items), width, sync.block_size)
-            tables[0][arrived], tables[1][arrived] = (self.array(t) for t in received)
-            held[0] = arrived.stop
-
-        run_schedule(
-            sync.transport,
-            steps,
-            produce,
-            consume,
-            self.work.device,
-            self.timer,
-            meanwhile=None if meanwhile is None else lambda step: meanwhile(step, held[0]),
-            dtype=sync.codec.recv_dtype,
-            recv_numel=lambda step: sync.codec.rows_size(
-                len(step.recv_items), width, sync.block_size
-            ),
-        )
 
     def quantize_final(self, final: tuple, holders: int) -> tuple:
         """Return the block's final list (step 4) as the final gather carries it.
@@ -898,11 +858,13 @@ class _Call:
         sync = self.sync
         self.final_columns[0] = self.array(own[0])
         self.final_values[0] = self.array(own[1])
-        self.gather_rows(
+        allgather_rows(
+            sync.transport,
             sync.gather_steps,
-            sync.position,
-            (self.final_columns, self.final_values),
-            sync.block_budget,
+            (self.tables["final_columns"], self.tables["final_values"]),
+            sync.block_size,
+            self.timer,
+            sync.wire,
             meanwhile=lambda step, held: step is sync.gather_steps[-1] and self.collect(held),
         )
         self.collect(sync.team_size)

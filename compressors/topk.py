@@ -49,12 +49,18 @@ class TopK(Synchronizer):
         accumulated = self._residual
         with timer("select"):
             chosen, values = self.selector.take(accumulated, self.k, addend=grad, key="accumulated")
-            if self.codec.compact:
-                sent = self.codec.quantize(values)
+            if self.codec.compact:  # quantized as a row: no read, exact on the wire
+                sent = self.codec.quantize_rows(values.view(1, -1)).view(-1)
                 put_(accumulated, chosen, values - sent)  # what the wire removes stays
                 values = sent
         indices, values, sizes = allgather_joined(
-            self.transport, self.gather_steps, (chosen, values), self.k, timer, wire=self.wire
+            self.transport,
+            self.gather_steps,
+            (chosen, values),
+            self.k,
+            timer,
+            wire=self.wire,
+            span=self.numel,
         )
         with timer("accumulate"):
             result = self._new_result(accumulated.device)

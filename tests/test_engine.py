@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from allreducers import allgather_lists, bruck_allgather_schedule
+from allreducers import allgather_lists, allgather_rows, bruck_allgather_schedule, codec
 from allreducers.transports import local_group
+from syncbench.opcount import OperationCounter, count_method
 
 
 def own_list(rank: int) -> tuple:
@@ -91,3 +92,40 @@ def test_allgather_lists_at_every_wire_gives_every_rank_the_same_lists(wire, fix
                 assert torch.equal(values, expected_values)
         if size > 1 and wire != "fp32":  # 16-bit offsets and values: about half of fp32's
             assert results[0][2] < 12 * 8 * (size - 1)
+
+
+@pytest.mark.parametrize("wire", ["fp32", "fp16"])
+@pytest.mark.parametrize("workers", [1, 3, 4, 7])
+def test_allgather_rows_gives_every_rank_every_row_in_place_without_reads(wire, workers):
+    """Row r of each rank's tables is item (rank + r) % P afterwards; nothing is read back."""
+    span, width = 200_000, 5  # columns past 65,536: the rows' segment counts travel
+
+    def body(transport):
+        rank = transport.rank
+        columns = torch.empty((workers, width), dtype=torch.int64)
+        values = torch.empty((workers, width))
+        columns[0] = torch.arange(width) * 30_000 + rank
+        values[0] = codec(wire).quantize_rows(torch.randn(1, width) * (rank + 1)).view(-1)
+        expected = (columns[0].clone(), values[0].clone())
+        steps = bruck_allgather_schedule(rank, list(range(workers)))
+        with OperationCounter() as counter:
+            allgather_rows(transport, steps, (columns, values), span, wire=wire)
+        return expected, columns, values, counter.data_dependent
+
+    results = local_group(workers).run(body)
+    for rank, (_, columns, values, reads) in enumerate(results):
+        assert reads == 0
+        for row in range(workers):
+            own_columns, own_values = results[(rank + row) % workers][0]
+            assert torch.equal(columns[row], own_columns)
+            assert torch.equal(values[row], own_values)
+
+
+def test_topk_at_the_fp16_wire_reads_nothing_from_the_device():
+    def gradient(call: int) -> torch.Tensor:
+        return torch.randn(30_000, generator=torch.Generator().manual_seed(call))
+
+    counts = local_group(4).run(
+        lambda transport: count_method(transport, "topk", 30_000, 0.01, gradient, wire="fp16")
+    )
+    assert all(count["data_dependent_ops"] == 0 for count in counts), counts

@@ -86,6 +86,7 @@ class GTopK(Synchronizer):
         # What the last call dropped: (final indices F, dropped (indices, sums) lists, S_w's
         # values); nothing before the first sparse call (dense warm-up calls drop nothing).
         self._drops = (torch.empty(0, dtype=torch.long), [], torch.empty(0))
+        self._nnz = torch.empty(0)  # the last final list's values
 
     def _synchronize(self, grad, timer):
         accumulated = self._residual
@@ -148,7 +149,7 @@ class GTopK(Synchronizer):
             put_(accumulated, chosen[passed_on], 0.0 if lost is None else lost[passed_on])
             for indices, loss in root_loss:
                 accumulated.index_add_(0, indices.long(), loss)
-            self._nnz = int(torch.count_nonzero(final_values))
+            self._nnz = final_values  # counted only if asked (count_nnz)
         if self.measure_loss:
             self._drops = (final_indices, dropped, values)
         return result, accumulated
@@ -207,4 +208,5 @@ class GTopK(Synchronizer):
         return loss
 
     def _count_nonzero(self, result):
-        return self._nnz
+        """The non-zeros of the final list, counted only if ``count_nnz``."""
+        return int(torch.count_nonzero(self._nnz)) if self.count_nnz else None

@@ -43,7 +43,7 @@ from allreducers import binomial_broadcast_schedule, binomial_reduce_schedule, r
 from .base import Synchronizer
 from .registry import register
 from .selection import Selector
-from .sparse_ops import budget, is_member, put_
+from .sparse_ops import budget, first_of_runs, is_member, put_, search_sorted, union_of_rows
 
 
 @register(
@@ -98,7 +98,7 @@ class GTopK(Synchronizer):
         lost = None
         if coder.compact and self.size > 1:
             with timer("select"):
-                sent = coder.quantize(values)
+                sent = self._quantized(values)
                 lost, values = values - sent, sent
         held = [chosen, values]
         dropped = [] if self.measure_loss else None
@@ -106,73 +106,77 @@ class GTopK(Synchronizer):
 
         def produce(step):
             if coder.compact:  # idempotent on a list received or already quantized
-                quantized = coder.quantize(held[1])
+                quantized = self._quantized(held[1])
                 if not self.rank and not root_loss:  # the root keeps what the broadcast loses
                     root_loss.append((held[0], held[1] - quantized))
                 elif self.rank and dropped is not None:  # a merged sum's loss: measured
                     dropped.append((held[0].long(), held[1] - quantized))
                 held[1] = quantized
-            return coder.encode([tuple(held)], with_counts=False)
+            return coder.encode_rows(held[0].view(1, -1), held[1].view(1, -1), self.numel)
+
+        def received(message):
+            columns, values = coder.decode_rows(message, 1, held[1].numel(), self.numel)
+            return columns.view(-1), values.view(-1)
 
         def consume(step, message):
-            held[0], held[1] = self._merge(
-                held[0], held[1], *coder.decode_one(message), dropped, timer
-            )
+            held[0], held[1] = self._merge(held[0], held[1], *received(message), dropped, timer)
 
         def replace(step, message):
-            held[0], held[1] = coder.decode_one(message)
+            held[0], held[1] = received(message)
 
-        device = accumulated.device
-        run_schedule(
-            self.transport,
-            self.reduce_steps,
-            produce,
-            consume,
-            device,
-            timer,
-            dtype=coder.recv_dtype,
-        )
-        run_schedule(
-            self.transport,
-            self.broadcast_steps,
-            produce,
-            replace,
-            device,
-            timer,
-            dtype=coder.recv_dtype,
-        )
+        for steps, take in ((self.reduce_steps, consume), (self.broadcast_steps, replace)):
+            run_schedule(
+                self.transport,
+                steps,
+                produce,
+                take,
+                accumulated.device,
+                timer,
+                dtype=coder.recv_dtype,
+                recv_numel=lambda step: coder.rows_size(1, held[1].numel(), self.numel),
+            )
         final_indices, final_values = held[0].long(), held[1]  # int64 once, for every use below
         with timer("accumulate"):
             result = self._new_result(accumulated.device)
             put_(result, final_indices, final_values / self.size)
-            passed_on = is_member(final_indices, chosen)
-            put_(accumulated, chosen[passed_on], 0.0 if lost is None else lost[passed_on])
+            # Where the own selection's entries were passed on, what stays: 0, or what the
+            # wire removed; elsewhere their values stay (written back: fixed shapes, no read).
+            place = search_sorted(final_indices, chosen).clamp_(max=final_indices.numel() - 1)
+            passed_on = final_indices[place] == chosen
+            stays = torch.zeros_like(values) if lost is None else lost
+            put_(accumulated, chosen, torch.where(passed_on, stays, accumulated[chosen]))
             for indices, loss in root_loss:
                 accumulated.index_add_(0, indices.long(), loss)
-            self._nnz = final_values  # counted only if asked (count_nnz)
+            self._nnz = final_values * first_of_runs(final_indices)  # counted if asked
         if self.measure_loss:
             self._drops = (final_indices, dropped, values)
         return result, accumulated
 
+    def _quantized(self, values: torch.Tensor) -> torch.Tensor:
+        """``values`` through the 16-bit wire as one row (its exponent found without a read)."""
+        return self.codec.quantize_rows(values.view(1, -1)).view(-1)
+
     def _merge(self, indices, values, other_indices, other_values, dropped, timer):
         """Return the union of two lists, values added at common indices, cut to the k largest.
 
-        The entries the cut drops are appended to ``dropped`` (unless it is ``None``).
+        Fixed shapes (``union_of_rows``: 2k places); the union has at least k entries, and the
+        places after it (zeros) lose every tie on the CPU; wherever one was kept (a GPU's tie
+        among zeros) it comes last and repeats the last entry instead. The entries the cut
+        drops are appended to ``dropped`` (unless it is ``None``).
         """
         with timer("accumulate"):
-            union, inverse = torch.unique(
-                torch.cat([indices, other_indices]), sorted=True, return_inverse=True
+            union, sums, size = union_of_rows(
+                torch.stack([indices.long(), other_indices.long()]),
+                torch.stack([values, other_values]),
             )
-            sums = torch.zeros(union.numel(), device=values.device)
-            sums.index_add_(0, inverse, torch.cat([values, other_values]))
-        if union.numel() <= self.k:
-            return union, sums
         with timer("select"):
-            keep = self.selector.topk(sums, self.k)
-            if dropped is not None:
-                lost = torch.ones(union.numel(), dtype=torch.bool, device=union.device)
+            keep = self.selector.topk(sums, values.numel())
+            if dropped is not None:  # measurement only: data-dependent sizes are fine here
+                lost = torch.arange(union.numel(), device=union.device) < size
                 lost[keep] = False
-                dropped.append((union[lost].long(), sums[lost]))
+                dropped.append((union[lost], sums[lost]))
+            real = torch.arange(keep.numel(), device=keep.device)
+            keep = keep[torch.minimum(real, (keep < size).sum() - 1)]
             return union[keep], sums[keep]
 
     def measure_lost_mass(self) -> dict:

@@ -16,7 +16,6 @@ from allreducers import (
     allgather_rows,
     bruck_allgather_schedule,
     check_choice,
-    index_add_in_order,
     recursive_halving_schedule,
     run_schedule,
     srs_block_schedule,
@@ -26,7 +25,7 @@ from allreducers import (
 from .base import Synchronizer
 from .registry import register
 from .selection import Selector
-from .sparse_ops import as_numpy, flat_nonzero, put_, search_sorted
+from .sparse_ops import as_numpy, first_of_runs, flat_nonzero, put_, search_sorted, union_of_rows
 from .teams import AUTO, Candidate, candidates, check_layout, probe, team_groups
 
 SAG_VARIANTS = ("bruck", "recursive")
@@ -453,7 +452,7 @@ class SparDL(Synchronizer):
             return None
         values, columns, repeats = self._nnz
         if repeats:
-            values = values * _first_of_runs(columns)
+            values = values * first_of_runs(columns)
         return int(torch.count_nonzero(values))
 
     def _config(self) -> dict:
@@ -749,7 +748,7 @@ class _Call:
         # Row r holds team (team + r) % d: rolled, row t holds team t, the order of the sums.
         columns, values = torch.roll(columns, sync.team, 0), torch.roll(values, sync.team, 0)
         with self.timer("accumulate"):
-            union, sums, size = _union(columns, values)
+            union, sums, size = union_of_rows(columns, values)
         sync.height.defer(size)
         budget = sync.block_budget
         with self.timer("select"):
@@ -775,7 +774,7 @@ class _Call:
         with self.timer("select"):
             sent = self.coder.quantize_rows(values.view(1, -1)).view(-1)
             if holders:
-                lost = torch.where(_first_of_runs(columns), (values - sent) / holders, -0.0)
+                lost = torch.where(first_of_runs(columns), (values - sent) / holders, -0.0)
                 self.shares.append((columns.long(), lost))
         return columns, sent
 
@@ -822,7 +821,7 @@ class _Call:
         mine_first = step.send_items[0] < step.recv_items[0]  # the lower group's list first
         with self.timer("accumulate"):
             ordered = (mine, theirs) if mine_first else (theirs, mine)
-            union, sums, size = _union(
+            union, sums, size = union_of_rows(
                 torch.cat([ordered[0][0].long(), ordered[1][0].long()]),
                 torch.cat([ordered[0][1], ordered[1][1]]),
             )
@@ -1049,40 +1048,6 @@ def _take_along(table, place):
     if isinstance(table, np.ndarray):
         return np.take_along_axis(table, place, axis=1)
     return table.gather(1, place)
-
-
-def _union(columns: torch.Tensor, values: torch.Tensor) -> tuple:
-    """Return the union of the rows' sparse lists, at a fixed capacity, and the sums there.
-
-    ``columns`` (each row ascending; it may end in repeats of its last entry, which count once)
-    and ``values`` are ``(d, h)``. Returns the union's columns ascending, then zeros up to d h;
-    the sums, then zeros; and the union's size, a 0-d tensor. No size is read from the device.
-
-    The sums are added row by row in row order (``index_add_in_order``): the same rows in the
-    same order give the same bits anywhere (a row's columns are distinct, and its repeats add
-    -0.0, which changes no bit in any order).
-    """
-    values = torch.where(_first_of_runs(columns), values, -0.0)  # repeats add nothing
-    flat = columns.reshape(-1)
-    ordered, order = torch.sort(flat, stable=True)
-    new = torch.ones_like(ordered, dtype=torch.bool)
-    torch.ne(ordered[1:], ordered[:-1], out=new[1:])
-    slot = torch.cumsum(new, 0).sub_(1)  # each sorted entry's place in the union
-    place = torch.empty_like(slot).scatter_(0, order, slot)  # ... each entry's, in row order
-    union = torch.zeros_like(flat).scatter_(0, slot, ordered)
-    sums = torch.zeros(flat.numel(), device=values.device)
-    index_add_in_order(sums, place, values.reshape(-1), [columns.shape[1]] * columns.shape[0])
-    return union, sums, slot[-1] + 1
-
-
-def _first_of_runs(columns: torch.Tensor) -> torch.Tensor:
-    """Return where the entries of ``columns`` differ from the one before them in their row.
-
-    A list (a row) ascends, but may end in repeats of its last entry: those are False.
-    """
-    first = torch.ones_like(columns, dtype=torch.bool)
-    torch.ne(columns[..., 1:], columns[..., :-1], out=first[..., 1:])
-    return first
 
 
 def _keep_shares(row: torch.Tensor, final: torch.Tensor, shares: list) -> None:

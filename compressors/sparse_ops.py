@@ -190,3 +190,37 @@ def scatter_average_in_order(result: torch.Tensor, lists: Sequence[tuple], worke
     """
     for indices, values in lists:
         result.index_add_(0, indices, values / workers)
+
+
+def union_of_rows(columns: torch.Tensor, values: torch.Tensor) -> tuple:
+    """Return the union of the rows' sparse lists, at a fixed capacity, and the sums there.
+
+    ``columns`` (each row ascending; it may end in repeats of its last entry, which count once)
+    and ``values`` are ``(d, h)``. Returns the union's columns ascending, then zeros up to d h;
+    the sums, then zeros; and the union's size, a 0-d tensor. No size is read from the device.
+
+    The sums are added row by row in row order (``index_add_in_order``): the same rows in the
+    same order give the same bits anywhere (a row's columns are distinct, and its repeats add
+    -0.0, which changes no bit in any order).
+    """
+    values = torch.where(first_of_runs(columns), values, -0.0)  # repeats add nothing
+    flat = columns.reshape(-1)
+    ordered, order = torch.sort(flat, stable=True)
+    new = torch.ones_like(ordered, dtype=torch.bool)
+    torch.ne(ordered[1:], ordered[:-1], out=new[1:])
+    slot = torch.cumsum(new, 0).sub_(1)  # each sorted entry's place in the union
+    place = torch.empty_like(slot).scatter_(0, order, slot)  # ... each entry's, in row order
+    union = torch.zeros_like(flat).scatter_(0, slot, ordered)
+    sums = torch.zeros(flat.numel(), device=values.device)
+    index_add_in_order(sums, place, values.reshape(-1), [columns.shape[1]] * columns.shape[0])
+    return union, sums, slot[-1] + 1
+
+
+def first_of_runs(columns: torch.Tensor) -> torch.Tensor:
+    """Return where the entries of ``columns`` differ from the one before them in their row.
+
+    A list (a row) ascends, but may end in repeats of its last entry: those are False.
+    """
+    first = torch.ones_like(columns, dtype=torch.bool)
+    torch.ne(columns[..., 1:], columns[..., :-1], out=first[..., 1:])
+    return first

@@ -121,11 +121,13 @@ def test_allgather_rows_gives_every_rank_every_row_in_place_without_reads(wire, 
             assert torch.equal(values[row], own_values)
 
 
-def test_topk_at_the_fp16_wire_reads_nothing_from_the_device():
+@pytest.mark.parametrize("method,wire", [("topk", "fp16"), ("gtopk", "fp32"), ("gtopk", "fp16")])
+@pytest.mark.parametrize("workers", [3, 4])
+def test_fixed_size_lists_read_nothing_from_the_device(method, wire, workers):
     def gradient(call: int) -> torch.Tensor:
         return torch.randn(30_000, generator=torch.Generator().manual_seed(call))
 
-    counts = local_group(4).run(
-        lambda transport: count_method(transport, "topk", 30_000, 0.01, gradient, wire="fp16")
+    counts = local_group(workers).run(
+        lambda transport: count_method(transport, method, 30_000, 0.01, gradient, wire=wire)
     )
     assert all(count["data_dependent_ops"] == 0 for count in counts), counts

@@ -107,10 +107,12 @@ class GTopK(Synchronizer):
         def produce(step):
             if coder.compact:  # idempotent on a list received or already quantized
                 quantized = self._quantized(held[1])
+                # Once per column: a list may end in repeats of its last entry (after a tie).
+                loss = torch.where(first_of_runs(held[0]), held[1] - quantized, -0.0)
                 if not self.rank and not root_loss:  # the root keeps what the broadcast loses
-                    root_loss.append((held[0], held[1] - quantized))
+                    root_loss.append((held[0], loss))
                 elif self.rank and dropped is not None:  # a merged sum's loss: measured
-                    dropped.append((held[0].long(), held[1] - quantized))
+                    dropped.append((held[0].long(), loss))
                 held[1] = quantized
             return coder.encode_rows(held[0].view(1, -1), held[1].view(1, -1), self.numel)
 

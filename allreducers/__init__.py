@@ -18,6 +18,7 @@ from .engine import (
     allgather_joined,
     allgather_lists,
     allgather_rows,
+    allgather_rows_in_order,
     index_add_in_order,
     run_schedule,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "run_schedule",
     "allgather_lists",
     "allgather_rows",
+    "allgather_rows_in_order",
     "allgather_joined",
     "index_add_in_order",
     "PhaseTimer",

@@ -220,6 +220,29 @@ def allgather_rows(
     )
 
 
+def allgather_rows_in_order(
+    transport: Transport,
+    steps: Sequence[Step],
+    own: SparseList,
+    span: int,
+    timer: PhaseTimer | None = None,
+    wire: str = "fp32",
+) -> tuple:
+    """All-gather one list of a fixed length per item as rows (:func:`allgather_rows`).
+
+    ``own``: this rank's ``(columns, values)``, 1-D. Returns ``(columns, values)`` of shape
+    ``(items, length)`` whose row i is item i's list (the columns of ``own``'s dtype).
+    """
+    items = 1 + sum(len(step.recv_items) for step in steps)  # Bruck: each arrives once
+    position = steps[0].send_items[0] if steps else 0  # this rank's item goes first
+    length, device = own[1].numel(), own[1].device
+    columns = torch.empty((items, length), dtype=own[0].dtype, device=device)
+    values = torch.empty((items, length), device=device)
+    columns[0], values[0] = own
+    allgather_rows(transport, steps, (columns, values), span, timer, wire)
+    return torch.roll(columns, position, 0), torch.roll(values, position, 0)  # in item order
+
+
 def allgather_joined(
     transport: Transport,
     steps: Sequence[Step],
@@ -242,13 +265,9 @@ def allgather_joined(
     coder = codec(wire)
     position = steps[0].send_items[0] if steps else 0  # Bruck: this rank's item goes first
     if coder.compact and fixed_size is not None and span is not None:
-        items = 1 + sum(len(step.recv_items) for step in steps)  # all, once each
-        columns = torch.empty((items, fixed_size), dtype=torch.int32, device=own[1].device)
-        values = torch.empty((items, fixed_size), device=own[1].device)
-        columns[0], values[0] = own
-        allgather_rows(transport, steps, (columns, values), span, timer, wire)
-        columns, values = torch.roll(columns, position, 0), torch.roll(values, position, 0)
-        return columns.view(-1), values.view(-1), [fixed_size] * items
+        own = (own[0].to(torch.int32), own[1])
+        columns, values = allgather_rows_in_order(transport, steps, own, span, timer, wire)
+        return columns.view(-1), values.view(-1), [fixed_size] * columns.shape[0]
     if coder.compact:
         held = allgather_lists(transport, steps, position, own, fixed_size, timer, wire=wire)
         lists = [held[item] for item in sorted(held)]

@@ -135,6 +135,14 @@ class Codec(abc.ABC):
             RuntimeError: the message does not fit.
         """
 
+    def quantize_row(self, values: torch.Tensor) -> torch.Tensor:
+        """Return the 1-D ``values`` as :meth:`quantize` gives them, without a read.
+
+        One row of :meth:`quantize_rows`: the values must be finite (:meth:`quantize` refuses
+        others).
+        """
+        return self.quantize_rows(values.view(1, -1)).view(-1)
+
     def quantize_rows(self, values: torch.Tensor) -> torch.Tensor:
         """Return each row of the ``(r, w)`` ``values`` as :meth:`quantize` gives it alone.
 

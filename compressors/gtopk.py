@@ -43,7 +43,15 @@ from allreducers import binomial_broadcast_schedule, binomial_reduce_schedule, r
 from .base import Synchronizer
 from .registry import register
 from .selection import Selector
-from .sparse_ops import budget, first_of_runs, is_member, put_, search_sorted, union_of_rows
+from .sparse_ops import (
+    budget,
+    first_of_runs,
+    is_member,
+    put_,
+    search_sorted,
+    top_of_union,
+    union_of_rows,
+)
 
 
 @register(
@@ -98,7 +106,7 @@ class GTopK(Synchronizer):
         lost = None
         if coder.compact and self.size > 1:
             with timer("select"):
-                sent = self._quantized(values)
+                sent = self.codec.quantize_row(values)
                 lost, values = values - sent, sent
         held = [chosen, values]
         dropped = [] if self.measure_loss else None
@@ -106,7 +114,7 @@ class GTopK(Synchronizer):
 
         def produce(step):
             if coder.compact:  # idempotent on a list received or already quantized
-                quantized = self._quantized(held[1])
+                quantized = self.codec.quantize_row(held[1])
                 # Once per column: a list may end in repeats of its last entry (after a tie).
                 loss = torch.where(first_of_runs(held[0]), held[1] - quantized, -0.0)
                 if not self.rank and not root_loss:  # the root keeps what the broadcast loses
@@ -154,17 +162,11 @@ class GTopK(Synchronizer):
             self._drops = (final_indices, dropped, values)
         return result, accumulated
 
-    def _quantized(self, values: torch.Tensor) -> torch.Tensor:
-        """``values`` through the 16-bit wire as one row (its exponent found without a read)."""
-        return self.codec.quantize_rows(values.view(1, -1)).view(-1)
-
     def _merge(self, indices, values, other_indices, other_values, dropped, timer):
         """Return the union of two lists, values added at common indices, cut to the k largest.
 
-        Fixed shapes (``union_of_rows``: 2k places); the union has at least k entries, and the
-        places after it (zeros) lose every tie on the CPU; wherever one was kept (a GPU's tie
-        among zeros) it comes last and repeats the last entry instead. The entries the cut
-        drops are appended to ``dropped`` (unless it is ``None``).
+        Fixed shapes (``union_of_rows``: 2k places, ``top_of_union``); the union has at least k
+        entries. The entries the cut drops are appended to ``dropped`` (unless it is ``None``).
         """
         with timer("accumulate"):
             union, sums, size = union_of_rows(
@@ -172,13 +174,11 @@ class GTopK(Synchronizer):
                 torch.stack([values, other_values]),
             )
         with timer("select"):
-            keep = self.selector.topk(sums, values.numel())
+            keep = top_of_union(self.selector, sums, size, values.numel())
             if dropped is not None:  # measurement only: data-dependent sizes are fine here
                 lost = torch.arange(union.numel(), device=union.device) < size
                 lost[keep] = False
                 dropped.append((union[lost], sums[lost]))
-            real = torch.arange(keep.numel(), device=keep.device)
-            keep = keep[torch.minimum(real, (keep < size).sum() - 1)]
             return union[keep], sums[keep]
 
     def measure_lost_mass(self) -> dict:

@@ -14,6 +14,7 @@ import torch
 
 from allreducers import (
     allgather_rows,
+    allgather_rows_in_order,
     bruck_allgather_schedule,
     check_choice,
     recursive_halving_schedule,
@@ -25,7 +26,15 @@ from allreducers import (
 from .base import Synchronizer
 from .registry import register
 from .selection import Selector
-from .sparse_ops import as_numpy, first_of_runs, flat_nonzero, put_, search_sorted, union_of_rows
+from .sparse_ops import (
+    as_numpy,
+    first_of_runs,
+    flat_nonzero,
+    put_,
+    search_sorted,
+    top_of_union,
+    union_of_rows,
+)
 from .teams import AUTO, Candidate, candidates, check_layout, probe, team_groups
 
 SAG_VARIANTS = ("bruck", "recursive")
@@ -739,25 +748,16 @@ class _Call:
         to the adaptive h on the device (:meth:`HeightAdapter.defer`).
         """
         sync = self.sync
-        height, teams, device = sync.height.value, sync.teams, own[0].device
-        columns = torch.empty((teams, height), dtype=torch.int64, device=device)
-        values = torch.empty((teams, height), device=device)
-        columns[0], values[0] = own  # the lists are quantized already (select): exact on the wire
-        tables, span = (columns, values), sync.block_size
-        allgather_rows(sync.transport, sync.sag_steps, tables, span, self.timer, sync.wire)
-        # Row r holds team (team + r) % d: rolled, row t holds team t, the order of the sums.
-        columns, values = torch.roll(columns, sync.team, 0), torch.roll(values, sync.team, 0)
+        # Row t: team t's list, the order of the sums. The lists are quantized already
+        # (select): exact on the wire.
+        columns, values = allgather_rows_in_order(
+            sync.transport, sync.sag_steps, own, sync.block_size, self.timer, sync.wire
+        )
         with self.timer("accumulate"):
             union, sums, size = union_of_rows(columns, values)
         sync.height.defer(size)
-        budget = sync.block_budget
         with self.timer("select"):
-            places = self.tables["places"].view(-1)
-            if union.numel() > budget:
-                keep, real = self.top_of_union(sums, size)
-                place = keep[torch.minimum(places, real)]
-            else:
-                place = torch.minimum(places, size - 1)
+            place = self.top_of_union(sums, size)
             final = union[place], sums[place]
         return self.quantize_final(final, holders=1 if sync.team == 0 else 0)
 
@@ -772,7 +772,7 @@ class _Call:
             return final
         columns, values = final
         with self.timer("select"):
-            sent = self.coder.quantize_rows(values.view(1, -1)).view(-1)
+            sent = self.coder.quantize_row(values)
             if holders:
                 lost = torch.where(first_of_runs(columns), (values - sent) / holders, -0.0)
                 self.shares.append((columns.long(), lost))
@@ -827,23 +827,18 @@ class _Call:
             )
         holders = len(step.send_items) + len(step.recv_items)  # a power of two: exact
         with self.timer("select"):
-            keep, real = self.top_of_union(sums, size)
+            place = self.top_of_union(sums, size)
             dropped = torch.arange(sums.numel(), device=sums.device) < size
-            dropped[keep] = False
+            dropped[place] = False
             self.shares.append((union, torch.where(dropped, sums / holders, -0.0)))
-            place = keep[torch.minimum(self.tables["places"].view(-1), real)]
         self.pair_list = (union[place], sums[place])
         self.pair_holders = holders
 
-    def top_of_union(self, sums: torch.Tensor, size: torch.Tensor) -> tuple:
-        """Return the places of the top-k_b of a union's ``sums`` (its ``size`` first entries).
-
-        Returns ``(keep, real)``: ``keep`` ascending, and the last place in it of an entry.
-        The padding (zeros after the union) loses every tie on the CPU; wherever some was kept
-        (a GPU's tie among zeros) it comes last in ``keep``, after ``real``.
-        """
-        keep = self.sync.selector.topk(sums, self.sync.block_budget)
-        return keep, (keep < size).sum() - 1
+    def top_of_union(self, sums: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
+        """Return the places of the top-k_b of a union's ``sums`` (``sparse_ops.top_of_union``)."""
+        sync = self.sync
+        places = self.tables["places"].view(-1)
+        return top_of_union(sync.selector, sums, size, sync.block_budget, places)
 
     def gather_and_collect(self, own: tuple) -> None:
         """Steps 5 and 6: gather the team's block lists, collecting them in two batches.

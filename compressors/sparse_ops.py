@@ -224,3 +224,19 @@ def first_of_runs(columns: torch.Tensor) -> torch.Tensor:
     first = torch.ones_like(columns, dtype=torch.bool)
     torch.ne(columns[..., 1:], columns[..., :-1], out=first[..., 1:])
     return first
+
+
+def top_of_union(selector, sums: torch.Tensor, size: torch.Tensor, k: int, places=None):
+    """Return the places in a :func:`union_of_rows` union of its top-``k`` sums, ascending.
+
+    ``size``: the union's size (a 0-d tensor); ``places``: ``0 .. k-1`` (int64), if kept. Ties
+    go towards the lower place (``selector.topk``), so on the CPU the padding after the union
+    is kept only where the union has fewer than ``k`` entries; wherever it is kept (also after
+    a GPU's tie among zeros) it comes last and the last entry is repeated in its stead. No
+    read from the device.
+    """
+    places = torch.arange(k, device=sums.device) if places is None else places
+    if sums.numel() <= k:
+        return torch.minimum(places, size - 1)
+    keep = selector.topk(sums, k)
+    return keep[torch.minimum(places, (keep < size).sum() - 1)]

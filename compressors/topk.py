@@ -50,7 +50,7 @@ class TopK(Synchronizer):
         with timer("select"):
             chosen, values = self.selector.take(accumulated, self.k, addend=grad, key="accumulated")
             if self.codec.compact:  # quantized as a row: no read, exact on the wire
-                sent = self.codec.quantize_rows(values.view(1, -1)).view(-1)
+                sent = self.codec.quantize_row(values)
                 put_(accumulated, chosen, values - sent)  # what the wire removes stays
                 values = sent
         indices, values, sizes = allgather_joined(

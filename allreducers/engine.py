@@ -124,6 +124,7 @@ def allgather_lists(
     timer: PhaseTimer | None = None,
     meanwhile: Callable | None = None,
     wire: str = "fp32",
+    span: int | None = None,
 ) -> dict:
     """All-gather sparse lists along an all-gather schedule (Bruck).
 
@@ -139,6 +140,8 @@ def allgather_lists(
             :func:`run_schedule`), with the ``{item: list}`` held so far, to use those early.
         wire: the wire format. The lists travel as they are; at a compact wire a list a rank
             forwards keeps its bits only if it was quantized (``codec(wire).quantize``) first.
+        span: every list ascends in ``[0, span)`` (a compact wire then sends 16-bit offsets
+            without a read: ``Codec.encode``); ``None``: lists of any order.
 
     Returns:
         ``{item: (indices, values)}`` for every item of the group.
@@ -147,11 +150,13 @@ def allgather_lists(
     coder = codec(wire)
 
     def produce(step: Step) -> torch.Tensor:
-        return coder.encode([held[item] for item in step.send_items], fixed_size is None)
+        lists = [held[item] for item in step.send_items]
+        return coder.encode(lists, fixed_size is None, span)
 
     def consume(step: Step, message: torch.Tensor) -> None:
         sizes = None if fixed_size is None else [fixed_size] * len(step.recv_items)
-        for item, entry in zip(step.recv_items, coder.decode(message, len(step.recv_items), sizes)):
+        lists = coder.decode(message, len(step.recv_items), sizes, span)
+        for item, entry in zip(step.recv_items, lists):
             held[item] = entry
 
     run_schedule(
@@ -269,7 +274,9 @@ def allgather_joined(
         columns, values = allgather_rows_in_order(transport, steps, own, span, timer, wire)
         return columns.view(-1), values.view(-1), [fixed_size] * columns.shape[0]
     if coder.compact:
-        held = allgather_lists(transport, steps, position, own, fixed_size, timer, wire=wire)
+        held = allgather_lists(
+            transport, steps, position, own, fixed_size, timer, wire=wire, span=span
+        )
         lists = [held[item] for item in sorted(held)]
         return (
             torch.cat([i.to(torch.int32) for i, _ in lists]),

@@ -105,7 +105,7 @@ class RegionReducer:
         # Each region's list as its owner decodes it; the own one stays as it is.
         sent = coder.quantize_parts(values, counts, self.rank)
         self.lost = values - sent if coder.compact else None
-        messages = coder.encode_parts(indices, sent, counts, self.rank)
+        messages = coder.encode_parts(indices, sent, counts, self.rank, boundaries[-1])
         own = slice(positions[self.rank], positions[self.rank + 1])
         received = {self.rank: (indices[own], values[own])}
 
@@ -125,7 +125,9 @@ class RegionReducer:
         with timer("accumulate"):
             # The own entries first, then the received ones in step order.
             order = [self.rank] + [step.recv_from for step in self.steps]
-            joined, summands, sizes = coder.decode_joined([received[s] for s in order])
+            joined, summands, sizes = coder.decode_joined(
+                [received[s] for s in order], boundaries[-1]
+            )
             local = joined.long() - start
             index_add_in_order(sums, local, summands, sizes)
             present.index_fill_(0, local, True)

@@ -110,26 +110,37 @@ class Codec(abc.ABC):
     def quantize_parts(self, values: torch.Tensor, counts: Sequence[int], kept: int):
         """Return ``values`` with every part but part ``kept`` quantized as it travels alone.
 
-        Parts are consecutive entries of sizes ``counts``; part ``kept`` stays home, as it is.
-        ``values`` itself at fp32.
+        Parts are consecutive entries of sizes ``counts``; part ``kept`` stays home, as it is
+        (-1: none). ``values`` itself at fp32; at a compact wire a copy, made without a read.
         """
 
     # Sparse lists ---------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def encode(self, lists: Sequence[tuple], with_counts: bool) -> torch.Tensor:
+    def encode(
+        self, lists: Sequence[tuple], with_counts: bool, span: int | None = None
+    ) -> torch.Tensor:
         """Return one message holding the (indices, values) ``lists``.
 
         Indices may be int32 or int64 (each below 2^31); the fp32 codec carries the counts only
-        ``with_counts``, compact codecs always.
+        ``with_counts``, compact codecs always. ``span``: every list ascends in ``[0,
+        span)``, which lets a compact codec send 16-bit offsets without a read (docs/DESIGN.md,
+        "The wire"); ``None``: lists of any order, int32 indices. The receiver passes the same.
         """
 
     @abc.abstractmethod
-    def decode(self, message: torch.Tensor, items: int, sizes: Sequence[int] | None = None):
+    def decode(
+        self,
+        message: torch.Tensor,
+        items: int,
+        sizes: Sequence[int] | None = None,
+        span: int | None = None,
+    ):
         """Return the ``items`` (int32 indices, float32 values) lists of a message.
 
-        ``sizes`` gives their lengths where an fp32 message carries no counts (compact messages
-        always carry them; given ``sizes`` are then checked).
+        ``sizes``: their lengths, where they are known (an fp32 message without counts needs
+        them; ``None``: read from the message's counts, one read). ``span`` as the sender's
+        :meth:`encode` had it.
 
         Raises:
             RuntimeError: the message does not fit.
@@ -177,49 +188,43 @@ class Codec(abc.ABC):
             RuntimeError: the message is not of :meth:`rows_size`.
         """
 
-    def decode_one(self, message: torch.Tensor) -> tuple:
-        """Return the (indices, values) of a message encoded from one list without counts."""
-        return self.decode(message, 1)[0]
+    @abc.abstractmethod
+    def decode_one(self, message: torch.Tensor, span: int | None = None) -> tuple:
+        """Return the (indices, values) of a message encoded from one list without counts.
+
+        Its length tells its count: no read.
+        """
 
     @abc.abstractmethod
     def encode_parts(
-        self, indices: torch.Tensor, values: torch.Tensor, counts: Sequence[int], home: int
+        self,
+        indices: torch.Tensor,
+        values: torch.Tensor,
+        counts: Sequence[int],
+        home: int,
+        span: int | None = None,
     ) -> list:
         """Return one one-list message per part of consecutive entries of sizes ``counts``.
 
         Part p is entries ``sum(counts[:p]) ..`` of ``(indices, values)``; its message is what
-        :meth:`encode` makes of that list without counts. Part ``home`` does not travel: a
-        compact codec encodes nothing for it (``None``). At fp32 the messages are views of one
-        buffer made by one ``cat`` of the parts' pieces (one ``split`` each of the indices and
-        the values) after one conversion of the indices: two kernels on a GPU and a fixed
-        number of operations, whatever the number of parts.
+        :meth:`encode` makes of that list without counts (``span`` as there). Part ``home``
+        does not travel: a compact codec encodes nothing for it (``None``). The messages are
+        views of one buffer made by one ``cat`` of the parts' pieces, each cut by one ``split``:
+        a fixed number of operations and no read, whatever the number of parts.
         """
 
-    def decode_joined(self, items: Sequence) -> tuple:
+    @abc.abstractmethod
+    def decode_joined(self, items: Sequence, span: int | None = None) -> tuple:
         """Return the lists of ``items``, joined in order, and their lengths.
 
-        An item is a one-list message (:meth:`decode_one`) or an ``(indices, values)`` list that
-        did not travel. Returns ``(int32 indices, float32 values, sizes)``; at fp32 the
-        messages' halves are cut from one ``cat`` of them by one ``split``, then joined by two
-        ``cat``, sized by the messages' lengths (no read of the data).
+        An item is a one-list message (:meth:`decode_one`, ``span`` as its sender's) or an
+        ``(indices, values)`` list that did not travel. Returns ``(int32 indices, float32
+        values, sizes)``: the messages are joined by one ``cat`` and cut by one ``split``, sized
+        by their lengths; a fixed number of operations and no read, whatever their number.
 
         Raises:
-            RuntimeError: an fp32 message of an odd number of words.
+            RuntimeError: a message that fits no list.
         """
-        indices, words = [], []  # words: the values' bits, as int32
-        for item in items:
-            item_indices, item_words = self._joinable(item)
-            indices.append(item_indices)
-            words.append(item_words)
-        if not indices:
-            return torch.empty(0, dtype=torch.int32), torch.empty(0), []
-        sizes = [part.numel() for part in indices]
-        return torch.cat(indices), torch.cat(words).view(torch.float32), sizes
-
-    def _joinable(self, item) -> tuple:
-        """Return an item of :meth:`decode_joined` as (int32 indices, int32 value bits)."""
-        listed, item_values = item if isinstance(item, tuple) else self.decode_one(item)
-        return listed.to(torch.int32), item_values.view(torch.int32)
 
     def message_at(self, words: torch.Tensor, start: int, end: int) -> torch.Tensor:
         """Return bytes ``start`` to ``end`` of the int32 ``words`` as a message of this codec.
@@ -286,7 +291,9 @@ class Fp32Codec(Codec):
         """Return ``values`` itself: fp32 carries their bits."""
         return values
 
-    def encode(self, lists: Sequence[tuple], with_counts: bool) -> torch.Tensor:
+    def encode(
+        self, lists: Sequence[tuple], with_counts: bool, span: int | None = None
+    ) -> torch.Tensor:
         """Return the int32 message ``[counts] | indices | value bits`` of ``lists``."""
         counts = [len(idx) for idx, _ in lists]
         total = sum(counts)
@@ -304,7 +311,13 @@ class Fp32Codec(Codec):
             start += count
         return message
 
-    def decode(self, message: torch.Tensor, items: int, sizes: Sequence[int] | None = None):
+    def decode(
+        self,
+        message: torch.Tensor,
+        items: int,
+        sizes: Sequence[int] | None = None,
+        span: int | None = None,
+    ):
         """Return the lists of an :meth:`encode` message (views of it)."""
         if sizes is None:
             sizes = message[:items].tolist()
@@ -341,13 +354,18 @@ class Fp32Codec(Codec):
         values = message[size:].view(torch.float32)
         return message[:size].view(rows, width), values.view(rows, width)
 
-    def decode_one(self, message: torch.Tensor) -> tuple:
+    def decode_one(self, message: torch.Tensor, span: int | None = None) -> tuple:
         """Return the halves of a one-list message without counts, as views."""
         count = message.numel() // 2
         return message[:count], message[count:].view(torch.float32)
 
     def encode_parts(
-        self, indices: torch.Tensor, values: torch.Tensor, counts: Sequence[int], home: int
+        self,
+        indices: torch.Tensor,
+        values: torch.Tensor,
+        counts: Sequence[int],
+        home: int,
+        span: int | None = None,
     ) -> list:
         """Return the parts' messages: views of one buffer made by one ``cat``.
 
@@ -360,7 +378,7 @@ class Fp32Codec(Codec):
         buffer = torch.cat([piece for pair in pairs for piece in pair])
         return list(buffer.split([2 * count for count in counts]))
 
-    def decode_joined(self, items: Sequence) -> tuple:
+    def decode_joined(self, items: Sequence, span: int | None = None) -> tuple:
         """Return the lists of ``items``, joined in order, and their lengths.
 
         The messages are joined by one ``cat`` and cut into their halves by one ``split``;
@@ -381,7 +399,10 @@ class Fp32Codec(Codec):
             cut = iter(torch.cat(messages).split(halves))
         indices, words = [], []  # words: the values' bits, as int32
         for item in items:
-            pair = self._joinable(item) if isinstance(item, tuple) else (next(cut), next(cut))
+            if isinstance(item, tuple):
+                pair = (item[0].to(torch.int32), item[1].view(torch.int32))
+            else:
+                pair = (next(cut), next(cut))
             indices.append(pair[0])
             words.append(pair[1])
         sizes = [part.numel() for part in indices]
@@ -416,7 +437,12 @@ class Fp32Codec(Codec):
 class CompactCodec(Codec):
     """A 16-bit wire: uint8 messages (layout in docs/DESIGN.md, section "The wire").
 
-    Its subclasses :class:`Fp16Codec` and :class:`Bf16Codec` differ in the values only.
+    Its subclasses :class:`Fp16Codec` and :class:`Bf16Codec` differ in the values only. Lists
+    are coded on the device: each list's exponent comes from the bits of its largest magnitude,
+    offsets from fixed segments of the lists' span, and a message's sizes from its length or its
+    counts; so nothing but a message's counts (where the receiver cannot know the sizes) is read
+    back from the device. The values must be finite (on the CPU the selection refuses NaN and
+    inf before they reach a message; :meth:`quantize` refuses them itself).
     """
 
     compact = True
@@ -440,22 +466,34 @@ class CompactCodec(Codec):
         return values.mul_(math.ldexp(1.0, exponent)) if exponent else values
 
     def quantize_parts(self, values: torch.Tensor, counts: Sequence[int], kept: int):
-        """Return a copy of ``values`` with each part but ``kept`` quantized alone.
+        """Return a copy of ``values`` with each part but ``kept`` quantized alone, without a read.
 
-        The parts are cut by one ``split`` and joined by one ``cat``.
+        All parts at once: a fixed number of operations, whatever their number.
         """
         counts = list(counts)
-        parts = _head(values, counts).split(counts)
-        sent = [
-            part if number == kept else self.quantize(part) for number, part in enumerate(parts)
-        ]
-        if sum(counts) != values.numel():
-            sent.append(values[sum(counts) :])  # what no part covers, as it is
-        return torch.cat(sent) if sent else values.clone()
+        total = sum(counts)
+        head = _head(values, counts)
+        exponents = self.list_exponents(head, counts)
+        half = self._lists_to_half(head, exponents, counts)
+        sent = self._lists_from_half(half, exponents, counts)
+        if 0 <= kept < len(counts) and counts[kept]:
+            start = sum(counts[:kept])
+            sent[start : start + counts[kept]] = values[start : start + counts[kept]]
+        if total != values.numel():
+            sent = torch.cat([sent, values[total:]])  # what no part covers, as it is
+        return sent
 
     def row_exponents(self, values: torch.Tensor) -> torch.Tensor:
         """Return each row's :meth:`exponent` of the ``(r, w)`` ``values``, as int32 ``(r,)``."""
         return torch.zeros(values.shape[0], dtype=torch.int32, device=values.device)
+
+    def list_exponents(self, values: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
+        """Return the :meth:`exponent` of each list of the joined ``values``, as int32.
+
+        List j is the next ``counts[j]`` entries. Computed on the device, as
+        :meth:`row_exponents`: no read.
+        """
+        return torch.zeros(len(counts), dtype=torch.int32, device=values.device)
 
     def _rows_to_half(self, values: torch.Tensor, exponents: torch.Tensor) -> torch.Tensor:
         return (values * _powers_of_two(exponents, -1).unsqueeze(1)).to(self._half)
@@ -463,6 +501,15 @@ class CompactCodec(Codec):
     @staticmethod
     def _rows_from_half(half: torch.Tensor, exponents: torch.Tensor) -> torch.Tensor:
         return half.float().mul_(_powers_of_two(exponents).unsqueeze(1))
+
+    def _lists_to_half(self, values, exponents: torch.Tensor, counts: Sequence[int]):
+        """Return the joined lists ``values``, list j divided by 2^e_j, as 16-bit values."""
+        return (values * _per_entry(_powers_of_two(exponents, -1), counts)).to(self._half)
+
+    @staticmethod
+    def _lists_from_half(half: torch.Tensor, exponents: torch.Tensor, counts: Sequence[int]):
+        """Return the joined 16-bit lists ``half`` as float32, list j times 2^e_j."""
+        return half.float().mul_(_per_entry(_powers_of_two(exponents), counts))
 
     def quantize_rows(self, values: torch.Tensor) -> torch.Tensor:
         """Return each row through 16 bits and back, scaled by its exponent: no read of data."""
@@ -510,109 +557,187 @@ class CompactCodec(Codec):
         words = message[:head].view(torch.int32)
         entries = rows * width
         low = message[head : head + 2 * entries].view(torch.int16)
-        columns = low.to(torch.int32).bitwise_and_(0xFFFF)
-        if segments:
-            starts = torch.arange(segments, dtype=torch.int32, device=message.device) << 16
-            high = torch.repeat_interleave(starts.repeat(rows), words[rows:], output_size=entries)
-            columns.add_(high)
+        high = words[rows:] if segments else None
+        columns = _restore_high(low, high, rows, segments, entries)
         halves = message[head + 2 * entries :].view(self._half).view(rows, width)
         return columns.view(rows, width), self._rows_from_half(halves, words[:rows])
 
-    def encode(self, lists: Sequence[tuple], with_counts: bool) -> torch.Tensor:
-        """Return the uint8 message of ``lists`` (docs/DESIGN.md, "The wire")."""
+    # Lists of any length: [counts] | exponents | [segment counts] | indices | values ----------
+
+    def encode(
+        self, lists: Sequence[tuple], with_counts: bool, span: int | None = None
+    ) -> torch.Tensor:
+        """Return the uint8 message of ``lists`` (docs/DESIGN.md, "The wire"): no read."""
         device = lists[0][1].device if lists else torch.device("cpu")
         counts = [int(values.numel()) for _, values in lists]
-        exponents = [self.exponent(values) for _, values in lists]
-        total = sum(counts)
-        if total:
-            indices = torch.cat([idx.to(device=device, dtype=torch.int64) for idx, _ in lists])
-            halves = torch.cat(
-                [self._to_half(values, e) for (_, values), e in zip(lists, exponents)]
-            )
+        if lists:
+            indices = torch.cat([idx.to(device=device) for idx, _ in lists])
+            values = torch.cat([values for _, values in lists])
         else:
             indices = torch.empty(0, dtype=torch.int64, device=device)
-            halves = torch.empty(0, dtype=self._half, device=device)
-        bases, lengths, offsets = _offsets(indices)
-        if offsets is None:
-            form, index_bytes = 0, indices.to(torch.int32).view(torch.uint8)
-        else:
-            form, index_bytes = 1, offsets.view(torch.uint8)
-        runs = len(bases)
-        header = [len(lists), form, runs, *counts, *exponents, *bases, *lengths]
-        head = torch.tensor(header, dtype=torch.int32).view(torch.uint8).to(device)
-        return torch.cat([head, index_bytes, halves.view(torch.uint8)])
+            values = torch.empty(0, device=device)
+        coded = self._coded(indices, values, counts, span)
+        return torch.cat([_int32_bytes(counts, device), *coded])
 
-    def decode(self, message: torch.Tensor, items: int, sizes: Sequence[int] | None = None):
-        """Return the lists of an :meth:`encode` message, values as float32."""
-        words = message[:12].view(torch.int32).tolist() if message.numel() >= 12 else []
-        if len(words) != 3 or words[0] != items:
+    def _coded(self, indices, values, counts: Sequence[int], span: int | None) -> list:
+        """Return the byte pieces ``exponents | [segment counts] | indices | values`` of lists."""
+        exponents = self.list_exponents(values, counts)
+        halves = self._lists_to_half(values, exponents, counts).view(torch.uint8)
+        if not _offsets_form(span, len(counts), sum(counts)):
+            return [exponents.view(torch.uint8), _index_bytes(indices, 4), halves]
+        segments = _segment_counts(indices, counts, _segments(span))
+        return [exponents.view(torch.uint8), segments, _index_bytes(indices, 2), halves]
+
+    def decode(
+        self,
+        message: torch.Tensor,
+        items: int,
+        sizes: Sequence[int] | None = None,
+        span: int | None = None,
+    ):
+        """Return the lists of an :meth:`encode` message, values as float32.
+
+        Its counts are read (one read) only where ``sizes`` are not given; the length is checked.
+        """
+        head = 4 * items
+        if message.numel() < head:
             raise RuntimeError(f"malformed message: expected {items} lists")
-        _, form, runs = words
-        head_words = 3 + 2 * items + 2 * runs
-        head = message[: 4 * head_words].view(torch.int32)
-        fields = head.tolist()
-        counts = fields[3 : 3 + items]
-        exponents = fields[3 + items : 3 + 2 * items]
-        total = sum(counts)
-        if sizes is not None and list(sizes) != counts:
-            raise RuntimeError(f"malformed message: sizes {counts}, expected {list(sizes)}")
-        index_size = 4 if form == 0 else 2
-        start = 4 * head_words
-        if message.numel() != start + (index_size + 2) * total or min(counts, default=0) < 0:
-            raise RuntimeError(f"malformed message: {message.numel()} bytes for {total} entries")
-        body = message[start : start + index_size * total]
-        if form == 0:
-            indices = body.view(torch.int32)
-        else:
-            bases = head[3 + 2 * items : 3 + 2 * items + runs]
-            lengths = head[3 + 2 * items + runs :]
-            offsets = body.view(torch.int16).to(torch.int32).bitwise_and_(0xFFFF)
-            indices = offsets.add_(torch.repeat_interleave(bases, lengths.long()).to(offsets))
-        halves = message[start + index_size * total :].view(self._half)
-        if items != 1:  # one split each; one list is all of them
-            indices, halves = indices.split(counts), halves.split(counts)
-        else:
-            indices, halves = (indices,), (halves,)
-        return [
-            (part, self._from_half(half, exponent))
-            for part, half, exponent in zip(indices, halves, exponents)
-        ]
+        if sizes is None:
+            sizes = message[:head].view(torch.int32).tolist() if items else []
+        counts = list(sizes)
+        if min(counts, default=0) < 0:
+            raise RuntimeError(f"malformed message: sizes {counts}")
+        expected = head + _lists_bytes(counts, span)
+        if message.numel() != expected:
+            raise RuntimeError(
+                f"malformed message: {message.numel()} bytes for {sum(counts)} entries, "
+                f"expected {expected}"
+            )
+        indices, values = self._decoded([message], [counts], span)
+        if items == 1:
+            return [(indices, values)]
+        return list(zip(indices.split(counts), values.split(counts)))
+
+    def decode_one(self, message: torch.Tensor, span: int | None = None) -> tuple:
+        """Return the (indices, values) of a one-list message: no read (its length tells)."""
+        return self.decode(message, 1, [_one_count(message.numel(), span)], span)[0]
+
+    def _decoded(self, messages: Sequence, counts: Sequence, span: int | None) -> tuple:
+        """Return the int32 indices and float32 values of ``messages``, joined.
+
+        ``counts[i]``: message i's list sizes (its length checked). One ``cat`` of the messages
+        and one ``split`` into counts, exponents, segment counts, indices and values; offsets
+        restored by one ``repeat_interleave`` and values scaled on the device: no read.
+        """
+        forms = [_offsets_form(span, len(sizes), sum(sizes)) for sizes in counts]
+        segments = _segments(span) if span is not None else 0
+        cuts = []
+        for sizes, offsets in zip(counts, forms):
+            total = sum(sizes)
+            cuts += [4 * len(sizes), 4 * len(sizes), 4 * len(sizes) * segments if offsets else 0]
+            cuts += [(2 if offsets else 4) * total, 2 * total]
+        pieces = (torch.cat(list(messages)) if len(messages) > 1 else messages[0]).split(cuts)
+        lists = [size for sizes in counts for size in sizes]
+        exponents = torch.cat(pieces[1::5]).view(torch.int32)
+        values = self._lists_from_half(torch.cat(pieces[4::5]).view(self._half), exponents, lists)
+        totals = [sum(sizes) for sizes in counts]
+        # Each form's indices at once (joined, so aligned), then back in the messages' order.
+        decoded = {}
+        for offsets in sorted(set(forms)):
+            at = [body for body, form in enumerate(forms) if form == offsets]
+            joined = torch.cat([pieces[3 + 5 * body] for body in at])
+            if offsets:
+                rows = sum(len(counts[body]) for body in at)
+                high = torch.cat([pieces[2 + 5 * body] for body in at]).view(torch.int32)
+                joined = _restore_high(
+                    joined.view(torch.int16), high, rows, segments, joined.numel() // 2
+                )
+            else:
+                joined = joined.view(torch.int32)
+            decoded[offsets] = iter(joined.split([totals[body] for body in at]))
+        indices = [next(decoded[offsets]) for offsets in forms]
+        return (indices[0] if len(indices) == 1 else torch.cat(indices)), values
 
     def encode_parts(
-        self, indices: torch.Tensor, values: torch.Tensor, counts: Sequence[int], home: int
+        self,
+        indices: torch.Tensor,
+        values: torch.Tensor,
+        counts: Sequence[int],
+        home: int,
+        span: int | None = None,
     ) -> list:
         """Return each part's own message, ``None`` for part ``home``.
 
-        The parts are cut by one ``split`` of the indices and one of the values.
+        All parts coded at once (:meth:`encode`'s pieces, each cut by one ``split``), then
+        joined by one ``cat`` and cut into the messages: no read.
         """
         counts = list(counts)
-        parts = zip(_head(indices, counts).split(counts), _head(values, counts).split(counts))
-        return [
-            None if number == home else self.encode([part], False)
-            for number, part in enumerate(parts)
+        indices, values = _head(indices, counts), _head(values, counts)
+        exponents = self.list_exponents(values, counts)
+        halves = self._lists_to_half(values, exponents, counts).view(torch.uint8)
+        forms = [_offsets_form(span, 1, count) for count in counts]
+        cut = {"c": _int32_bytes(counts, values.device).split(4)}
+        cut["e"] = exponents.view(torch.uint8).split(4)
+        cut["v"] = halves.split([2 * count for count in counts])
+        if any(forms):
+            segments = _segments(span)
+            table = _segment_counts(indices, counts, segments)
+            cut["s"] = table.split(4 * segments) if segments else [table] * len(counts)
+            cut["o"] = _index_bytes(indices, 2).split([2 * c for c in counts])
+        if not all(forms):
+            cut["i"] = _index_bytes(indices, 4).split([4 * c for c in counts])
+        pieces, sizes = [], []
+        for part, offsets in enumerate(forms):
+            if part == home:
+                continue
+            kinds = ("c", "e", "s", "o", "v") if offsets else ("c", "e", "i", "v")
+            pieces += [cut[kind][part] for kind in kinds]
+            sizes.append(sum(cut[kind][part].numel() for kind in kinds))
+        if not pieces:
+            return [None] * len(counts)
+        messages = iter(torch.cat(pieces).split(sizes))
+        return [None if part == home else next(messages) for part in range(len(counts))]
+
+    def decode_joined(self, items: Sequence, span: int | None = None) -> tuple:
+        """Return the lists of ``items``, joined in order, and their lengths (see Codec)."""
+        messages = [item for item in items if not isinstance(item, tuple)]
+        counts = [_one_count(message.numel(), span) for message in messages]
+        if messages:
+            indices, values = self._decoded(messages, [[count] for count in counts], span)
+            travelled = iter(zip(indices.split(counts), values.split(counts)))
+        parts = [
+            (item[0].to(torch.int32), item[1]) if isinstance(item, tuple) else next(travelled)
+            for item in items
         ]
+        if not parts:
+            return torch.empty(0, dtype=torch.int32), torch.empty(0), []
+        sizes = [part[1].numel() for part in parts]
+        return torch.cat([i for i, _ in parts]), torch.cat([v for _, v in parts]), sizes
+
+    # Dense values -----------------------------------------------------------------------------
 
     def encode_values(self, pieces: Sequence[torch.Tensor]) -> torch.Tensor:
-        """Return the pieces' exponents, then their 16-bit values, as bytes."""
-        exponents = [self.exponent(piece) for piece in pieces]
+        """Return the pieces' exponents, then their 16-bit values, as bytes: no read."""
         device = pieces[0].device if pieces else torch.device("cpu")
-        head = torch.tensor(exponents, dtype=torch.int32).view(torch.uint8).to(device)
-        halves = [self._to_half(piece, e).view(torch.uint8) for piece, e in zip(pieces, exponents)]
-        return torch.cat([head, *halves])
+        sizes = [piece.numel() for piece in pieces]
+        values = torch.cat(list(pieces)) if pieces else torch.empty(0, device=device)
+        exponents = self.list_exponents(values, sizes)
+        halves = self._lists_to_half(values, exponents, sizes)
+        return torch.cat([exponents.view(torch.uint8), halves.view(torch.uint8)])
 
     def values_bytes(self, sizes: Sequence[int]) -> int:
         """Return 4 bytes per piece (its exponent) and 2 per value."""
         return 4 * len(sizes) + 2 * sum(sizes)
 
     def decode_values(self, message: torch.Tensor, sizes: Sequence[int]) -> list:
-        """Return the float32 pieces of an :meth:`encode_values` message."""
+        """Return the float32 pieces of an :meth:`encode_values` message: no read."""
+        sizes = list(sizes)
         head = 4 * len(sizes)
         if message.numel() != head + 2 * sum(sizes):
             raise RuntimeError(f"malformed message: {message.numel()} elements for {sizes}")
-        exponents = message[:head].view(torch.int32).tolist()
-        halves = message[head:].view(self._half)
-        pieces = (halves,) if len(sizes) == 1 else halves.split(list(sizes))
-        return [self._from_half(piece, exponent) for piece, exponent in zip(pieces, exponents)]
+        exponents = message[:head].view(torch.int32)
+        values = self._lists_from_half(message[head:].view(self._half), exponents, sizes)
+        return [values] if len(sizes) == 1 else list(values.split(sizes))
 
     def decode_values_joined(self, messages: Sequence[torch.Tensor], sizes: Sequence[int]):
         """Return the float32 values of one-piece :meth:`encode_values` messages, joined.
@@ -630,13 +755,10 @@ class CompactCodec(Codec):
         joined = torch.cat([message for message, _ in pairs])
         cut = joined.split([piece for _, size in pairs for piece in (4, 2 * size)])
         exponents = torch.cat(cut[0::2]).view(torch.int32)
-        values = torch.cat(cut[1::2]).view(self._half).float()
-        counts = torch.tensor([size for _, size in pairs], device=joined.device)
         # 2^e is exact in float32, and so is every product (e >= -125): the bits of _from_half.
-        scales = torch.repeat_interleave(
-            _powers_of_two(exponents), counts, output_size=values.numel()
+        return self._lists_from_half(
+            torch.cat(cut[1::2]).view(self._half), exponents, [size for _, size in pairs]
         )
-        return values.mul_(scales)
 
 
 class Fp16Codec(CompactCodec):
@@ -671,34 +793,62 @@ class Fp16Codec(CompactCodec):
 
         The same integers (but -125 for a row of zeros, whose zeros decode alike), computed on
         the device from the bits of each row's largest magnitude, without a read; rows must be
-        finite. For a normal largest |v| = (1 + f) 2^(b - 127), e = b - 142, plus 1 where
-        (1 + f) 2^15 > 65504, i.e. f's 23 bits exceed 0x7FE000: adding 0x1FFF carries exactly
-        then.
+        finite (:func:`_fp16_exponents`).
         """
         if values.shape[1] == 0:
             return super().row_exponents(values)
-        largest = values.abs().amax(dim=1)
-        exponents = largest.view(torch.int32).add(0x1FFF).bitwise_right_shift_(23)
-        return exponents.clamp_(min=_LOWEST_EXPONENT + 142).sub_(142)
+        return _fp16_exponents(values.abs().amax(dim=1))
+
+    def list_exponents(self, values: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
+        """Return :meth:`exponent` of each list of the joined ``values`` (as row_exponents)."""
+        if len(counts) == 1 and values.numel():
+            return _fp16_exponents(values.abs().amax().view(1))
+        largest = torch.zeros(len(counts), device=values.device)
+        if values.numel():
+            lists = torch.arange(len(counts), device=values.device)
+            largest.scatter_reduce_(0, _per_entry(lists, counts), values.abs(), "amax")
+        return _fp16_exponents(largest)
 
 
 class Bf16Codec(CompactCodec):
-    """The bf16 wire: bfloat16 values, unscaled; a value that overflows raises ``ValueError``."""
+    """The bf16 wire: bfloat16 values, unscaled; a value that overflows raises ``ValueError``.
+
+    The overflow check is one read per call that converts (a message, or all the parts of
+    one call).
+    """
 
     wire = "bf16"
     _half = torch.bfloat16
 
     def _to_half(self, values: torch.Tensor, exponent: int) -> torch.Tensor:
-        half = super()._to_half(values, exponent)
-        if half.numel() and not bool(torch.isfinite(half).all()):
-            raise ValueError("wire='bf16': a message holds NaN or inf")
-        return half
+        return _finite_bf16(super()._to_half(values, exponent))
 
     def _rows_to_half(self, values: torch.Tensor, exponents: torch.Tensor) -> torch.Tensor:
-        half = values.to(self._half)  # unscaled: every exponent is 0
-        if half.numel() and not bool(torch.isfinite(half).all()):
-            raise ValueError("wire='bf16': a message holds NaN or inf")
-        return half
+        return _finite_bf16(values.to(self._half))  # unscaled: every exponent is 0
+
+    def _lists_to_half(self, values, exponents: torch.Tensor, counts: Sequence[int]):
+        return _finite_bf16(values.to(self._half))
+
+    @staticmethod
+    def _lists_from_half(half: torch.Tensor, exponents: torch.Tensor, counts: Sequence[int]):
+        return half.float()
+
+
+def _finite_bf16(half: torch.Tensor) -> torch.Tensor:
+    """Return ``half``; ``ValueError`` where a value is NaN or inf (one read)."""
+    if half.numel() and not bool(torch.isfinite(half).all()):
+        raise ValueError("wire='bf16': a message holds NaN or inf")
+    return half
+
+
+def _fp16_exponents(largest: torch.Tensor) -> torch.Tensor:
+    """Return the fp16 exponent (int32) of lists whose largest magnitudes are ``largest``.
+
+    For a normal largest |v| = (1 + f) 2^(b - 127), e = b - 142, plus 1 where (1 + f) 2^15 >
+    65504, i.e. f's 23 bits exceed 0x7FE000: adding 0x1FFF carries exactly then; at least -125.
+    """
+    exponents = largest.view(torch.int32).add(0x1FFF).bitwise_right_shift_(23)
+    return exponents.clamp_(min=_LOWEST_EXPONENT + 142).sub_(142)
 
 
 def _segments(span: int) -> int:
@@ -715,31 +865,88 @@ def _powers_of_two(exponents: torch.Tensor, sign: int = 1) -> torch.Tensor:
     return biased.bitwise_left_shift_(23).view(torch.float32)
 
 
-def _offsets(indices: torch.Tensor) -> tuple:
-    """Return ``(bases, lengths, uint16 offsets as int16)`` for ``indices``, or no offsets.
+def _per_entry(per_list: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
+    """Return each list's ``per_list`` value repeated over its ``counts`` entries (no read)."""
+    if len(counts) == 1:
+        return per_list.expand(counts[0]) if counts[0] else per_list[:0]
+    sizes = torch.tensor(counts, device=per_list.device)
+    return torch.repeat_interleave(per_list, sizes, output_size=sum(counts))
 
-    Runs of consecutive entries whose ``(index - min) >> 16`` agree share one base; offsets are
-    returned only where they take fewer bytes than int32 indices.
+
+def _offsets_form(span: int | None, lists: int, total: int) -> bool:
+    """Whether ``lists`` lists of ``total`` entries in ``[0, span)`` travel as 16-bit offsets.
+
+    Where the segment counts (4 bytes per list and segment) cost less than the 2 bytes an entry
+    offsets save; never without a span. Sender and receiver decide alike from the sizes.
     """
-    total = indices.numel()
-    if total == 0:
-        return [], [], None
-    lowest = int(indices.min())
-    relative = indices - lowest
-    high = relative >> 16
-    starts = torch.cat(
-        [
-            torch.zeros(1, dtype=torch.int64, device=indices.device),
-            torch.nonzero(high[1:] != high[:-1]).squeeze(1) + 1,
-        ]
-    )
-    runs = starts.numel()
-    if 8 * runs + 2 * total >= 4 * total:
-        return [], [], None
-    bases = (high.index_select(0, starts) * _SEGMENT + lowest).tolist()
-    edges = starts.tolist() + [total]
-    lengths = [edges[i + 1] - edges[i] for i in range(runs)]
-    return bases, lengths, (relative & 0xFFFF).to(torch.int16)
+    return span is not None and 2 * _segments(span) * lists < total
+
+
+def _lists_bytes(counts: Sequence[int], span: int | None) -> int:
+    """Return the bytes of lists of sizes ``counts`` after their counts (:meth:`encode`)."""
+    total, lists = sum(counts), len(counts)
+    if _offsets_form(span, lists, total):
+        return 4 * lists * (1 + _segments(span)) + 4 * total
+    return 4 * lists + 6 * total
+
+
+def _one_count(size: int, span: int | None) -> int:
+    """Return the entries of a one-list message of ``size`` bytes.
+
+    At most one of the two forms fits a size (their rule is a threshold on the count).
+
+    Raises:
+        RuntimeError: no list has that size.
+    """
+    if span is not None:
+        count, rest = divmod(size - 4 * (2 + _segments(span)), 4)
+        if count >= 0 and not rest and _offsets_form(span, 1, count):
+            return count
+    count, rest = divmod(size - 8, 6)
+    if count >= 0 and not rest and not _offsets_form(span, 1, count):
+        return count
+    raise RuntimeError(f"malformed message: {size} bytes fit no list")
+
+
+def _int32_bytes(words: Sequence[int], device: torch.device) -> torch.Tensor:
+    """Return host integers as the bytes of int32 words on ``device``."""
+    return torch.tensor(list(words), dtype=torch.int32).view(torch.uint8).to(device)
+
+
+def _index_bytes(indices: torch.Tensor, width: int) -> torch.Tensor:
+    """Return ``indices`` as bytes: int32 (``width`` 4) or their low 16 bits (``width`` 2)."""
+    if width == 4:
+        return indices.to(torch.int32).view(torch.uint8)
+    return (indices & 0xFFFF).to(torch.int16).view(torch.uint8)
+
+
+def _segment_counts(indices: torch.Tensor, counts: Sequence[int], segments: int) -> torch.Tensor:
+    """Return per list how many of its indices lie in each 65,536-wide segment, as bytes.
+
+    ``(lists, segments)`` int32 counts of the joined ascending lists, by one ``scatter_add``.
+    """
+    table = torch.zeros(len(counts) * segments, dtype=torch.int32, device=indices.device)
+    if segments and indices.numel():
+        place = indices.long() >> 16
+        if len(counts) > 1:
+            lists = torch.arange(len(counts), device=indices.device) * segments
+            place = place + _per_entry(lists, counts)
+        table.scatter_add_(0, place, torch.ones_like(place, dtype=torch.int32))
+    return table.view(torch.uint8)
+
+
+def _restore_high(low: torch.Tensor, counts: torch.Tensor, rows: int, segments: int, entries: int):
+    """Return int32 indices from their low 16 bits and their lists' segment counts.
+
+    ``low``: int16, lists one after another, each ascending; ``counts``: ``rows x segments``
+    int32 (none where ``segments`` is 0). One ``repeat_interleave``, sized: no read.
+    """
+    indices = low.to(torch.int32).bitwise_and_(0xFFFF)
+    if segments:
+        starts = torch.arange(segments, dtype=torch.int32, device=low.device) << 16
+        high = torch.repeat_interleave(starts.repeat(rows), counts, output_size=entries)
+        indices.add_(high)
+    return indices
 
 
 _KINDS = {"fp32": Fp32Codec, "fp16": Fp16Codec, "bf16": Bf16Codec}
@@ -842,14 +1049,16 @@ class PartitionCodec:
         coder: the wire's codec.
         index: one of :data:`PARTITION_INDEX`: ``"auto"`` sends each partition in the form of
             fewer bytes (:func:`choose_form`), ``"bitmap"`` and ``"coo"`` always in that one.
+        span: the indices lie in ``[0, span)`` (the codec's lists: ``Codec.encode``).
     """
 
     #: The dtype of messages of partitions.
     recv_dtype = torch.int32
 
-    def __init__(self, coder: Codec, index: str = "auto") -> None:
+    def __init__(self, coder: Codec, index: str = "auto", span: int | None = None) -> None:
         self.coder = coder
         self.index = index
+        self.span = span
 
     def encode(self, owned: torch.Tensor, indices: torch.Tensor, values: torch.Tensor):
         """Return the :class:`Partition` of entries ``(indices, values)`` of ``owned`` L_r.
@@ -857,7 +1066,7 @@ class PartitionCodec:
         ``indices`` ascending, all in ``owned``.
         """
         count = indices.numel()
-        listed = _as_bytes(self.coder.encode([(indices, values)], with_counts=False))
+        listed = _as_bytes(self.coder.encode([(indices, values)], False, self.span))
         bitmap_bytes = 4 * bitmap_words(owned.numel()) + self.coder.values_bytes([count])
         form = choose_form(listed.numel(), bitmap_bytes, self.index)
         if form == BITMAP:
@@ -945,7 +1154,7 @@ class PartitionCodec:
             else self.coder.message_at(p.body, 0, p.length)
             for p in partitions.values()
         ]
-        indices, values, _ = self.coder.decode_joined(messages)
+        indices, values, _ = self.coder.decode_joined(messages, self.span)
         if indices.numel() != sum(p.count for p in partitions.values()):
             raise RuntimeError(f"malformed partitions of owners {list(partitions)}")
         return indices, values

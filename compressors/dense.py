@@ -88,11 +88,10 @@ class Dense(Synchronizer):
         def send_region(step):
             region = step.send_items[0]
             with timer("select"):
-                pieces = torch.split(self._region(accumulated, region), self._pieces(region))
-                quantized = [coder.quantize(piece) for piece in pieces]
-                for piece, sent in zip(pieces, quantized):
-                    piece.sub_(sent)  # the residual keeps what the wire removes
-                return coder.encode_values(quantized)
+                values, sizes = self._region(accumulated, region), self._pieces(region)
+                quantized = coder.quantize_parts(values, sizes, -1)  # every piece, no read
+                values.sub_(quantized)  # the residual keeps what the wire removes
+                return coder.encode_values(torch.split(quantized, sizes))
 
         def add_region(step, message):
             with timer("accumulate"):
@@ -113,8 +112,7 @@ class Dense(Synchronizer):
             dtype=coder.recv_dtype,
         )
         with timer("select"):
-            reduced = [coder.quantize(piece) for piece in torch.split(sums, self._pieces(rank))]
-            reduced = torch.cat(reduced) if reduced else sums
+            reduced = coder.quantize_parts(sums, self._pieces(rank), -1)
             torch.sub(sums, reduced, out=own)
         regions = {rank: reduced}
 

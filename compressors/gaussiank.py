@@ -76,13 +76,19 @@ class GaussianK(Synchronizer):
         with timer("select"):
             chosen, values = self._select(accumulated)
             if self.codec.compact:
-                sent = self.codec.quantize(values)
+                sent = self.codec.quantize_row(values)
                 put_(accumulated, chosen, values - sent)  # what the wire removes stays
                 values = sent
             else:
                 put_(accumulated, chosen, 0.0)
         indices, values, sizes = allgather_joined(
-            self.transport, self.gather_steps, (chosen, values), None, timer, wire=self.wire
+            self.transport,
+            self.gather_steps,
+            (chosen, values),
+            None,
+            timer,
+            wire=self.wire,
+            span=self.numel,
         )
         with timer("accumulate"):
             result = self._new_result(accumulated.device)

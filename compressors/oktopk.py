@@ -178,13 +178,16 @@ class OkTopK(Synchronizer):
             result = self._new_result(accumulated.device)
             kept_indices = kept_indices.long()  # once for both writes
             put_(result, kept_indices, kept_values / self.size)
+            # No boolean mask (a read on a GPU): the entries not passed on get their own value
+            # back, and -0.0 added changes no bit.
             passed_on = is_member(kept_indices, chosen)
             lost = self.reducer.lost
-            put_(accumulated, chosen[passed_on], 0.0 if lost is None else lost[passed_on])
+            stays = torch.zeros((), device=passed_on.device) if lost is None else lost
+            put_(accumulated, chosen, torch.where(passed_on, stays, accumulated[chosen]))
             for indices, loss in owned_loss:  # what the wire took off this owner's kept sums
                 indices = indices.long()
                 kept = is_member(kept_indices, indices)
-                accumulated.index_add_(0, indices[kept], loss[kept])
+                accumulated.index_add_(0, indices, torch.where(kept, loss, -0.0))
             self._nnz = kept_values
         self._counts = {"selected": count, "kept": kept_values.numel()}
         self.step += 1
@@ -249,11 +252,11 @@ class OkTopK(Synchronizer):
                 own = (candidates.index_select(0, mine), sums.index_select(0, mine))
         if self.codec.compact and self.size > 1:
             with timer("select"):
-                sent = self.codec.quantize(own[1])
+                sent = self.codec.quantize_row(own[1])
                 owned_loss.append((own[0], own[1] - sent))
                 own = (own[0], sent)
         indices, values, _ = allgather_joined(
-            self.transport, self.gather_steps, own, None, timer, wire=self.wire
+            self.transport, self.gather_steps, own, None, timer, wire=self.wire, span=self.numel
         )
         kept = values.numel()
         if exact and not self.everything:

@@ -98,11 +98,17 @@ class TopkDSA(Synchronizer):
         else:
             if self.codec.compact and self.size > 1:
                 with timer("select"):
-                    sent = self.codec.quantize(sums)
+                    sent = self.codec.quantize_row(sums)
                     accumulated.index_add_(0, candidates.long(), sums - sent)
                     sums = sent
             indices, kept, _ = allgather_joined(
-                self.transport, self.gather_steps, (candidates, sums), None, timer, wire=self.wire
+                self.transport,
+                self.gather_steps,
+                (candidates, sums),
+                None,
+                timer,
+                wire=self.wire,
+                span=self.numel,
             )
             with timer("accumulate"):
                 put_(result, indices.long(), kept / self.size)
@@ -116,8 +122,8 @@ class TopkDSA(Synchronizer):
         if coder.compact and self.size > 1:
             with timer("select"):
                 sums = regions[self.rank]
-                sent = [coder.quantize(piece) for piece in self._pieces(sums)]
-                sent = torch.cat(sent) if sent else sums
+                sizes = [piece.numel() for piece in self._pieces(sums)]
+                sent = coder.quantize_parts(sums, sizes, -1)
                 residual = self._residual[bounds[self.rank] : bounds[self.rank + 1]]
                 residual.add_(sums - sent)  # what the wire removes stays with the owner
                 regions[self.rank] = sent

@@ -101,7 +101,7 @@ class Zen(Synchronizer):
         check_choice("pull_index", pull_index, self.choices["pull_index"])
         super().__init__(comm, numel, density, dense_warmup, wire)
         self.pull_index = pull_index
-        self.partitions = PartitionCodec(self.codec, pull_index)
+        self.partitions = PartitionCodec(self.codec, pull_index, span=numel)
         self.k = budget(numel, self.density)
         members = list(range(self.size))
         self.push_steps = rotation_schedule(self.rank, members)
@@ -132,20 +132,20 @@ class Zen(Synchronizer):
                 sent = self.codec.quantize_parts(values, counts, self.rank)
                 if compact:
                     put_(accumulated, chosen, values - sent)  # the wire's loss (own part: 0)
-                messages = self.codec.encode_parts(chosen, sent, counts, self.rank)
+                messages = self.codec.encode_parts(chosen, sent, counts, self.rank, self.numel)
         own = _span(counts, self.rank)
         held = self._push(messages, device, timer)
         with timer("accumulate"):
             result = self._new_result(device)
             # The parts in rank order (the own part as it is): the same float32 sums anywhere.
             items = [(chosen[own], values[own]) if s == self.rank else held[s] for s in range(size)]
-            everything, summands, sizes = self.codec.decode_joined(items)
+            everything, summands, sizes = self.codec.decode_joined(items, self.numel)
             everything = everything.long()
             index_add_in_order(result, everything, summands, sizes)
             union = torch.unique(everything)
             sums = result.index_select(0, union)
             if compact:
-                sent = self.codec.quantize(sums)
+                sent = self.codec.quantize_row(sums)
                 accumulated.index_add_(0, union, sums - sent)  # the owner keeps s - q(s)
                 sums = sent
             partitions = {self.rank: (union, sums)}

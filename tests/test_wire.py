@@ -19,8 +19,9 @@ OPTIONS = {"oktopk": dict(local_interval=2, global_interval=3, region_interval=2
 HALF_ULP = {"fp32": 2.0**-24, "fp16": 2.0**-11, "bf16": 2.0**-8}
 
 
-def header_bytes(lists: int, runs: int) -> int:
-    return 4 * (3 + 2 * lists + 2 * runs)
+def header_bytes(lists: int, segments: int) -> int:
+    """The words before a compact message's indices: counts, exponents, segment counts."""
+    return 4 * lists * (2 + segments)
 
 
 # The codec ------------------------------------------------------------------------------------
@@ -59,18 +60,21 @@ def test_indices_travel_as_16_bit_offsets_where_they_fit(wire):
     coder = codec(wire)
     values = torch.ones(11)
     middle = list(range(100, 1000, 100))
-    fits = coder.encode([(torch.tensor([10, *middle, 65545]), values)], False)
-    assert fits.numel() == header_bytes(1, 1) + 11 * (2 + 2)
-    apart = coder.encode([(torch.tensor([10, *middle, 65546]), values)], False)
-    assert apart.numel() == header_bytes(1, 2) + 11 * (2 + 2)  # a span of 65536: two bases
-    # for three entries int32 indices are shorter than a base and offsets
-    three = coder.encode([(torch.tensor([10, 500, 65545]), values[:3])], False)
+    fits = coder.encode([(torch.tensor([10, *middle, 65535]), values)], False, span=65536)
+    assert fits.numel() == header_bytes(1, 0) + 11 * (2 + 2)  # a span of 2^16: no counts
+    apart = coder.encode([(torch.tensor([10, *middle, 65545]), values)], False, span=65546)
+    assert apart.numel() == header_bytes(1, 2) + 11 * (2 + 2)  # two segments
+    # for three entries int32 indices are shorter than the segment counts
+    three = coder.encode([(torch.tensor([10, 500, 65545]), values[:3])], False, span=65546)
     assert three.numel() == header_bytes(1, 0) + 3 * (4 + 2)
-    # one base per stretch of 65,536 indices: a sorted list over 40 segments
+    # without a span (lists in any order) indices travel as int32
+    unsorted = coder.encode([(torch.tensor([65535, *middle, 10]), values)], False)
+    assert unsorted.numel() == header_bytes(1, 0) + 11 * (4 + 2)
+    # one count per 65,536-wide segment of the span: a sorted list over 40 segments
     many = torch.arange(0, 40 * 65536, 97)
-    message = coder.encode([(many, torch.ones(many.numel()))], False)
+    message = coder.encode([(many, torch.ones(many.numel()))], False, span=40 * 65536)
     assert message.numel() == header_bytes(1, 40) + many.numel() * 4
-    assert coder.decode_one(message)[0].tolist() == many.tolist()
+    assert coder.decode_one(message, span=40 * 65536)[0].tolist() == many.tolist()
 
 
 def test_fp32_keeps_the_int32_layout_bit_for_bit():

@@ -232,6 +232,32 @@ def ops_fp16_table(root: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def ops_lists_fp16_table(root: str) -> str:
+    """Return docs/PERFORMANCE.md's table of the baselines' operations per call at fp16.
+
+    ZEN, Ok-Topk, TopkDSA and Gaussian-k before (per-list exponents and runs read from the
+    device) and after (lists coded on the device), from
+    ``runs/lean-engine/ops_lists_fp16_{before,after}.json``, and ops(32) / ops(4).
+    """
+    labels = {"before": "before", "after": "after"}
+    rows = {when: _load(root, os.path.join(LEAN, f"ops_lists_fp16_{when}.json")) for when in labels}
+    methods = ("zen", "oktopk", "topkdsa", "gaussiank")
+    workers = sorted({row["workers"] for row in rows["after"]})
+    header = " | ".join(["P = " + str(workers[0])] + [str(p) for p in workers[1:]])
+    lines = [
+        f"| method, fp16 wire | | {header} | ops({workers[-1]}) / ops(4) |",
+        "|" + "---|" * (len(workers) + 3),
+    ]
+    for name in methods:
+        for when, label in labels.items():
+            per = {row["workers"]: row for row in rows[when] if row["method"] == name}
+            cells = [f"{per[p]['ops']}/{per[p]['data_dependent_ops']}" for p in workers]
+            ratio = per[workers[-1]]["ops"] / per[4]["ops"]
+            first = name if when == "before" else ""
+            lines.append(f"| {first} | {label} | " + " | ".join(cells) + f" | {ratio:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
 def _previous(sequence: tuple, item):
     """The element of ``sequence`` before ``item``."""
     return sequence[sequence.index(item) - 1]
@@ -558,6 +584,12 @@ TABLES = {
         "**SparDL at the fp16 wire**",
         "runs/lean-engine/ops_fp16_*.json",
         ops_fp16_table,
+    ),
+    "ops-lists-fp16": Table(
+        "docs/PERFORMANCE.md",
+        "**The baselines' lists at the fp16 wire**",
+        "runs/lean-engine/ops_lists_fp16_{before,after}.json",
+        ops_lists_fp16_table,
     ),
     "gpu-replay": Table(
         "docs/PERFORMANCE.md",

@@ -301,7 +301,7 @@ class Fp32Codec(Codec):
         device = lists[0][0].device if lists else torch.device("cpu")
         message = torch.empty(head + 2 * total, dtype=torch.int32, device=device)
         if with_counts:
-            message[:head] = torch.tensor(counts, dtype=torch.int32)
+            message[:head] = _device_tensor(counts, torch.int32, device)
         indices = message[head : head + total]
         values = message[head + total :].view(torch.float32)
         start = 0
@@ -869,7 +869,7 @@ def _per_entry(per_list: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
     """Return each list's ``per_list`` value repeated over its ``counts`` entries (no read)."""
     if len(counts) == 1:
         return per_list.expand(counts[0]) if counts[0] else per_list[:0]
-    sizes = torch.tensor(counts, device=per_list.device)
+    sizes = _device_tensor(counts, torch.int64, per_list.device)
     return torch.repeat_interleave(per_list, sizes, output_size=sum(counts))
 
 
@@ -910,7 +910,19 @@ def _one_count(size: int, span: int | None) -> int:
 
 def _int32_bytes(words: Sequence[int], device: torch.device) -> torch.Tensor:
     """Return host integers as the bytes of int32 words on ``device``."""
-    return torch.tensor(list(words), dtype=torch.int32).view(torch.uint8).to(device)
+    return _device_tensor(words, torch.int32, device).view(torch.uint8)
+
+
+def _device_tensor(values: Sequence[int], dtype: torch.dtype, device: torch.device):
+    """Return host integers as a tensor on ``device``, without waiting for it.
+
+    On a GPU the copy starts from pinned memory (PyTorch's caching host allocator keeps the
+    block until the copy is done): a plain copy from pageable memory synchronizes the stream.
+    """
+    host = torch.tensor(list(values), dtype=dtype)
+    if torch.device(device).type != "cuda":
+        return host
+    return host.pin_memory().to(device, non_blocking=True)
 
 
 def _index_bytes(indices: torch.Tensor, width: int) -> torch.Tensor:
@@ -996,7 +1008,7 @@ def pack_bits(positions: torch.Tensor, length: int) -> torch.Tensor:
     device = positions.device
     mask = torch.zeros(32 * bitmap_words(length), dtype=torch.uint8, device=device)
     mask[positions.long()] = 1
-    weights = torch.tensor(_BIT_WEIGHTS, dtype=torch.uint8, device=device)
+    weights = _device_tensor(_BIT_WEIGHTS, torch.uint8, device)
     return mask.view(-1, 8).mul_(weights).sum(1).to(torch.uint8).view(torch.int32)
 
 
@@ -1084,8 +1096,8 @@ class PartitionCodec:
     def join(self, partitions: Sequence[Partition], device: torch.device) -> torch.Tensor:
         """Return one message of ``partitions``: their headers, then their bodies."""
         header = [word for part in partitions for word in part[:_PARTITION_HEADER]]
-        head = torch.tensor(header, dtype=torch.int32)
-        return torch.cat([head.to(device), *[part.body for part in partitions]])
+        head = _device_tensor(header, torch.int32, device)
+        return torch.cat([head, *[part.body for part in partitions]])
 
     def split(self, message: torch.Tensor, items: int) -> list:
         """Return the ``items`` :class:`Partition` of a :meth:`join` message (one host read).

@@ -474,7 +474,7 @@ class CompactCodec(Codec):
         total = sum(counts)
         head = _head(values, counts)
         exponents = self.list_exponents(head, counts)
-        half = self._lists_to_half(head, exponents, counts)
+        half = self._quantized(self._lists_to_half(head, exponents, counts))
         sent = self._lists_from_half(half, exponents, counts)
         if 0 <= kept < len(counts) and counts[kept]:
             start = sum(counts[:kept])
@@ -486,6 +486,14 @@ class CompactCodec(Codec):
     def row_exponents(self, values: torch.Tensor) -> torch.Tensor:
         """Return each row's :meth:`exponent` of the ``(r, w)`` ``values``, as int32 ``(r,)``."""
         return torch.zeros(values.shape[0], dtype=torch.int32, device=values.device)
+
+    def _quantized(self, half: torch.Tensor) -> torch.Tensor:
+        """Return the 16-bit values of a quantization, checked where the format asks (bf16).
+
+        Only quantization checks: a sender quantizes what it sends before it uses it (the
+        rule every method keeps), so the encoders take values that passed already.
+        """
+        return half
 
     def list_exponents(self, values: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
         """Return the :meth:`exponent` of each list of the joined ``values``, as int32.
@@ -514,7 +522,8 @@ class CompactCodec(Codec):
     def quantize_rows(self, values: torch.Tensor) -> torch.Tensor:
         """Return each row through 16 bits and back, scaled by its exponent: no read of data."""
         exponents = self.row_exponents(values)
-        return self._rows_from_half(self._rows_to_half(values, exponents), exponents)
+        half = self._quantized(self._rows_to_half(values, exponents))
+        return self._rows_from_half(half, exponents)
 
     def rows_size(self, rows: int, width: int, span: int) -> int:
         """Return the bytes of the rows' message (docs/DESIGN.md, "The wire")."""
@@ -813,8 +822,8 @@ class Fp16Codec(CompactCodec):
 class Bf16Codec(CompactCodec):
     """The bf16 wire: bfloat16 values, unscaled; a value that overflows raises ``ValueError``.
 
-    The overflow check is one read per call that converts (a message, or all the parts of
-    one call).
+    Quantizing checks for it, one read per quantization (a list, rows, or all the parts of a
+    call); encoding does not: what a sender encodes it quantized first.
     """
 
     wire = "bf16"
@@ -823,11 +832,14 @@ class Bf16Codec(CompactCodec):
     def _to_half(self, values: torch.Tensor, exponent: int) -> torch.Tensor:
         return _finite_bf16(super()._to_half(values, exponent))
 
+    def _quantized(self, half: torch.Tensor) -> torch.Tensor:
+        return _finite_bf16(half)
+
     def _rows_to_half(self, values: torch.Tensor, exponents: torch.Tensor) -> torch.Tensor:
-        return _finite_bf16(values.to(self._half))  # unscaled: every exponent is 0
+        return values.to(self._half)  # unscaled: every exponent is 0
 
     def _lists_to_half(self, values, exponents: torch.Tensor, counts: Sequence[int]):
-        return _finite_bf16(values.to(self._half))
+        return values.to(self._half)
 
     @staticmethod
     def _lists_from_half(half: torch.Tensor, exponents: torch.Tensor, counts: Sequence[int]):

@@ -472,10 +472,10 @@ class CompactCodec(Codec):
         """
         counts = list(counts)
         total = sum(counts)
-        head = _head(values, counts)
-        exponents = self.list_exponents(head, counts)
-        half = self._quantized(self._lists_to_half(head, exponents, counts))
-        sent = self._lists_from_half(half, exponents, counts)
+        head, lists = _head(values, counts), _Lists(counts, values.device)
+        exponents = self._list_exponents(head, lists)
+        half = self._quantized(self._lists_to_half(head, exponents, lists))
+        sent = self._lists_from_half(half, exponents, lists)
         if 0 <= kept < len(counts) and counts[kept]:
             start = sum(counts[:kept])
             sent[start : start + counts[kept]] = values[start : start + counts[kept]]
@@ -495,13 +495,12 @@ class CompactCodec(Codec):
         """
         return half
 
-    def list_exponents(self, values: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
-        """Return the :meth:`exponent` of each list of the joined ``values``, as int32.
+    def _list_exponents(self, values: torch.Tensor, lists: _Lists) -> torch.Tensor:
+        """Return the :meth:`exponent` of each of the joined ``lists`` of ``values``, as int32.
 
-        List j is the next ``counts[j]`` entries. Computed on the device, as
-        :meth:`row_exponents`: no read.
+        Computed on the device, as :meth:`row_exponents`: no read.
         """
-        return torch.zeros(len(counts), dtype=torch.int32, device=values.device)
+        return torch.zeros(len(lists.counts), dtype=torch.int32, device=values.device)
 
     def _rows_to_half(self, values: torch.Tensor, exponents: torch.Tensor) -> torch.Tensor:
         return (values * _powers_of_two(exponents, -1).unsqueeze(1)).to(self._half)
@@ -510,14 +509,14 @@ class CompactCodec(Codec):
     def _rows_from_half(half: torch.Tensor, exponents: torch.Tensor) -> torch.Tensor:
         return half.float().mul_(_powers_of_two(exponents).unsqueeze(1))
 
-    def _lists_to_half(self, values, exponents: torch.Tensor, counts: Sequence[int]):
-        """Return the joined lists ``values``, list j divided by 2^e_j, as 16-bit values."""
-        return (values * _per_entry(_powers_of_two(exponents, -1), counts)).to(self._half)
+    def _lists_to_half(self, values, exponents: torch.Tensor, lists: _Lists):
+        """Return the joined ``lists`` of ``values``, list j divided by 2^e_j, in 16 bits."""
+        return (values * lists.spread(_powers_of_two(exponents, -1))).to(self._half)
 
     @staticmethod
-    def _lists_from_half(half: torch.Tensor, exponents: torch.Tensor, counts: Sequence[int]):
-        """Return the joined 16-bit lists ``half`` as float32, list j times 2^e_j."""
-        return half.float().mul_(_per_entry(_powers_of_two(exponents), counts))
+    def _lists_from_half(half: torch.Tensor, exponents: torch.Tensor, lists: _Lists):
+        """Return the joined 16-bit ``lists`` ``half`` as float32, list j times 2^e_j."""
+        return half.float().mul_(lists.spread(_powers_of_two(exponents)))
 
     def quantize_rows(self, values: torch.Tensor) -> torch.Tensor:
         """Return each row through 16 bits and back, scaled by its exponent: no read of data."""
@@ -590,11 +589,12 @@ class CompactCodec(Codec):
 
     def _coded(self, indices, values, counts: Sequence[int], span: int | None) -> list:
         """Return the byte pieces ``exponents | [segment counts] | indices | values`` of lists."""
-        exponents = self.list_exponents(values, counts)
-        halves = self._lists_to_half(values, exponents, counts).view(torch.uint8)
+        lists = _Lists(counts, values.device)
+        exponents = self._list_exponents(values, lists)
+        halves = self._lists_to_half(values, exponents, lists).view(torch.uint8)
         if not _offsets_form(span, len(counts), sum(counts)):
             return [exponents.view(torch.uint8), _index_bytes(indices, 4), halves]
-        segments = _segment_counts(indices, counts, _segments(span))
+        segments = _segment_counts(indices, lists, _segments(span))
         return [exponents.view(torch.uint8), segments, _index_bytes(indices, 2), halves]
 
     def decode(
@@ -646,7 +646,7 @@ class CompactCodec(Codec):
             cuts += [4 * len(sizes), 4 * len(sizes), 4 * len(sizes) * segments if offsets else 0]
             cuts += [(2 if offsets else 4) * total, 2 * total]
         pieces = (torch.cat(list(messages)) if len(messages) > 1 else messages[0]).split(cuts)
-        lists = [size for sizes in counts for size in sizes]
+        lists = _Lists([size for sizes in counts for size in sizes], pieces[0].device)
         exponents = torch.cat(pieces[1::5]).view(torch.int32)
         values = self._lists_from_half(torch.cat(pieces[4::5]).view(self._half), exponents, lists)
         totals = [sum(sizes) for sizes in counts]
@@ -682,15 +682,16 @@ class CompactCodec(Codec):
         """
         counts = list(counts)
         indices, values = _head(indices, counts), _head(values, counts)
-        exponents = self.list_exponents(values, counts)
-        halves = self._lists_to_half(values, exponents, counts).view(torch.uint8)
+        lists = _Lists(counts, values.device)
+        exponents = self._list_exponents(values, lists)
+        halves = self._lists_to_half(values, exponents, lists).view(torch.uint8)
         forms = [_offsets_form(span, 1, count) for count in counts]
         cut = {"c": _int32_bytes(counts, values.device).split(4)}
         cut["e"] = exponents.view(torch.uint8).split(4)
         cut["v"] = halves.split([2 * count for count in counts])
         if any(forms):
             segments = _segments(span)
-            table = _segment_counts(indices, counts, segments)
+            table = _segment_counts(indices, lists, segments)
             cut["s"] = table.split(4 * segments) if segments else [table] * len(counts)
             cut["o"] = _index_bytes(indices, 2).split([2 * c for c in counts])
         if not all(forms):
@@ -730,8 +731,9 @@ class CompactCodec(Codec):
         device = pieces[0].device if pieces else torch.device("cpu")
         sizes = [piece.numel() for piece in pieces]
         values = torch.cat(list(pieces)) if pieces else torch.empty(0, device=device)
-        exponents = self.list_exponents(values, sizes)
-        halves = self._lists_to_half(values, exponents, sizes)
+        lists = _Lists(sizes, device)
+        exponents = self._list_exponents(values, lists)
+        halves = self._lists_to_half(values, exponents, lists)
         return torch.cat([exponents.view(torch.uint8), halves.view(torch.uint8)])
 
     def values_bytes(self, sizes: Sequence[int]) -> int:
@@ -745,7 +747,8 @@ class CompactCodec(Codec):
         if message.numel() != head + 2 * sum(sizes):
             raise RuntimeError(f"malformed message: {message.numel()} elements for {sizes}")
         exponents = message[:head].view(torch.int32)
-        values = self._lists_from_half(message[head:].view(self._half), exponents, sizes)
+        lists = _Lists(sizes, message.device)
+        values = self._lists_from_half(message[head:].view(self._half), exponents, lists)
         return [values] if len(sizes) == 1 else list(values.split(sizes))
 
     def decode_values_joined(self, messages: Sequence[torch.Tensor], sizes: Sequence[int]):
@@ -765,9 +768,8 @@ class CompactCodec(Codec):
         cut = joined.split([piece for _, size in pairs for piece in (4, 2 * size)])
         exponents = torch.cat(cut[0::2]).view(torch.int32)
         # 2^e is exact in float32, and so is every product (e >= -125): the bits of _from_half.
-        return self._lists_from_half(
-            torch.cat(cut[1::2]).view(self._half), exponents, [size for _, size in pairs]
-        )
+        lists = _Lists([size for _, size in pairs], joined.device)
+        return self._lists_from_half(torch.cat(cut[1::2]).view(self._half), exponents, lists)
 
 
 class Fp16Codec(CompactCodec):
@@ -808,14 +810,13 @@ class Fp16Codec(CompactCodec):
             return super().row_exponents(values)
         return _fp16_exponents(values.abs().amax(dim=1))
 
-    def list_exponents(self, values: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
-        """Return :meth:`exponent` of each list of the joined ``values`` (as row_exponents)."""
-        if len(counts) == 1 and values.numel():
+    def _list_exponents(self, values: torch.Tensor, lists: _Lists) -> torch.Tensor:
+        """Return :meth:`exponent` of each of the joined ``lists`` (as row_exponents)."""
+        if len(lists.counts) == 1 and values.numel():
             return _fp16_exponents(values.abs().amax().view(1))
-        largest = torch.zeros(len(counts), device=values.device)
+        largest = torch.zeros(len(lists.counts), device=values.device)
         if values.numel():
-            lists = torch.arange(len(counts), device=values.device)
-            largest.scatter_reduce_(0, _per_entry(lists, counts), values.abs(), "amax")
+            largest.scatter_reduce_(0, lists.numbers(), values.abs(), "amax")
         return _fp16_exponents(largest)
 
 
@@ -838,11 +839,11 @@ class Bf16Codec(CompactCodec):
     def _rows_to_half(self, values: torch.Tensor, exponents: torch.Tensor) -> torch.Tensor:
         return values.to(self._half)  # unscaled: every exponent is 0
 
-    def _lists_to_half(self, values, exponents: torch.Tensor, counts: Sequence[int]):
+    def _lists_to_half(self, values, exponents: torch.Tensor, lists: _Lists):
         return values.to(self._half)
 
     @staticmethod
-    def _lists_from_half(half: torch.Tensor, exponents: torch.Tensor, counts: Sequence[int]):
+    def _lists_from_half(half: torch.Tensor, exponents: torch.Tensor, lists: _Lists):
         return half.float()
 
 
@@ -877,12 +878,31 @@ def _powers_of_two(exponents: torch.Tensor, sign: int = 1) -> torch.Tensor:
     return biased.bitwise_left_shift_(23).view(torch.float32)
 
 
-def _per_entry(per_list: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
-    """Return each list's ``per_list`` value repeated over its ``counts`` entries (no read)."""
-    if len(counts) == 1:
-        return per_list.expand(counts[0]) if counts[0] else per_list[:0]
-    sizes = _device_tensor(counts, torch.int64, per_list.device)
-    return torch.repeat_interleave(per_list, sizes, output_size=sum(counts))
+class _Lists:
+    """Lists of sizes ``counts`` one after another on ``device``.
+
+    Each entry's list number is made once, when first needed (one copy of the sizes and one
+    sized ``repeat_interleave``), and serves every per-list value of a call: no read.
+    """
+
+    def __init__(self, counts: Sequence[int], device: torch.device) -> None:
+        self.counts, self.device = list(counts), device
+        self.total = sum(self.counts)
+        self._numbers = None
+
+    def numbers(self) -> torch.Tensor:
+        """Return each entry's list number (int64)."""
+        if self._numbers is None:
+            sizes = _device_tensor(self.counts, torch.int64, self.device)
+            lists = torch.arange(len(self.counts), device=self.device)
+            self._numbers = torch.repeat_interleave(lists, sizes, output_size=self.total)
+        return self._numbers
+
+    def spread(self, per_list: torch.Tensor) -> torch.Tensor:
+        """Return each list's ``per_list`` value over its entries."""
+        if len(self.counts) == 1:
+            return per_list.expand(self.total)
+        return per_list.index_select(0, self.numbers())
 
 
 def _offsets_form(span: int | None, lists: int, total: int) -> bool:
@@ -944,17 +964,16 @@ def _index_bytes(indices: torch.Tensor, width: int) -> torch.Tensor:
     return (indices & 0xFFFF).to(torch.int16).view(torch.uint8)
 
 
-def _segment_counts(indices: torch.Tensor, counts: Sequence[int], segments: int) -> torch.Tensor:
+def _segment_counts(indices: torch.Tensor, lists: _Lists, segments: int) -> torch.Tensor:
     """Return per list how many of its indices lie in each 65,536-wide segment, as bytes.
 
     ``(lists, segments)`` int32 counts of the joined ascending lists, by one ``scatter_add``.
     """
-    table = torch.zeros(len(counts) * segments, dtype=torch.int32, device=indices.device)
+    table = torch.zeros(len(lists.counts) * segments, dtype=torch.int32, device=indices.device)
     if segments and indices.numel():
         place = indices.long() >> 16
-        if len(counts) > 1:
-            lists = torch.arange(len(counts), device=indices.device) * segments
-            place = place + _per_entry(lists, counts)
+        if len(lists.counts) > 1:
+            place = place + lists.numbers() * segments
         table.scatter_add_(0, place, torch.ones_like(place, dtype=torch.int32))
     return table.view(torch.uint8)
 

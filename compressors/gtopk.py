@@ -48,6 +48,7 @@ from .sparse_ops import (
     first_of_runs,
     is_member,
     put_,
+    put_where,
     search_sorted,
     top_of_union,
     union_of_rows,
@@ -106,7 +107,7 @@ class GTopK(Synchronizer):
         lost = None
         if coder.compact and self.size > 1:
             with timer("select"):
-                sent = self.codec.quantize_row(values)
+                sent = coder.quantize_row(values)
                 lost, values = values - sent, sent
         held = [chosen, values]
         dropped = [] if self.measure_loss else None
@@ -114,7 +115,7 @@ class GTopK(Synchronizer):
 
         def produce(step):
             if coder.compact:  # idempotent on a list received or already quantized
-                quantized = self.codec.quantize_row(held[1])
+                quantized = coder.quantize_row(held[1])
                 # Once per column: a list may end in repeats of its last entry (after a tie).
                 loss = torch.where(first_of_runs(held[0]), held[1] - quantized, -0.0)
                 if not self.rank and not root_loss:  # the root keeps what the broadcast loses
@@ -153,8 +154,7 @@ class GTopK(Synchronizer):
             # wire removed; elsewhere their values stay (written back: fixed shapes, no read).
             place = search_sorted(final_indices, chosen).clamp_(max=final_indices.numel() - 1)
             passed_on = final_indices[place] == chosen
-            stays = torch.zeros_like(values) if lost is None else lost
-            put_(accumulated, chosen, torch.where(passed_on, stays, accumulated[chosen]))
+            put_where(accumulated, chosen, passed_on, 0.0 if lost is None else lost)
             for indices, loss in root_loss:
                 accumulated.index_add_(0, indices.long(), loss)
             self._nnz = final_values * first_of_runs(final_indices)  # counted if asked

@@ -56,7 +56,7 @@ from allreducers import RegionReducer, allgather_joined, bruck_allgather_schedul
 from .base import Synchronizer, check_int
 from .registry import register
 from .selection import Selector
-from .sparse_ops import budget, entries_at_least, equal_cuts, is_member, put_
+from .sparse_ops import budget, entries_at_least, equal_cuts, is_member, put_, put_where
 
 _TINY = float(torch.finfo(torch.float32).tiny)
 
@@ -178,12 +178,10 @@ class OkTopK(Synchronizer):
             result = self._new_result(accumulated.device)
             kept_indices = kept_indices.long()  # once for both writes
             put_(result, kept_indices, kept_values / self.size)
-            # No boolean mask (a read on a GPU): the entries not passed on get their own value
-            # back, and -0.0 added changes no bit.
+            # No boolean mask (a read on a GPU); -0.0 added below changes no bit.
             passed_on = is_member(kept_indices, chosen)
             lost = self.reducer.lost
-            stays = torch.zeros((), device=passed_on.device) if lost is None else lost
-            put_(accumulated, chosen, torch.where(passed_on, stays, accumulated[chosen]))
+            put_where(accumulated, chosen, passed_on, 0.0 if lost is None else lost)
             for indices, loss in owned_loss:  # what the wire took off this owner's kept sums
                 indices = indices.long()
                 kept = is_member(kept_indices, indices)

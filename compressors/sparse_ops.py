@@ -88,6 +88,16 @@ def put_(tensor, indices, values):
     return tensor
 
 
+def put_where(tensor: torch.Tensor, indices: torch.Tensor, where: torch.Tensor, values) -> None:
+    """Set the 1-D ``tensor`` at ``indices[where]`` to ``values[where]``; the others keep theirs.
+
+    Without boolean indexing (whose size is a read from a GPU): every index is written, the
+    ones not ``where`` with their own value again. ``indices`` int64 and distinct; ``values`` a
+    tensor like ``indices`` or a number.
+    """
+    put_(tensor, indices, torch.where(where, values, tensor[indices]))
+
+
 def budget(numel: int, density: float) -> int:
     """Return the selection budget k = max(1, int(n * density)), never more than n."""
     return min(numel, max(1, int(numel * density)))

@@ -106,7 +106,9 @@ class Synchronizer(abc.ABC):
     Attributes:
         stats: the last call's ``bytes_sent``, ``messages``, ``rounds``, ``host_syncs`` (the
             transport's waits for a GPU; 0 on the CPU), ``nnz`` and ``seconds`` per phase
-            (``select``, ``comm``, ``accumulate``, ``total``).
+            (``select``, ``comm``, ``accumulate``, ``total``). On a GPU the call counts ``nnz``
+            on the device and the count is read when ``stats`` is first read: no wait in the
+            call.
             ``accumulate`` holds the additions (the residual, received sums, the result); a
             method with ``adds_residual`` counts the residual's addition under ``select``,
             since its selection pass does it.
@@ -205,6 +207,18 @@ class Synchronizer(abc.ABC):
             "nnz": 0,
             "seconds": {"select": 0.0, "comm": 0.0, "accumulate": 0.0, "total": 0.0},
         }
+
+    @property
+    def stats(self) -> dict:
+        """The last call's statistics (see the class); a count on the device is read here."""
+        nnz = self._stats.get("nnz")
+        if isinstance(nnz, torch.Tensor):
+            self._stats["nnz"] = int(nnz)
+        return self._stats
+
+    @stats.setter
+    def stats(self, stats: dict) -> None:
+        self._stats = stats
 
     @property
     def residual(self) -> torch.Tensor:
@@ -473,12 +487,16 @@ class Synchronizer(abc.ABC):
         """Return the zeroed result vector: the caller's ``out`` buffer if given, else a new one."""
         return zero_(self._out if self._out is not None else torch.empty(self.numel, device=device))
 
-    def _count_nonzero(self, result: torch.Tensor) -> int | None:
+    def _count_nonzero(self, result: torch.Tensor) -> int | torch.Tensor | None:
         """Return the last result's non-zeros, by a pass over it; ``None`` unless ``count_nnz``.
 
-        Methods that know the count without the pass override this.
+        On a GPU a count on the device, which :attr:`stats` reads when it is read (the pass on
+        the CPU has no wait to save, but must run before the caller changes the result).
+        Methods that know the count without the pass override this, alike.
         """
-        return count_nonzero(result) if self.count_nnz else None
+        if not self.count_nnz:
+            return None
+        return count_nonzero(result) if result.device.type == "cpu" else torch.count_nonzero(result)
 
     def _dense_average(self, grad: torch.Tensor, timer: PhaseTimer) -> torch.Tensor:
         """Return the average of ``grad`` over the ranks by the library all-reduce.

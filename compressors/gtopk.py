@@ -210,9 +210,9 @@ class GTopK(Synchronizer):
             "lost_sum": lost_sum,
             "lost_fraction": lost_mass / entered if entered > 0 else 0.0,
         }
-        self.stats.update(loss)
+        self._stats.update(loss)
         return loss
 
     def _count_nonzero(self, result):
         """The non-zeros of the final list, counted only if ``count_nnz``."""
-        return int(torch.count_nonzero(self._nnz)) if self.count_nnz else None
+        return torch.count_nonzero(self._nnz) if self.count_nnz else None

@@ -272,11 +272,11 @@ class OkTopK(Synchronizer):
         return indices, values
 
     def _count_nonzero(self, result):
-        return int(torch.count_nonzero(self._nnz)) if self.count_nnz else None
+        return torch.count_nonzero(self._nnz) if self.count_nnz else None
 
     def _after_call(self) -> None:
         if self.calls > self.dense_warmup:
-            self.stats.update(self._counts)
+            self._stats.update(self._counts)
 
     def _extra_state(self) -> dict:
         return {

@@ -462,7 +462,7 @@ class SparDL(Synchronizer):
         values, columns, repeats = self._nnz
         if repeats:
             values = values * first_of_runs(columns)
-        return int(torch.count_nonzero(values))
+        return torch.count_nonzero(values)
 
     def _config(self) -> dict:
         config = dict(
@@ -481,7 +481,7 @@ class SparDL(Synchronizer):
 
     def _after_call(self) -> None:
         if self.auto is not None:
-            self.stats["auto"] = self.auto
+            self._stats["auto"] = self.auto
 
     def state_mismatch(self, state) -> str | None:
         """See :meth:`Synchronizer.state_mismatch`.

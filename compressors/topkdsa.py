@@ -176,4 +176,4 @@ class TopkDSA(Synchronizer):
     def _count_nonzero(self, result):
         if self._nnz is None:  # dense: a pass over the result
             return super()._count_nonzero(result)
-        return int(torch.count_nonzero(self._nnz)) if self.count_nnz else None
+        return torch.count_nonzero(self._nnz) if self.count_nnz else None

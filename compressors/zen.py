@@ -268,11 +268,11 @@ class Zen(Synchronizer):
 
     def _count_nonzero(self, result):
         """The non-zeros of the call's U entries, counted only if ``count_nnz``."""
-        return int(torch.count_nonzero(self._nnz)) if self.count_nnz else None
+        return torch.count_nonzero(self._nnz) if self.count_nnz else None
 
     def _after_call(self) -> None:
         if self.calls > self.dense_warmup:
-            self.stats.update(self._counts)
+            self._stats.update(self._counts)
 
     def _config(self) -> dict:
         return {**super()._config(), "partition": "hash32"}

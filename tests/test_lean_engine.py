@@ -12,7 +12,7 @@ import compressors
 from allreducers import codec
 from allreducers.schedule import ceil_log2
 from allreducers.transports import local_group
-from syncbench.opcount import OperationCounter, count_method, host_syncs
+from syncbench.opcount import OperationCounter, count_call, count_method, host_syncs
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -36,6 +36,30 @@ def test_spardl_operations_grow_with_rounds_not_workers():
     steps = [ops[8] - ops[4], ops[16] - ops[8]]
     assert max(steps) <= 1.25 * min(steps) + 8, ops
     assert all(counts[p]["data_dependent_ops"] == 0 for p in counts), counts
+
+
+@pytest.mark.parametrize("method", ["spardl", "zen", "oktopk", "gtopk", "topkdsa", "topk"])
+def test_counting_nnz_reads_nothing_in_the_call(method):
+    """With ``count_nnz`` (the default) a call reads no more from the device than without it:
+    the count stays a tensor until ``stats`` is read, which then holds it as an int."""
+    numel = 20000
+
+    def run(transport) -> tuple:
+        def gradient(call: int) -> torch.Tensor:
+            seed = 10 * call + transport.rank
+            return torch.randn(numel, generator=torch.Generator().manual_seed(seed))
+
+        reads = []
+        for count in (False, True):
+            sync = compressors.create(method, transport, numel=numel, density=0.01)
+            sync.count_nnz = count
+            sync.allreduce(gradient(0))
+            reads.append(count_call(sync, gradient(1), syncs=False)["data_dependent_ops"])
+        return reads, sync.stats["nnz"]
+
+    reads, nnz = local_group(3).run(run)[0]
+    assert reads[0] == reads[1], reads
+    assert type(nnz) is int and 0 < nnz <= numel, nnz
 
 
 def test_counter_sees_data_dependent_reads():

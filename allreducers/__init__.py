@@ -29,7 +29,7 @@ from .rotation import rotation_schedule
 from .schedule import Step, ceil_log2, cyclic
 from .srs import srs_block_schedule, srs_round_shapes, srs_schedule
 from .tree import binomial_broadcast_schedule, binomial_reduce_schedule
-from .wire import WIRES, Codec, PartitionCodec, check_wire, codec
+from .wire import WIRES, Codec, PartitionCodec, check_wire, codec, device_tensor
 
 __all__ = [
     "Step",
@@ -55,6 +55,7 @@ __all__ = [
     "WIRES",
     "Codec",
     "codec",
+    "device_tensor",
     "check_wire",
     "check_choice",
     "PartitionCodec",

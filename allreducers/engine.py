@@ -16,7 +16,7 @@ import torch
 from allreducers.transports import Transport
 
 from .schedule import Step
-from .wire import codec
+from .wire import codec, device_tensor
 
 SparseList = tuple  # (indices: int32 1-D tensor, values: float32 1-D tensor)
 
@@ -327,7 +327,7 @@ class _HeldBlocks:
         total = sum(self.sizes[:count])
         body = self._prefix(self.index_blocks, total) + self._prefix(self.value_blocks, total)
         if self.fixed_size is None:
-            body.insert(0, torch.tensor(self.sizes[:count], dtype=torch.int32).to(self.device))
+            body.insert(0, device_tensor(self.sizes[:count], torch.int32, self.device))
         return torch.cat(body)
 
     def take(self, step: Step, message: torch.Tensor) -> None:

@@ -14,7 +14,7 @@ import torch
 
 from .engine import index_add_in_order
 from .rotation import rotation_schedule
-from .wire import codec
+from .wire import codec, device_tensor
 
 
 def run_windowed(transport, steps, produce, consume, device, timer, window: int, dtype=None):
@@ -97,9 +97,8 @@ class RegionReducer:
         device = values.device
         coder = self.codec
         with timer("accumulate"):
-            positions = torch.searchsorted(
-                indices, torch.tensor(boundaries, dtype=indices.dtype, device=indices.device)
-            ).tolist()
+            edges = device_tensor(boundaries, indices.dtype, indices.device)
+            positions = torch.searchsorted(indices, edges).tolist()
             sums, present = self._buffers(end - start, device)
         counts = [b - a for a, b in zip(positions[:-1], positions[1:])]
         # Each region's list as its owner decodes it; the own one stays as it is.

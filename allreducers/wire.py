@@ -301,7 +301,7 @@ class Fp32Codec(Codec):
         device = lists[0][0].device if lists else torch.device("cpu")
         message = torch.empty(head + 2 * total, dtype=torch.int32, device=device)
         if with_counts:
-            message[:head] = _device_tensor(counts, torch.int32, device)
+            message[:head] = device_tensor(counts, torch.int32, device)
         indices = message[head : head + total]
         values = message[head + total :].view(torch.float32)
         start = 0
@@ -893,7 +893,7 @@ class _Lists:
     def numbers(self) -> torch.Tensor:
         """Return each entry's list number (int64)."""
         if self._numbers is None:
-            sizes = _device_tensor(self.counts, torch.int64, self.device)
+            sizes = device_tensor(self.counts, torch.int64, self.device)
             lists = torch.arange(len(self.counts), device=self.device)
             self._numbers = torch.repeat_interleave(lists, sizes, output_size=self.total)
         return self._numbers
@@ -942,10 +942,10 @@ def _one_count(size: int, span: int | None) -> int:
 
 def _int32_bytes(words: Sequence[int], device: torch.device) -> torch.Tensor:
     """Return host integers as the bytes of int32 words on ``device``."""
-    return _device_tensor(words, torch.int32, device).view(torch.uint8)
+    return device_tensor(words, torch.int32, device).view(torch.uint8)
 
 
-def _device_tensor(values: Sequence[int], dtype: torch.dtype, device: torch.device):
+def device_tensor(values: Sequence[int], dtype: torch.dtype, device: torch.device):
     """Return host integers as a tensor on ``device``, without waiting for it.
 
     On a GPU the copy starts from pinned memory (PyTorch's caching host allocator keeps the
@@ -1039,7 +1039,7 @@ def pack_bits(positions: torch.Tensor, length: int) -> torch.Tensor:
     device = positions.device
     mask = torch.zeros(32 * bitmap_words(length), dtype=torch.uint8, device=device)
     mask[positions.long()] = 1
-    weights = _device_tensor(_BIT_WEIGHTS, torch.uint8, device)
+    weights = device_tensor(_BIT_WEIGHTS, torch.uint8, device)
     return mask.view(-1, 8).mul_(weights).sum(1).to(torch.uint8).view(torch.int32)
 
 
@@ -1127,7 +1127,7 @@ class PartitionCodec:
     def join(self, partitions: Sequence[Partition], device: torch.device) -> torch.Tensor:
         """Return one message of ``partitions``: their headers, then their bodies."""
         header = [word for part in partitions for word in part[:_PARTITION_HEADER]]
-        head = _device_tensor(header, torch.int32, device)
+        head = device_tensor(header, torch.int32, device)
         return torch.cat([head, *[part.body for part in partitions]])
 
     def split(self, message: torch.Tensor, items: int) -> list:

@@ -17,6 +17,7 @@ from allreducers import (
     allgather_rows_in_order,
     bruck_allgather_schedule,
     check_choice,
+    device_tensor,
     recursive_halving_schedule,
     run_schedule,
     srs_block_schedule,
@@ -934,7 +935,7 @@ class _Call:
             if self.cpu:
                 inside = np.array(inside, dtype=np.int64)
             else:
-                inside = torch.tensor(inside, dtype=torch.int64).to(columns.device)
+                inside = device_tensor(inside, torch.int64, columns.device)
             columns, values, bases, bound = (t[inside] for t in (columns, values, bases, bound))
             limits = [limit for limit in limits if limit]
         if min(limits, default=sync.block_size) < sync.block_size:

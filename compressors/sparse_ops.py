@@ -139,15 +139,6 @@ def entries_at_least(
     return indices.index_select(0, kept), values.index_select(0, kept)
 
 
-def split_sorted(indices: torch.Tensor, boundaries: Sequence[int]) -> list:
-    """Return positions ``[p_0, ..., p_m]`` so that ``indices[p_j:p_(j+1)]`` lie in region j.
-
-    Region j is ``[boundaries[j], boundaries[j+1])``; ``indices`` is sorted ascending.
-    """
-    edges = torch.tensor(boundaries, dtype=indices.dtype, device=indices.device)
-    return torch.searchsorted(indices, edges).tolist()
-
-
 def search_sorted(sorted_values, query):
     """Return where each entry of ``query`` goes in the ascending 1-D ``sorted_values``.
 

@@ -51,7 +51,7 @@ import numbers
 
 import torch
 
-from allreducers import RegionReducer, allgather_joined, bruck_allgather_schedule
+from allreducers import RegionReducer, allgather_joined, bruck_allgather_schedule, device_tensor
 
 from .base import Synchronizer, check_int
 from .registry import register
@@ -224,13 +224,12 @@ class OkTopK(Synchronizer):
         if workers == 1:
             return [0, self.numel]
         if count:
-            picks = torch.tensor(
-                [part * count // workers for part in range(1, workers)], device=chosen.device
-            )
+            picks = [part * count // workers for part in range(1, workers)]
+            picks = device_tensor(picks, torch.int64, chosen.device)
             proposal = chosen.index_select(0, picks).to(torch.int64)
         else:
-            proposal = torch.tensor(
-                equal_cuts(self.numel, workers)[1:-1], dtype=torch.int64, device=chosen.device
+            proposal = device_tensor(
+                equal_cuts(self.numel, workers)[1:-1], torch.int64, chosen.device
             )
         with timer("comm"):
             total = self.transport.allreduce_sum_(proposal)

@@ -23,7 +23,13 @@ from __future__ import annotations
 
 import torch
 
-from allreducers import RegionReducer, allgather_joined, bruck_allgather_schedule, run_schedule
+from allreducers import (
+    RegionReducer,
+    allgather_joined,
+    bruck_allgather_schedule,
+    device_tensor,
+    run_schedule,
+)
 
 from .base import Synchronizer
 from .registry import register
@@ -87,7 +93,7 @@ class TopkDSA(Synchronizer):
         candidates, sums = self.reducer.reduce(chosen, values, self.boundaries, timer)
         if self.reducer.lost is not None:  # the residual keeps what the wire removed
             put_(accumulated, chosen, self.reducer.lost)
-        fill_in = torch.tensor([candidates.numel()], dtype=torch.int64, device=sums.device)
+        fill_in = device_tensor([candidates.numel()], torch.int64, sums.device)
         with timer("comm"):
             total = int(self.transport.allreduce_sum_(fill_in)[0])
         self.went_dense = total >= self.dense_above * self.numel

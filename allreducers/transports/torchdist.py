@@ -13,6 +13,7 @@ import sys
 import torch
 import torch.distributed as dist
 
+from ..wire import device_tensor
 from .base import Transport
 
 
@@ -37,7 +38,7 @@ class TorchDistributedTransport(Transport):
         return torch.device("cpu")
 
     def _isend(self, tensor, dest, tag):
-        header = torch.tensor([tensor.numel()], dtype=torch.int64, device=tensor.device)
+        header = device_tensor([tensor.numel()], torch.int64, tensor.device)  # no wait
         peer = self._global[dest]
         handles = [
             dist.isend(header, peer, group=self.group, tag=tag),

@@ -154,12 +154,18 @@ class Codec(abc.ABC):
         """
         return self.quantize_rows(values.view(1, -1)).view(-1)
 
-    def quantize_rows(self, values: torch.Tensor) -> torch.Tensor:
+    def row_exponents(self, values: torch.Tensor) -> torch.Tensor:
+        """Return each row's :meth:`exponent` of the ``(r, w)`` ``values``, as int32 ``(r,)``."""
+        return torch.zeros(values.shape[0], dtype=torch.int32, device=values.device)
+
+    def quantize_rows(self, values: torch.Tensor, exponents: torch.Tensor | None = None):
         """Return each row of the ``(r, w)`` ``values`` as :meth:`quantize` gives it alone.
 
         A fixed number of operations and no read of the data, whatever r is; the rows must be
         finite (fp16: a row with NaN or inf travels as what its scaling makes of it, which the
-        next selection refuses).
+        next selection refuses). ``exponents``: each row's :meth:`row_exponents` (``None``:
+        those of ``values``); given those of other rows, each entry comes out as it did in
+        them (quantization is per entry, once the exponent is known).
         """
         return values
 
@@ -483,10 +489,6 @@ class CompactCodec(Codec):
             sent = torch.cat([sent, values[total:]])  # what no part covers, as it is
         return sent
 
-    def row_exponents(self, values: torch.Tensor) -> torch.Tensor:
-        """Return each row's :meth:`exponent` of the ``(r, w)`` ``values``, as int32 ``(r,)``."""
-        return torch.zeros(values.shape[0], dtype=torch.int32, device=values.device)
-
     def _quantized(self, half: torch.Tensor) -> torch.Tensor:
         """Return the 16-bit values of a quantization, checked where the format asks (bf16).
 
@@ -518,9 +520,10 @@ class CompactCodec(Codec):
         """Return the joined 16-bit ``lists`` ``half`` as float32, list j times 2^e_j."""
         return half.float().mul_(lists.spread(_powers_of_two(exponents)))
 
-    def quantize_rows(self, values: torch.Tensor) -> torch.Tensor:
+    def quantize_rows(self, values: torch.Tensor, exponents: torch.Tensor | None = None):
         """Return each row through 16 bits and back, scaled by its exponent: no read of data."""
-        exponents = self.row_exponents(values)
+        if exponents is None:
+            exponents = self.row_exponents(values)
         half = self._quantized(self._rows_to_half(values, exponents))
         return self._rows_from_half(half, exponents)
 

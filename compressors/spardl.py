@@ -443,6 +443,7 @@ class SparDL(Synchronizer):
                 "levels": torch.empty(shape[0], device=device),
                 "sent": torch.empty(shape, device=device),
                 "lost": torch.empty(shape, device=device),
+                "exponents": torch.empty(shape[0], dtype=torch.int32, device=device),
                 "final_columns": torch.empty(shape, dtype=index, device=device),
                 "final_values": torch.empty(shape, device=device),
                 "final_flat": torch.empty(shape, dtype=index, device=device),
@@ -575,9 +576,10 @@ class _Call:
         # column), k-th largest |x|, the values as they travel and (at a 16-bit wire) what
         # quantization took off them: step 6 tells from these what the selection sent on.
         self.chosen, self.levels, self.sent = arrays["chosen"], arrays["levels"], arrays["sent"]
-        # Lists travel quantized only where something travels.
+        # Lists travel quantized only where something travels; per row its exponent.
         self.coder = sync.codec if sync.codec.compact and sync.size > 1 else None
         self.lost = arrays["lost"] if self.coder is not None else None
+        self.exponents = self.tables["exponents"]
         # Per row, the block's final list (steps 4-5), its flat positions in ``work`` and the
         # residual step 6 leaves there.
         self.final_columns, self.final_values = arrays["final_columns"], arrays["final_values"]
@@ -701,7 +703,9 @@ class _Call:
             self.levels[part] = _smallest_magnitudes(values)
             sent = values
             if self.coder is not None:
-                sent = self.array(self.coder.quantize_rows(self.tensor(values)))
+                exponents = self.coder.row_exponents(self.tensor(values))
+                sent = self.array(self.coder.quantize_rows(self.tensor(values), exponents))
+                self.exponents[part] = exponents
                 self.lost[part, :keep] = values - sent
             self.sent[part, :keep] = sent
             row += count
@@ -896,20 +900,19 @@ class _Call:
             query = (columns + offsets).reshape(-1)
             if self.cpu:
                 # On the CPU, where a data-dependent size costs no wait, look up only the
-                # entries that need it: those at their row's level (usually a few), which can
-                # be either; at a 16-bit wire also those above it, whose lost part is needed.
-                needed = tied if self.lost is None else magnitude >= level
-                at = flat_nonzero(needed.reshape(-1))
+                # entries at their row's level (usually a few), which can be either.
+                at = flat_nonzero(tied.reshape(-1))
                 query = query[at]
                 place = search_sorted(chosen, query).clip(max=chosen.shape[0] - 1)
-                passed = passed_on.reshape(-1)
-                passed[at] |= chosen[place] == query
+                passed_on.reshape(-1)[at] |= chosen[place] == query
                 if self.lost is None:
                     self.new_values[rows] = _zero_where(passed_on, seen)
                     return
-                kept = seen.reshape(-1)  # a fresh array: what stays of an entry sent on
-                kept[at] = np.where(passed[at], self.lost[rows].reshape(-1)[place], kept[at])
-                self.new_values[rows] = seen
+                # What quantization took off an entry sent on: quantized again with its row's
+                # exponent, the entry comes out as it travelled (the same bits as ``lost``).
+                exponents = self.exponents[rows]
+                sent = self.coder.quantize_rows(self.tensor(seen), exponents).numpy()
+                self.new_values[rows] = np.where(passed_on, seen - sent, seen)
                 return
             place = search_sorted(chosen, query).clip(max=chosen.shape[0] - 1)
             member = (chosen[place] == query).reshape(columns.shape)

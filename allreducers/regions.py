@@ -102,9 +102,10 @@ class RegionReducer:
             sums, present = self._buffers(end - start, device)
         counts = [b - a for a, b in zip(positions[:-1], positions[1:])]
         # Each region's list as its owner decodes it; the own one stays as it is.
-        sent = coder.quantize_parts(values, counts, self.rank)
+        sent, messages = coder.quantize_encode_parts(
+            indices, values, counts, self.rank, boundaries[-1]
+        )
         self.lost = values - sent if coder.compact else None
-        messages = coder.encode_parts(indices, sent, counts, self.rank, boundaries[-1])
         own = slice(positions[self.rank], positions[self.rank + 1])
         received = {self.rank: (indices[own], values[own])}
 

@@ -219,6 +219,23 @@ class Codec(abc.ABC):
         a fixed number of operations and no read, whatever the number of parts.
         """
 
+    def quantize_encode_parts(
+        self,
+        indices: torch.Tensor,
+        values: torch.Tensor,
+        counts: Sequence[int],
+        home: int,
+        span: int | None = None,
+    ) -> tuple:
+        """Return ``(sent, messages)``: :meth:`quantize_parts` then :meth:`encode_parts`.
+
+        ``sent`` is ``values`` with every part but ``home`` quantized; ``messages`` the parts'
+        messages of ``sent`` (``None`` for ``home``). A compact codec computes each part's
+        exponent and 16-bit values once for both.
+        """
+        sent = self.quantize_parts(values, counts, home)
+        return sent, self.encode_parts(indices, sent, counts, home, span)
+
     @abc.abstractmethod
     def decode_joined(self, items: Sequence, span: int | None = None) -> tuple:
         """Return the lists of ``items``, joined in order, and their lengths.
@@ -476,11 +493,22 @@ class CompactCodec(Codec):
 
         All parts at once: a fixed number of operations, whatever their number.
         """
-        counts = list(counts)
-        total = sum(counts)
+        return self._sent(values, list(counts), kept, self._parts_half(values, list(counts)))
+
+    def _parts_half(self, values: torch.Tensor, counts: list, quantizing: bool = True) -> tuple:
+        """Return ``(lists, exponents, half)`` of the parts ``counts`` of ``values``.
+
+        ``half``: the 16-bit values, checked (:meth:`_quantized`) where ``quantizing``.
+        """
         head, lists = _head(values, counts), _Lists(counts, values.device)
         exponents = self._list_exponents(head, lists)
-        half = self._quantized(self._lists_to_half(head, exponents, lists))
+        half = self._lists_to_half(head, exponents, lists)
+        return lists, exponents, self._quantized(half) if quantizing else half
+
+    def _sent(self, values: torch.Tensor, counts: list, kept: int, coded: tuple):
+        """Return :meth:`quantize_parts`'s result from the parts' :meth:`_parts_half`."""
+        lists, exponents, half = coded
+        total = sum(counts)
         sent = self._lists_from_half(half, exponents, lists)
         if 0 <= kept < len(counts) and counts[kept]:
             start = sum(counts[:kept])
@@ -684,12 +712,34 @@ class CompactCodec(Codec):
         joined by one ``cat`` and cut into the messages: no read.
         """
         counts = list(counts)
-        indices, values = _head(indices, counts), _head(values, counts)
-        lists = _Lists(counts, values.device)
-        exponents = self._list_exponents(values, lists)
-        halves = self._lists_to_half(values, exponents, lists).view(torch.uint8)
+        coded = self._parts_half(values, counts, quantizing=False)  # quantized already
+        return self._part_messages(indices, counts, home, span, coded)
+
+    def quantize_encode_parts(
+        self,
+        indices: torch.Tensor,
+        values: torch.Tensor,
+        counts: Sequence[int],
+        home: int,
+        span: int | None = None,
+    ) -> tuple:
+        """See :meth:`Codec.quantize_encode_parts`: the exponents and halves made once.
+
+        The messages differ from :meth:`encode_parts` of ``sent`` in one case only: where a
+        part's largest value rounds down to 65,504 x 2^(e-1), they carry exponent e and that
+        e - 1, with the same decoded values.
+        """
+        counts = list(counts)
+        coded = self._parts_half(values, counts)
+        sent = self._sent(values, counts, home, coded)
+        return sent, self._part_messages(indices, counts, home, span, coded)
+
+    def _part_messages(self, indices, counts: list, home: int, span, coded: tuple) -> list:
+        """Return :meth:`encode_parts`'s messages from the parts' ``(lists, exponents, half)``."""
+        lists, exponents, half = coded
+        indices, halves = _head(indices, counts), half.view(torch.uint8)
         forms = [_offsets_form(span, 1, count) for count in counts]
-        cut = {"c": _int32_bytes(counts, values.device).split(4)}
+        cut = {"c": _int32_bytes(counts, half.device).split(4)}
         cut["e"] = exponents.view(torch.uint8).split(4)
         cut["v"] = halves.split([2 * count for count in counts])
         if any(forms):

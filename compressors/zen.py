@@ -129,10 +129,11 @@ class Zen(Synchronizer):
             chosen, values, counts = self._sort_by_owner(chosen, values)
             messages = []
             if size > 1:
-                sent = self.codec.quantize_parts(values, counts, self.rank)
+                sent, messages = self.codec.quantize_encode_parts(
+                    chosen, values, counts, self.rank, self.numel
+                )
                 if compact:
                     put_(accumulated, chosen, values - sent)  # the wire's loss (own part: 0)
-                messages = self.codec.encode_parts(chosen, sent, counts, self.rank, self.numel)
         own = _span(counts, self.rank)
         held = self._push(messages, device, timer)
         with timer("accumulate"):

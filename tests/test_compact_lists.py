@@ -98,6 +98,29 @@ def test_parts_and_joined_lists_are_the_lists_alone(wire):
     assert torch.equal(sent, torch.cat(kept))
 
 
+@pytest.mark.parametrize("wire", [*COMPACT, "fp32"])
+def test_quantize_encode_parts_is_quantize_then_encode(wire):
+    """One pass for both gives ``quantize_parts``' values and messages that decode as
+    ``encode_parts``' of them, also where a part's largest value rounds down to 65,504 x 2^-1
+    at fp16 (there the exponents differ, the decoded values do not)."""
+    coder = codec(wire)
+    span, counts = 300_000, [700, 2, 0, 400, 5]
+    indices = torch.cat([torch.arange(0, 3 * c, 3) for c in counts])
+    values = _values(sum(counts), 4)
+    values[703] = 32_755.0  # part 3's largest: rounds down to 32,752 = 65,504 x 2^-1
+    sent, messages = coder.quantize_encode_parts(indices, values, counts, 1, span)
+    assert torch.equal(sent, coder.quantize_parts(values, counts, 1))
+    assert (messages[1] is None) == coder.compact  # fp32 codes the home part too
+    expected = coder.encode_parts(indices, sent, counts, 1, span)
+    for part, (message, other) in enumerate(zip(messages, expected)):
+        if part != 1:
+            assert message.numel() == other.numel()
+            got, want = coder.decode_one(message, span), coder.decode_one(other, span)
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    if wire == "fp16":
+        assert sent[703] == 32_752.0 and not torch.equal(messages[3], expected[3])
+
+
 @pytest.mark.parametrize("wire", COMPACT)
 def test_coding_lists_reads_nothing_but_bf16_s_overflow_check(wire):
     """Fails on the code before: per list an exponent, runs and counts were read."""

@@ -180,37 +180,51 @@ def allgather_rows(
     timer: PhaseTimer | None = None,
     wire: str = "fp32",
     meanwhile: Callable | None = None,
+    first: int | None = None,
 ) -> None:
     """All-gather rows of fixed width along a Bruck schedule, into ``tables``.
 
     ``tables``: ``(columns, values)``, tensors of shape ``(items, width)`` whose row r is item
-    ``(own + r) % items`` for this rank's item ``own``; row 0 (its own) is filled. Each row's
-    columns ascend in ``[0, span)`` (a short list repeats its last entry). Bruck's step of
-    distance 2^s sends rows ``[0, c)`` and receives rows ``[2^s, 2^s + c)``: one range of rows a
-    message (``Codec.encode_rows``), whose size every rank knows, so no count travels and
-    nothing is read from the device. At a 16-bit wire the rows keep their bits if they were
-    quantized by rows (``Codec.quantize_rows``) first. ``meanwhile(step, held)`` runs in every
-    step while its message travels, rows 0 .. held-1 being here.
+    ``(first + r) % items``; ``first`` defaults to this rank's item ``own`` (the order the
+    schedule holds them), and the row of ``own`` is filled. Each row's columns ascend in ``[0,
+    span)`` (a short list repeats its last entry). Bruck's step of distance 2^s sends items
+    ``own .. own + c - 1`` and receives items ``own + 2^s ..`` (rows ``[0, c)`` and ``[2^s, 2^s
+    + c)`` in the schedule's order; in another order a range can wrap past the last row): one
+    range of rows a message (``Codec.encode_rows``), whose size every rank knows, so no count
+    travels and nothing is read from the device. At a 16-bit wire the rows keep their bits if
+    they were quantized by rows (``Codec.quantize_rows``) first. ``meanwhile(step, held)`` runs
+    in every step while its message travels, the schedule's first ``held`` items being here
+    (with the default ``first``: rows 0 .. held-1).
     """
     coder, (columns, values) = codec(wire), tables
     count, width = values.shape
     own = steps[0].send_items[0] if steps else 0  # Bruck: this rank's item goes first
+    first = own if first is None else first
     held = [1]
 
-    def rows(items) -> slice:
-        first = (items[0] - own) % count
-        return slice(first, first + len(items))
+    def rows(items) -> list:
+        """The slices of ``tables`` that hold the consecutive ``items`` (two where they wrap)."""
+        start = (items[0] - first) % count
+        end = start + len(items)
+        if end <= count:
+            return [slice(start, end)]
+        return [slice(start, count), slice(0, end - count)]
 
     def produce(step: Step) -> torch.Tensor:
         send = rows(step.send_items)
-        return coder.encode_rows(columns[send], values[send], span)
+        if len(send) == 1:
+            return coder.encode_rows(columns[send[0]], values[send[0]], span)
+        joined = [torch.cat([table[part] for part in send]) for table in (columns, values)]
+        return coder.encode_rows(*joined, span)
 
     def consume(step: Step, message: torch.Tensor) -> None:
-        arrived = rows(step.recv_items)
-        got_columns, got_values = coder.decode_rows(message, len(step.recv_items), width, span)
-        columns[arrived] = got_columns
-        values[arrived] = got_values
-        held[0] = arrived.stop
+        got = coder.decode_rows(message, len(step.recv_items), width, span)
+        done = 0
+        for part in rows(step.recv_items):
+            size = part.stop - part.start
+            columns[part], values[part] = got[0][done : done + size], got[1][done : done + size]
+            done += size
+        held[0] += len(step.recv_items)
 
     run_schedule(
         transport,
@@ -236,16 +250,17 @@ def allgather_rows_in_order(
     """All-gather one list of a fixed length per item as rows (:func:`allgather_rows`).
 
     ``own``: this rank's ``(columns, values)``, 1-D. Returns ``(columns, values)`` of shape
-    ``(items, length)`` whose row i is item i's list (the columns of ``own``'s dtype).
+    ``(items, length)`` whose row i is item i's list (the columns of ``own``'s dtype), each
+    received row written in its place (no copy to reorder them).
     """
     items = 1 + sum(len(step.recv_items) for step in steps)  # Bruck: each arrives once
-    position = steps[0].send_items[0] if steps else 0  # this rank's item goes first
+    position = steps[0].send_items[0] if steps else 0
     length, device = own[1].numel(), own[1].device
     columns = torch.empty((items, length), dtype=own[0].dtype, device=device)
     values = torch.empty((items, length), device=device)
-    columns[0], values[0] = own
-    allgather_rows(transport, steps, (columns, values), span, timer, wire)
-    return torch.roll(columns, position, 0), torch.roll(values, position, 0)  # in item order
+    columns[position], values[position] = own
+    allgather_rows(transport, steps, (columns, values), span, timer, wire, first=0)
+    return columns, values
 
 
 def allgather_joined(

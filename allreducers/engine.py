@@ -219,11 +219,13 @@ def allgather_rows(
 
     def consume(step: Step, message: torch.Tensor) -> None:
         got = coder.decode_rows(message, len(step.recv_items), width, span)
-        done = 0
-        for part in rows(step.recv_items):
-            size = part.stop - part.start
-            columns[part], values[part] = got[0][done : done + size], got[1][done : done + size]
-            done += size
+        parts = rows(step.recv_items)
+        if len(parts) == 1:
+            columns[parts[0]], values[parts[0]] = got
+        else:  # the range wraps: its head fills the last rows, its tail the first
+            cut = parts[0].stop - parts[0].start
+            for table, arrived in zip((columns, values), got):
+                table[parts[0]], table[parts[1]] = arrived[:cut], arrived[cut:]
         held[0] += len(step.recv_items)
 
     run_schedule(

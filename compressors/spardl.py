@@ -430,9 +430,10 @@ class SparDL(Synchronizer):
 
         ``(tensors, arrays)``: two dicts of the same names, the tensors and what the call's
         local work reads and writes them as (on the CPU their NumPy views, else the tensors).
-        The (m, k_b) tables it fills; per row (see ``row_blocks``) ``bases``, the flat start of
-        its block, ``offsets``, row * B (keys that keep the rows' columns in order), and
-        ``limits``, ``row_limits`` (each int64 of shape (m, 1)); ``places``, 0 .. k_b-1.
+        The (m, k_b) tables it fills, and ``exponents``, each row's at a 16-bit wire (int32,
+        (m,)); per row (see ``row_blocks``) ``bases``, the flat start of its block,
+        ``offsets``, row * B (keys that keep the rows' columns in order), and ``limits``,
+        ``row_limits`` (each int64 of shape (m, 1)); ``places``, 0 .. k_b-1.
         """
         tables = self._tables.get(device)
         if tables is None or not _shares(tables[1]["chosen"], tables[0]["chosen"]):

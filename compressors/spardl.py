@@ -911,9 +911,10 @@ class _Call:
                     return
                 # What quantization took off an entry sent on: quantized again with its row's
                 # exponent, the entry comes out as it travelled (the same bits as ``lost``).
-                exponents = self.exponents[rows]
-                sent = self.coder.quantize_rows(self.tensor(seen), exponents).numpy()
-                self.new_values[rows] = np.where(passed_on, seen - sent, seen)
+                # Only those (others as 0): they passed quantization's checks once already.
+                sent_on = np.where(passed_on, seen, np.float32(0.0))
+                sent = self.coder.quantize_rows(self.tensor(sent_on), self.exponents[rows])
+                self.new_values[rows] = np.where(passed_on, seen - sent.numpy(), seen)
                 return
             place = search_sorted(chosen, query).clip(max=chosen.shape[0] - 1)
             member = (chosen[place] == query).reshape(columns.shape)

@@ -178,12 +178,20 @@ class Codec(abc.ABC):
         """
 
     @abc.abstractmethod
-    def encode_rows(self, columns: torch.Tensor, values: torch.Tensor, span: int) -> torch.Tensor:
+    def encode_rows(
+        self,
+        columns: torch.Tensor,
+        values: torch.Tensor,
+        span: int,
+        exponents: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Return one message holding the rows of ``(r, w)`` ``columns`` and ``values`` as r lists.
 
         Columns lie in ``[0, span)`` and each row's are non-decreasing (SparDL's tables are
         ascending, padded by repeating the last entry). The message has :meth:`rows_size`
         elements; a fixed number of operations and no read of the data, whatever r is.
+        ``exponents``: the rows' :meth:`row_exponents` where the caller has them (those it
+        quantized the values with), else ``None``: computed from ``values``.
         """
 
     @abc.abstractmethod
@@ -361,7 +369,7 @@ class Fp32Codec(Codec):
         """Return the int32 words of the rows' message: an index and a value per entry."""
         return 2 * rows * width
 
-    def encode_rows(self, columns: torch.Tensor, values: torch.Tensor, span: int) -> torch.Tensor:
+    def encode_rows(self, columns, values, span: int, exponents=None) -> torch.Tensor:
         """Return the rows' message ``indices | value bits`` in two copies."""
         size = columns.numel()
         message = torch.empty(2 * size, dtype=torch.int32, device=values.device)
@@ -559,7 +567,7 @@ class CompactCodec(Codec):
         """Return the bytes of the rows' message (docs/DESIGN.md, "The wire")."""
         return 4 * rows * (1 + _segments(span)) + 4 * rows * width
 
-    def encode_rows(self, columns: torch.Tensor, values: torch.Tensor, span: int) -> torch.Tensor:
+    def encode_rows(self, columns, values, span: int, exponents=None) -> torch.Tensor:
         """Return the rows' fixed-size uint8 message (docs/DESIGN.md, "The wire").
 
         ``[e_1..e_r | segment counts | 16-bit low columns | 16-bit values]``: the counts (of
@@ -573,7 +581,8 @@ class CompactCodec(Codec):
         )
         head = 4 * rows * (1 + segments)
         words = message[:head].view(torch.int32)
-        exponents = self.row_exponents(values)
+        if exponents is None:
+            exponents = self.row_exponents(values)
         words[:rows] = exponents
         if segments:
             counts = words[rows:].view(rows, segments).zero_()

@@ -721,7 +721,10 @@ class _Call:
         with self.timer("select"):
             rows = self.select(step.send_items, self.sync.block_budget)
             chosen, sent = self.tables["chosen"], self.tables["sent"]
-            return self.sync.codec.encode_rows(chosen[rows], sent[rows], self.sync.block_size)
+            exponents = None if self.coder is None else self.exponents[rows]  # from select
+            return self.sync.codec.encode_rows(
+                chosen[rows], sent[rows], self.sync.block_size, exponents
+            )
 
     def receive_blocks(self, step, message: torch.Tensor) -> None:
         """Step 2, receiving: add the received lists into their blocks' dense copies."""

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -139,14 +140,23 @@ def test_bad_arguments_print_the_usage_and_exit_2(args, message):
     os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to drop it (setpriv)"
 )
 def test_without_root_one_message_and_exit_2():
-    result = subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", SCRIPT, "--hosts", "2"]
-        + ["--rate", "1gbit", "--", "true"],
-        cwd="/",
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    # A copy the unprivileged user can reach: a clone may lie in a folder only root may enter
+    # (``mktemp -d`` makes them 0700), where the script would not even start (status 126).
+    folder = tempfile.mkdtemp()
+    try:
+        os.chmod(folder, 0o755)
+        script = shutil.copy(SCRIPT, folder)
+        os.chmod(script, 0o755)
+        result = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", script]
+            + ["--hosts", "2", "--rate", "1gbit", "--", "true"],
+            cwd="/",
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    finally:
+        shutil.rmtree(folder)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.splitlines() == [
         "cluster_network.sh: needs root to create and shape network namespaces (run it with sudo)"

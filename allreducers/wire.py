@@ -629,9 +629,8 @@ class CompactCodec(Codec):
 
     def _coded(self, indices, values, counts: Sequence[int], span: int | None) -> list:
         """Return the byte pieces ``exponents | [segment counts] | indices | values`` of lists."""
-        lists = _Lists(counts, values.device)
-        exponents = self._list_exponents(values, lists)
-        halves = self._lists_to_half(values, exponents, lists).view(torch.uint8)
+        lists, exponents, half = self._parts_half(values, list(counts), quantizing=False)
+        halves = half.view(torch.uint8)
         if not _offsets_form(span, len(counts), sum(counts)):
             return [exponents.view(torch.uint8), _index_bytes(indices, 4), halves]
         segments = _segment_counts(indices, lists, _segments(span))
@@ -793,10 +792,8 @@ class CompactCodec(Codec):
         device = pieces[0].device if pieces else torch.device("cpu")
         sizes = [piece.numel() for piece in pieces]
         values = torch.cat(list(pieces)) if pieces else torch.empty(0, device=device)
-        lists = _Lists(sizes, device)
-        exponents = self._list_exponents(values, lists)
-        halves = self._lists_to_half(values, exponents, lists)
-        return torch.cat([exponents.view(torch.uint8), halves.view(torch.uint8)])
+        _, exponents, half = self._parts_half(values, sizes, quantizing=False)
+        return torch.cat([exponents.view(torch.uint8), half.view(torch.uint8)])
 
     def values_bytes(self, sizes: Sequence[int]) -> int:
         """Return 4 bytes per piece (its exponent) and 2 per value."""

@@ -704,8 +704,9 @@ class _Call:
             self.levels[part] = _smallest_magnitudes(values)
             sent = values
             if self.coder is not None:
-                exponents = self.coder.row_exponents(self.tensor(values))
-                sent = self.array(self.coder.quantize_rows(self.tensor(values), exponents))
+                travels = self.tensor(values)
+                exponents = self.coder.row_exponents(travels)
+                sent = self.array(self.coder.quantize_rows(travels, exponents))
                 self.exponents[part] = exponents
                 self.lost[part, :keep] = values - sent
             self.sent[part, :keep] = sent

@@ -24,6 +24,8 @@ from .checks import check_choice
 WIRES = ("fp32", "fp16", "bf16")
 
 _SEGMENT = 1 << 16  # the span one 16-bit offset covers
+#: Values per exponent of a dense region at a 16-bit wire (:meth:`Codec.encode_region`).
+PIECE = 1 << 16
 _FP16_MAX = float(torch.finfo(torch.float16).max)
 _LOWEST_EXPONENT = -125  # below it a decoded fp16 value times 2^e could round in float32
 
@@ -308,6 +310,40 @@ class Codec(abc.ABC):
             [self.decode_values(message, [size])[0] for message, size in zip(messages, sizes)]
         )
 
+    # Dense regions: the values of encode_values in pieces of PIECE, the last one shorter ------
+
+    @abc.abstractmethod
+    def encode_region(self, values: torch.Tensor, residual: bool = False) -> tuple:
+        """Return ``(head, body)``: the dense ``values`` coded as :meth:`encode_values` does.
+
+        In pieces of :data:`PIECE` values (the last one shorter), without a read. ``head``: the
+        pieces' exponents (empty at fp32); ``body``: their values. Where ``residual``,
+        ``values`` then hold what the wire took off them (at fp32 nothing: they stay as they are).
+        A fixed number of operations per region, and no list number per entry (as the pieces of
+        :meth:`encode_values` need): how ``dense`` and TopkDSA's dense gather move their regions.
+        """
+
+    @abc.abstractmethod
+    def join_regions(self, coded: Sequence[tuple]) -> torch.Tensor:
+        """Return one message of :meth:`encode_region` regions, in order.
+
+        The :meth:`encode_values` message of all their pieces: the heads, then the bodies.
+        """
+
+    @abc.abstractmethod
+    def split_regions(self, message: torch.Tensor, sizes: Sequence[int]) -> list:
+        """Return the ``(head, body)`` (views) of each region of a :meth:`join_regions` message.
+
+        The regions hold ``sizes`` values.
+
+        Raises:
+            RuntimeError: the message does not fit.
+        """
+
+    @abc.abstractmethod
+    def decode_region(self, coded: tuple, out: torch.Tensor, add: bool = False) -> torch.Tensor:
+        """Write (or with ``add``, add) the float32 values of a coded region into ``out``."""
+
 
 class Fp32Codec(Codec):
     """The fp32 wire: int32 messages ``[counts] | indices | value bits``, bit for bit."""
@@ -463,6 +499,25 @@ class Fp32Codec(Codec):
         if joined.numel() != sum(sizes):
             raise RuntimeError(f"malformed message: {joined.numel()} words for {sum(sizes)} values")
         return joined.view(torch.float32)
+
+    def encode_region(self, values: torch.Tensor, residual: bool = False) -> tuple:
+        """Return ``(no words, the bits of values)``: nothing is lost."""
+        return values.new_empty(0, dtype=torch.int32), values.view(torch.int32)
+
+    def join_regions(self, coded: Sequence[tuple]) -> torch.Tensor:
+        """Return the regions' words, joined."""
+        return torch.cat([body for _, body in coded])
+
+    def split_regions(self, message: torch.Tensor, sizes: Sequence[int]) -> list:
+        """Return each region's ``(no words, words)``."""
+        if message.numel() != sum(sizes):
+            raise RuntimeError(f"malformed message: {message.numel()} elements for {sizes}")
+        return [(message[:0], body) for body in message.split(list(sizes))]
+
+    def decode_region(self, coded: tuple, out: torch.Tensor, add: bool = False) -> torch.Tensor:
+        """Copy (or add) the region's values into ``out``."""
+        values = coded[1].view(torch.float32)
+        return out.add_(values) if add else out.copy_(values)
 
 
 class CompactCodec(Codec):
@@ -829,6 +884,67 @@ class CompactCodec(Codec):
         # 2^e is exact in float32, and so is every product (e >= -125): the bits of _from_half.
         lists = _Lists([size for _, size in pairs], joined.device)
         return self._lists_from_half(torch.cat(cut[1::2]).view(self._half), exponents, lists)
+
+    def encode_region(self, values: torch.Tensor, residual: bool = False) -> tuple:
+        """Return the pieces' exponents and 16-bit values as bytes, without a read.
+
+        The pieces are at most two 2-D views (:func:`_piece_rows`), each scaled by a column of
+        powers of two and written straight into the 16-bit body: the bits of
+        :meth:`quantize_parts` and :meth:`encode_values`, with no index per entry.
+        """
+        rows = _piece_rows(values)
+        half = torch.empty(values.numel(), dtype=self._half, device=values.device)
+        if not rows:
+            return half.view(torch.uint8)[:0], half.view(torch.uint8)
+        exponents = torch.cat([self.row_exponents(part) for part in rows])
+        counts = [part.shape[0] for part in rows]
+        lower = _powers_of_two(exponents, -1).unsqueeze(1).split(counts)
+        for part, half_part, scale in zip(rows, _piece_rows(half), lower):
+            torch.mul(part, scale, out=half_part)
+        self._quantized(half)
+        if residual:
+            upper = _powers_of_two(exponents).unsqueeze(1).split(counts)
+            for part, half_part, scale in zip(rows, _piece_rows(half), upper):
+                part.addcmul_(half_part, scale, value=-1)
+        return exponents.view(torch.uint8), half.view(torch.uint8)
+
+    def join_regions(self, coded: Sequence[tuple]) -> torch.Tensor:
+        """Return the regions' heads, then their bodies, as one uint8 message."""
+        return torch.cat([head for head, _ in coded] + [body for _, body in coded])
+
+    def split_regions(self, message: torch.Tensor, sizes: Sequence[int]) -> list:
+        """Return each region's ``(head, body)``: views of its exponents' and values' bytes."""
+        pieces = [-(-size // PIECE) for size in sizes]
+        cuts = [4 * count for count in pieces] + [2 * size for size in sizes]
+        if message.numel() != sum(cuts):
+            raise RuntimeError(f"malformed message: {message.numel()} bytes for {list(sizes)}")
+        parts = message.split(cuts)
+        return list(zip(parts[: len(sizes)], parts[len(sizes) :]))
+
+    def decode_region(self, coded: tuple, out: torch.Tensor, add: bool = False) -> torch.Tensor:
+        """Write (or add) each piece times 2^e into ``out``: one operation per 2-D view."""
+        head, body = coded
+        rows = _piece_rows(out)
+        upper = _powers_of_two(head.view(torch.int32)).unsqueeze(1)
+        halves = _piece_rows(body.view(self._half))
+        for part, half_part, scale in zip(rows, halves, upper.split([p.shape[0] for p in rows])):
+            if add:
+                part.addcmul_(half_part, scale)
+            else:
+                torch.mul(half_part, scale, out=part)
+        return out
+
+
+def _piece_rows(values: torch.Tensor) -> list:
+    """Return the 1-D ``values``' pieces of :data:`PIECE` as at most two 2-D views.
+
+    The full pieces as ``(m, PIECE)`` and the last, shorter one as ``(1, r)``; none if empty.
+    """
+    full = values.numel() // PIECE
+    rows = [values[: full * PIECE].view(full, PIECE)] if full else []
+    if values.numel() > full * PIECE:
+        rows.append(values[full * PIECE :].view(1, -1))
+    return rows
 
 
 class Fp16Codec(CompactCodec):

@@ -15,8 +15,6 @@ from .base import Synchronizer
 from .registry import register
 from .sparse_ops import equal_cuts
 
-_PIECE = 1 << 16  # values per exponent of a dense message at a 16-bit wire
-
 
 @register("dense", description="MPI Allreduce (sum) of the whole gradient divided by P")
 class Dense(Synchronizer):
@@ -71,35 +69,24 @@ class Dense(Synchronizer):
     def _region(self, tensor: torch.Tensor, region: int) -> torch.Tensor:
         return tensor[self.boundaries[region] : self.boundaries[region + 1]]
 
-    def _pieces(self, region: int) -> list:
-        size = self.boundaries[region + 1] - self.boundaries[region]
-        return [min(_PIECE, size - start) for start in range(0, size, _PIECE)]
-
     def _compact_average(self, accumulated, timer) -> torch.Tensor:
         """Reduce-scatter and all-gather with 16-bit messages (module docstring).
 
         ``accumulated`` becomes the residual: at other regions what the wire took off the sent
-        values, at this rank's region what it took off the reduced sums.
+        values, at this rank's region what it took off the reduced sums, which gather there.
+        Each region is coded once (:meth:`Codec.encode_region`) and forwarded as it arrived.
         """
         coder, rank = self.codec, self.rank
         own = self._region(accumulated, rank)
-        sums = own.clone()
 
         def send_region(step):
-            region = step.send_items[0]
             with timer("select"):
-                values, sizes = self._region(accumulated, region), self._pieces(region)
-                quantized = coder.quantize_parts(values, sizes, -1)  # every piece, no read
-                values.sub_(quantized)  # the residual keeps what the wire removes
-                return coder.encode_values(torch.split(quantized, sizes))
+                region = self._region(accumulated, step.send_items[0])
+                return coder.join_regions([coder.encode_region(region, residual=True)])
 
         def add_region(step, message):
             with timer("accumulate"):
-                for piece, values in zip(
-                    torch.split(sums, self._pieces(rank)),
-                    coder.decode_values(message, self._pieces(rank)),
-                ):
-                    piece.add_(values)
+                coder.decode_region(coder.split_regions(message, [own.numel()])[0], own, add=True)
 
         device = accumulated.device
         run_schedule(
@@ -112,22 +99,14 @@ class Dense(Synchronizer):
             dtype=coder.recv_dtype,
         )
         with timer("select"):
-            reduced = coder.quantize_parts(sums, self._pieces(rank), -1)
-            torch.sub(sums, reduced, out=own)
-        regions = {rank: reduced}
+            coded = {rank: coder.encode_region(own, residual=True)}
 
         def send_gathered(step):
-            return coder.encode_values(
-                [piece for item in step.send_items for piece in self._split(regions[item], item)]
-            )
+            return coder.join_regions([coded[item] for item in step.send_items])
 
         def keep_gathered(step, message):
-            sizes = [size for item in step.recv_items for size in self._pieces(item)]
-            pieces, first = coder.decode_values(message, sizes), 0
-            for item in step.recv_items:
-                count = len(self._pieces(item))
-                regions[item] = torch.cat(pieces[first : first + count]) if count else sums[:0]
-                first += count
+            sizes = [self._region(accumulated, item).numel() for item in step.recv_items]
+            coded.update(zip(step.recv_items, coder.split_regions(message, sizes)))
 
         run_schedule(
             self.transport,
@@ -140,9 +119,6 @@ class Dense(Synchronizer):
         )
         with timer("accumulate"):
             result = self._new_result(device)
-            for item, values in regions.items():
-                torch.div(values, self.size, out=self._region(result, item))
-        return result
-
-    def _split(self, values: torch.Tensor, region: int) -> tuple:
-        return torch.split(values, self._pieces(region))
+            for item, region in coded.items():
+                coder.decode_region(region, self._region(result, item))
+            return result.div_(self.size)

@@ -27,6 +27,7 @@ from allreducers import (
     RegionReducer,
     allgather_joined,
     bruck_allgather_schedule,
+    codec,
     device_tensor,
     run_schedule,
 )
@@ -35,8 +36,6 @@ from .base import Synchronizer
 from .registry import register
 from .selection import Selector
 from .sparse_ops import budget, equal_cuts, put_
-
-_PIECE = 1 << 16  # values per exponent of a dense region at a 16-bit wire
 
 
 @register(
@@ -122,32 +121,25 @@ class TopkDSA(Synchronizer):
         return result, accumulated
 
     def _gather_dense(self, result, timer) -> None:
-        """All-gather (Bruck) the dense reduced regions straight into ``result``, / P."""
-        bounds, coder = self.boundaries, self.codec
-        regions = {self.rank: self.reducer.region_sums(bounds)}
-        if coder.compact and self.size > 1:
-            with timer("select"):
-                sums = regions[self.rank]
-                sizes = [piece.numel() for piece in self._pieces(sums)]
-                sent = coder.quantize_parts(sums, sizes, -1)
-                residual = self._residual[bounds[self.rank] : bounds[self.rank + 1]]
-                residual.add_(sums - sent)  # what the wire removes stays with the owner
-                regions[self.rank] = sent
+        """All-gather (Bruck) the dense reduced regions straight into ``result``, / P.
+
+        Each region travels as :meth:`Codec.encode_region` codes it (in pieces of 65,536 values
+        at a 16-bit wire, each with an exponent of its own) and is forwarded as it arrived.
+        """
+        bounds = self.boundaries
+        coder = self.codec if self.size > 1 else codec("fp32")  # alone: nothing travels
+        sums = self.reducer.region_sums(bounds)
+        with timer("select"):
+            coded = {self.rank: coder.encode_region(sums, residual=coder.compact)}
+            if coder.compact:  # what the wire removes stays with the owner
+                self._residual[bounds[self.rank] : bounds[self.rank + 1]].add_(sums)
 
         def produce(step):
-            return coder.encode_values(
-                [piece for item in step.send_items for piece in self._pieces(regions[item])]
-            )
+            return coder.join_regions([coded[item] for item in step.send_items])
 
         def consume(step, message):
-            sizes = {item: self._piece_sizes(item) for item in step.recv_items}
-            pieces = coder.decode_values(message, [n for item in sizes for n in sizes[item]])
-            for item, item_sizes in sizes.items():
-                mine, pieces = pieces[: len(item_sizes)], pieces[len(item_sizes) :]
-                if len(mine) == 1:
-                    regions[item] = mine[0]
-                else:
-                    regions[item] = torch.cat(mine) if mine else result.new_empty(0)
+            sizes = [bounds[item + 1] - bounds[item] for item in step.recv_items]
+            coded.update(zip(step.recv_items, coder.split_regions(message, sizes)))
 
         run_schedule(
             self.transport,
@@ -159,25 +151,10 @@ class TopkDSA(Synchronizer):
             dtype=coder.recv_dtype,
         )
         with timer("accumulate"):
-            for item, values in regions.items():
-                torch.div(values, self.size, out=result[bounds[item] : bounds[item + 1]])
+            for item, region in coded.items():
+                coder.decode_region(region, result[bounds[item] : bounds[item + 1]])
+            result.div_(self.size)
             self._nnz = None
-
-    def _pieces(self, values: torch.Tensor) -> list:
-        """Return a dense region's values as they travel: in pieces of 65,536 at a 16-bit wire.
-
-        Each piece has an exponent of its own there; at fp32 the region is one piece.
-        """
-        if not self.codec.compact:
-            return [values]
-        return list(torch.split(values, _PIECE)) if values.numel() else []
-
-    def _piece_sizes(self, region: int) -> list:
-        """Return the sizes of :meth:`_pieces` of region ``region``."""
-        size = self.boundaries[region + 1] - self.boundaries[region]
-        if not self.codec.compact:
-            return [size]
-        return [min(_PIECE, size - start) for start in range(0, size, _PIECE)]
 
     def _count_nonzero(self, result):
         if self._nnz is None:  # dense: a pass over the result

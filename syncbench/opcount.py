@@ -18,6 +18,7 @@ import warnings
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 #: ATen operations whose output's size (or a host value) comes from the data: a host sync on a GPU.
 DATA_DEPENDENT = frozenset(
@@ -37,13 +38,17 @@ DATA_DEPENDENT = frozenset(
 
 
 class _Dispatched(TorchDispatchMode):
-    """Counts the ATen operations dispatched on this thread, by name, and boolean masks."""
+    """Counts this thread's ATen operations by name, boolean masks, and the bytes allocated.
+
+    The bytes: of the storages the operations return that no input of theirs has.
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self.counts: collections.Counter = collections.Counter()
         self.masked = 0
         self.sized = 0  # repeat_interleave calls told their output's size
+        self.allocated = 0  # bytes of outputs that share no storage with an input
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func._schema.name.split("::")[-1]
@@ -55,7 +60,24 @@ class _Dispatched(TorchDispatchMode):
             for index in (args[1] if len(args) > 1 and isinstance(args[1], (list, tuple)) else ())
         ):
             self.masked += 1
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        self.allocated += _new_bytes(out, (args, kwargs))
+        return out
+
+
+def _new_bytes(out, inputs) -> int:
+    """Return the bytes of the storages in ``out`` that none of the tensors ``inputs`` has."""
+    given = {
+        leaf.untyped_storage().data_ptr()
+        for leaf in tree_leaves(inputs)
+        if isinstance(leaf, torch.Tensor)
+    }
+    made = {
+        leaf.untyped_storage().data_ptr(): leaf.untyped_storage().nbytes()
+        for leaf in tree_leaves(out)
+        if isinstance(leaf, torch.Tensor)
+    }
+    return sum(size for pointer, size in made.items() if pointer not in given)
 
 
 class _ListReads(TorchFunctionMode):
@@ -100,6 +122,11 @@ class OperationCounter:
         return sum(self.counts.values())
 
     @property
+    def allocated_bytes(self) -> int:
+        """The bytes of the new tensors the operations made (not views, not in-place results)."""
+        return self._dispatched.allocated
+
+    @property
     def data_dependent(self) -> int:
         """The operations whose result's size or value reaches the host."""
         names = sum(self.counts[name] for name in DATA_DEPENDENT) - self._dispatched.sized
@@ -107,7 +134,10 @@ class OperationCounter:
 
 
 def count_call(sync, grad: torch.Tensor, syncs: bool = True) -> dict:
-    """Run ``sync.allreduce(grad)`` once and return ``{"ops", "data_dependent_ops"}``.
+    """Run ``sync.allreduce(grad)`` once: ``{"ops", "data_dependent_ops", "allocated_bytes"}``.
+
+    ``allocated_bytes``: the bytes of the new tensors the call made, its result's included
+    (docs/PERFORMANCE.md, "Memory a call makes").
 
     With a CUDA ``grad`` and ``syncs``, also ``host_sync_ops``: the host synchronizations of the
     call (:func:`host_syncs`). In-process ranks are threads of one process, whose sync debug mode
@@ -120,7 +150,11 @@ def count_call(sync, grad: torch.Tensor, syncs: bool = True) -> dict:
     with host_syncs() if counting else contextlib.nullcontext() as found:
         with OperationCounter() as counter:
             sync.allreduce(grad)
-    counts = {"ops": counter.total, "data_dependent_ops": counter.data_dependent}
+    counts = {
+        "ops": counter.total,
+        "data_dependent_ops": counter.data_dependent,
+        "allocated_bytes": counter.allocated_bytes,
+    }
     if counting:
         counts["host_sync_ops"] = found["count"]
     return counts
@@ -243,9 +277,10 @@ def main(argv=None) -> list:
     )
     for row in rows:
         syncs = f" syncs {row['host_sync_ops']}" if "host_sync_ops" in row else ""
+        made = row["allocated_bytes"] / (4 * row["numel"])
         print(
             f"{row['method']:10} P={row['workers']:<3} {row['ops']}/{row['data_dependent_ops']}"
-            + syncs
+            f" allocated {made:.2f}x the gradient's bytes" + syncs
         )
     if args.json:
         with open(args.json, "w") as handle:

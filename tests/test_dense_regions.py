@@ -1,0 +1,84 @@
+"""Dense regions at every wire (``Codec.encode_region`` and its kin): the messages, values and
+residuals of ``encode_values`` and ``quantize_parts`` over 65,536-value pieces, coded as 2-D
+views with no index per entry; what a call allocates, as the operation counter sees it."""
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import compressors
+from allreducers import WIRES, codec
+from allreducers.transports import local_group
+from allreducers.wire import PIECE
+from syncbench.opcount import OperationCounter
+from tests.ranks import heavy_tailed
+
+pytestmark = pytest.mark.timeout(120)
+
+SIZES = [0, 7, PIECE, 2 * PIECE + 3]  # empty, one short piece, one full, two full and a short
+
+
+def _pieces(size: int) -> list:
+    return [min(PIECE, size - start) for start in range(0, size, PIECE)]
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_regions_travel_as_the_pieces_of_encode_values(wire):
+    coder = codec(wire)
+    regions = [heavy_tailed(size, seed) * 10.0**seed for seed, size in enumerate(SIZES)]
+    pieces = [_pieces(size) for size in SIZES]
+    quantized = [coder.quantize_parts(region, sizes, -1) for region, sizes in zip(regions, pieces)]
+    sent = [region.clone() for region in regions]
+    coded = [coder.encode_region(region, residual=True) for region in sent]
+    message = coder.join_regions(coded)
+    flat = [piece for region, sizes in zip(quantized, pieces) for piece in region.split(sizes)]
+    assert message.dtype == coder.recv_dtype
+    assert torch.equal(message, coder.encode_values(flat))
+    for region, left, travelled in zip(regions, sent, quantized):
+        # What the wire removed stays (zero at fp32, where the region is left as it was).
+        expected = region if wire == "fp32" else region - travelled
+        assert torch.equal(left.view(torch.int32), expected.view(torch.int32))
+    for part, travelled in zip(coder.split_regions(message, SIZES), quantized):
+        out = torch.full_like(travelled, 0.25)
+        assert torch.equal(coder.decode_region(part, out.clone()), travelled)
+        assert torch.equal(coder.decode_region(part, out, add=True), 0.25 + travelled)
+    with pytest.raises(RuntimeError, match="malformed"):
+        coder.split_regions(message, [*SIZES[:-1], SIZES[-1] + 1])
+
+
+@pytest.mark.parametrize("wire", ["fp16", "bf16"])
+def test_dense_call_makes_no_index_per_entry(wire):
+    """The 16-bit dense call codes its regions as 2-D views: no int64 tensor as long as a region
+    (per-piece list numbers, spread per entry, took 31 times the gradient's bytes a call)."""
+    numel, workers = 3 * PIECE + 11, 3
+
+    class Shapes(TorchDispatchMode):
+        made: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if isinstance(out, torch.Tensor):
+                self.made.append((func.__name__, out.dtype, out.numel()))
+            return out
+
+    def body(transport):
+        sync = compressors.create("dense", transport, numel=numel, wire=wire)
+        grad = heavy_tailed(numel, transport.rank)
+        sync.allreduce(grad)
+        with Shapes() as shapes:
+            sync.allreduce(grad)
+        return shapes.made
+
+    made = local_group(workers).run(body)[0]
+    long = [row for row in made if row[1] == torch.int64 and row[2] >= numel // workers]
+    assert made and not long, long
+
+
+def test_the_counter_adds_the_bytes_of_new_tensors_only():
+    base = torch.zeros(100)
+    with OperationCounter() as counter:
+        fresh = torch.empty(50)  # 200 bytes
+        base[:10].add_(1.0)  # in place: none
+        base.view(10, 10)  # a view: none
+        fresh.double()  # 400 bytes
+    assert counter.allocated_bytes == 200 + 400

@@ -1,6 +1,8 @@
-"""Dense regions at every wire (``Codec.encode_region`` and its kin): the messages, values and
-residuals of ``encode_values`` and ``quantize_parts`` over 65,536-value pieces, coded as 2-D
-views with no index per entry; what a call allocates, as the operation counter sees it."""
+"""Coding without work per entry where none is needed. Dense regions at every wire
+(``Codec.encode_region`` and its kin): the messages, values and residuals of ``encode_values``
+and ``quantize_parts`` over 65,536-value pieces, coded as 2-D views with no index per entry;
+what a call allocates, as the operation counter sees it; lists' segment counts by a binary
+search on the CPU."""
 
 import pytest
 import torch
@@ -82,3 +84,23 @@ def test_the_counter_adds_the_bytes_of_new_tensors_only():
         base.view(10, 10)  # a view: none
         fresh.double()  # 400 bytes
     assert counter.allocated_bytes == 200 + 400
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_segment_counts_by_search_and_by_scatter_agree_with_a_count(dtype):
+    """The CPU's binary search and the device's scatter-add give each list's entries per
+    65,536-wide segment (here on CPU tensors both)."""
+    from allreducers.wire import _Lists, _scattered_counts, _searched_counts
+
+    generator = torch.Generator().manual_seed(0)
+    span, counts = 5 * PIECE + 17, [0, 1, 900, 3000, 2]
+    parts = [torch.randperm(span, generator=generator)[:count].sort().values for count in counts]
+    indices = torch.cat(parts).to(dtype)
+    segments = -(-span // PIECE)
+    expected = torch.tensor(
+        [[int(((part >> 16) == s).sum()) for s in range(segments)] for part in parts],
+        dtype=torch.int32,
+    )
+    lists = _Lists(counts, indices.device)
+    assert torch.equal(_searched_counts(indices, lists, segments), expected)
+    assert torch.equal(_scattered_counts(indices, lists, segments).view(len(counts), -1), expected)

@@ -12,6 +12,7 @@ a bitmap over the indices it owns).
 from __future__ import annotations
 
 import abc
+import functools
 import math
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -639,10 +640,10 @@ class CompactCodec(Codec):
         if exponents is None:
             exponents = self.row_exponents(values)
         words[:rows] = exponents
-        if segments:
-            counts = words[rows:].view(rows, segments).zero_()
-            ones = torch.ones((), dtype=torch.int32, device=values.device).expand(rows, width)
-            counts.scatter_add_(1, columns.long() >> 16, ones)
+        if segments:  # the rows ascend: a binary search of each row for the segments' edges
+            edges = _segment_edges(segments, columns.dtype, columns.device, rows)
+            found = torch.searchsorted(columns.contiguous(), edges)
+            words[rows:].view(rows, segments).copy_(found.diff(dim=1))
         entries = rows * width
         low = message[head : head + 2 * entries].view(torch.int16).view(rows, width)
         low.copy_(columns & 0xFFFF)
@@ -1170,10 +1171,23 @@ def _searched_counts(indices: torch.Tensor, lists: _Lists, segments: int) -> tor
     One ``searchsorted`` of S + 1 values per list, instead of a ``scatter_add`` of every entry
     into a small table, which runs at a few ns an entry on the CPU.
     """
-    edges = torch.arange(segments + 1, dtype=torch.int64, device=indices.device) << 16
-    edges = edges.clamp_(max=torch.iinfo(indices.dtype).max).to(indices.dtype)
+    edges = _segment_edges(segments, indices.dtype, indices.device)
     found = [torch.searchsorted(part, edges) for part in indices.split(lists.counts)]
     return torch.stack(found).diff(dim=1).to(torch.int32)
+
+
+@functools.lru_cache(maxsize=64)
+def _segment_edges(
+    segments: int, dtype: torch.dtype, device: torch.device, rows: int = 0
+) -> torch.Tensor:
+    """Return the first index of each of ``segments`` segments, and the end: ``(S + 1,)``.
+
+    In ``dtype`` (the indices'), the end clamped to its largest value (above every index);
+    ``rows`` > 0: that many copies, ``(rows, S + 1)``. Made once per shape: read only.
+    """
+    edges = torch.arange(segments + 1, dtype=torch.int64, device=device) << 16
+    edges = edges.clamp_(max=torch.iinfo(dtype).max).to(dtype)
+    return edges.repeat(rows, 1) if rows else edges
 
 
 def _restore_high(low: torch.Tensor, counts: torch.Tensor, rows: int, segments: int, entries: int):

@@ -314,36 +314,37 @@ class Codec(abc.ABC):
     # Dense regions: the values of encode_values in pieces of PIECE, the last one shorter ------
 
     @abc.abstractmethod
-    def encode_region(self, values: torch.Tensor, residual: bool = False) -> tuple:
-        """Return ``(head, body)``: the dense ``values`` coded as :meth:`encode_values` does.
+    def encode_region(self, values: torch.Tensor, residual: bool = False) -> torch.Tensor:
+        """Return the message of one dense region: ``values`` as :meth:`encode_values` codes them.
 
-        In pieces of :data:`PIECE` values (the last one shorter), without a read. ``head``: the
-        pieces' exponents (empty at fp32); ``body``: their values. Where ``residual``,
-        ``values`` then hold what the wire took off them (at fp32 nothing: they stay as they are).
-        A fixed number of operations per region, and no list number per entry (as the pieces of
+        In pieces of :data:`PIECE` values (the last one shorter), without a read: the pieces'
+        exponents (none at fp32), then their values. Where ``residual``, ``values`` then hold
+        what the wire took off them (at fp32 nothing: they stay as they are). A fixed number of
+        operations per region, and no list number per entry (as the pieces of
         :meth:`encode_values` need): how ``dense`` and TopkDSA's dense gather move their regions.
         """
 
     @abc.abstractmethod
-    def join_regions(self, coded: Sequence[tuple]) -> torch.Tensor:
-        """Return one message of :meth:`encode_region` regions, in order.
-
-        The :meth:`encode_values` message of all their pieces: the heads, then the bodies.
-        """
-
-    @abc.abstractmethod
     def split_regions(self, message: torch.Tensor, sizes: Sequence[int]) -> list:
-        """Return the ``(head, body)`` (views) of each region of a :meth:`join_regions` message.
+        """Return the ``(head, body)`` (views) of each region of a region message.
 
-        The regions hold ``sizes`` values.
+        A message of :meth:`encode_region` or :meth:`join_regions`, of regions of ``sizes``
+        values; ``head``: their exponents' words, ``body``: their values'.
 
         Raises:
             RuntimeError: the message does not fit.
         """
 
     @abc.abstractmethod
+    def join_regions(self, coded: Sequence[tuple]) -> torch.Tensor:
+        """Return one message of :meth:`split_regions` regions, in order, to forward them.
+
+        The :meth:`encode_values` message of all their pieces: the heads, then the bodies.
+        """
+
+    @abc.abstractmethod
     def decode_region(self, coded: tuple, out: torch.Tensor, add: bool = False) -> torch.Tensor:
-        """Write (or with ``add``, add) the float32 values of a coded region into ``out``."""
+        """Write (or with ``add``, add) the float32 values of a split region into ``out``."""
 
 
 class Fp32Codec(Codec):
@@ -501,19 +502,19 @@ class Fp32Codec(Codec):
             raise RuntimeError(f"malformed message: {joined.numel()} words for {sum(sizes)} values")
         return joined.view(torch.float32)
 
-    def encode_region(self, values: torch.Tensor, residual: bool = False) -> tuple:
-        """Return ``(no words, the bits of values)``: nothing is lost."""
-        return values.new_empty(0, dtype=torch.int32), values.view(torch.int32)
-
-    def join_regions(self, coded: Sequence[tuple]) -> torch.Tensor:
-        """Return the regions' words, joined."""
-        return torch.cat([body for _, body in coded])
+    def encode_region(self, values: torch.Tensor, residual: bool = False) -> torch.Tensor:
+        """Return the bits of ``values`` as int32 words: nothing is lost."""
+        return values.view(torch.int32)
 
     def split_regions(self, message: torch.Tensor, sizes: Sequence[int]) -> list:
         """Return each region's ``(no words, words)``."""
         if message.numel() != sum(sizes):
             raise RuntimeError(f"malformed message: {message.numel()} elements for {sizes}")
         return [(message[:0], body) for body in message.split(list(sizes))]
+
+    def join_regions(self, coded: Sequence[tuple]) -> torch.Tensor:
+        """Return the regions' words, joined."""
+        return torch.cat([body for _, body in coded])
 
     def decode_region(self, coded: tuple, out: torch.Tensor, add: bool = False) -> torch.Tensor:
         """Copy (or add) the region's values into ``out``."""
@@ -886,18 +887,21 @@ class CompactCodec(Codec):
         lists = _Lists([size for _, size in pairs], joined.device)
         return self._lists_from_half(torch.cat(cut[1::2]).view(self._half), exponents, lists)
 
-    def encode_region(self, values: torch.Tensor, residual: bool = False) -> tuple:
-        """Return the pieces' exponents and 16-bit values as bytes, without a read.
+    def encode_region(self, values: torch.Tensor, residual: bool = False) -> torch.Tensor:
+        """Return the pieces' exponents and 16-bit values as one uint8 message, without a read.
 
         The pieces are at most two 2-D views (:func:`_piece_rows`), each scaled by a column of
-        powers of two and written straight into the 16-bit body: the bits of
+        powers of two and written straight into the message: the bits of
         :meth:`quantize_parts` and :meth:`encode_values`, with no index per entry.
         """
         rows = _piece_rows(values)
-        half = torch.empty(values.numel(), dtype=self._half, device=values.device)
+        head = 4 * _piece_count(values.numel())
+        message = torch.empty(head + 2 * values.numel(), dtype=torch.uint8, device=values.device)
         if not rows:
-            return half.view(torch.uint8)[:0], half.view(torch.uint8)
-        exponents = torch.cat([self.row_exponents(part) for part in rows])
+            return message
+        exponents = message[:head].view(torch.int32)
+        exponents.copy_(torch.cat([self.row_exponents(part) for part in rows]))
+        half = message[head:].view(self._half)
         counts = [part.shape[0] for part in rows]
         lower = _powers_of_two(exponents, -1).unsqueeze(1).split(counts)
         for part, half_part, scale in zip(rows, _piece_rows(half), lower):
@@ -907,20 +911,20 @@ class CompactCodec(Codec):
             upper = _powers_of_two(exponents).unsqueeze(1).split(counts)
             for part, half_part, scale in zip(rows, _piece_rows(half), upper):
                 part.addcmul_(half_part, scale, value=-1)
-        return exponents.view(torch.uint8), half.view(torch.uint8)
-
-    def join_regions(self, coded: Sequence[tuple]) -> torch.Tensor:
-        """Return the regions' heads, then their bodies, as one uint8 message."""
-        return torch.cat([head for head, _ in coded] + [body for _, body in coded])
+        return message
 
     def split_regions(self, message: torch.Tensor, sizes: Sequence[int]) -> list:
         """Return each region's ``(head, body)``: views of its exponents' and values' bytes."""
-        pieces = [-(-size // PIECE) for size in sizes]
+        pieces = [_piece_count(size) for size in sizes]
         cuts = [4 * count for count in pieces] + [2 * size for size in sizes]
         if message.numel() != sum(cuts):
             raise RuntimeError(f"malformed message: {message.numel()} bytes for {list(sizes)}")
         parts = message.split(cuts)
         return list(zip(parts[: len(sizes)], parts[len(sizes) :]))
+
+    def join_regions(self, coded: Sequence[tuple]) -> torch.Tensor:
+        """Return the regions' heads, then their bodies, as one uint8 message."""
+        return torch.cat([head for head, _ in coded] + [body for _, body in coded])
 
     def decode_region(self, coded: tuple, out: torch.Tensor, add: bool = False) -> torch.Tensor:
         """Write (or add) each piece times 2^e into ``out``: one operation per 2-D view."""
@@ -934,6 +938,11 @@ class CompactCodec(Codec):
             else:
                 torch.mul(half_part, scale, out=part)
         return out
+
+
+def _piece_count(size: int) -> int:
+    """Return the pieces of :data:`PIECE` values (the last one shorter) of ``size`` values."""
+    return -(-size // PIECE)
 
 
 def _piece_rows(values: torch.Tensor) -> list:

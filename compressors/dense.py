@@ -69,6 +69,9 @@ class Dense(Synchronizer):
     def _region(self, tensor: torch.Tensor, region: int) -> torch.Tensor:
         return tensor[self.boundaries[region] : self.boundaries[region + 1]]
 
+    def _size(self, region: int) -> int:
+        return self.boundaries[region + 1] - self.boundaries[region]
+
     def _compact_average(self, accumulated, timer) -> torch.Tensor:
         """Reduce-scatter and all-gather with 16-bit messages (module docstring).
 
@@ -77,16 +80,16 @@ class Dense(Synchronizer):
         Each region is coded once (:meth:`Codec.encode_region`) and forwarded as it arrived.
         """
         coder, rank = self.codec, self.rank
-        own = self._region(accumulated, rank)
+        own, own_size = self._region(accumulated, rank), [self._size(rank)]
 
         def send_region(step):
             with timer("select"):
                 region = self._region(accumulated, step.send_items[0])
-                return coder.join_regions([coder.encode_region(region, residual=True)])
+                return coder.encode_region(region, residual=True)
 
         def add_region(step, message):
             with timer("accumulate"):
-                coder.decode_region(coder.split_regions(message, [own.numel()])[0], own, add=True)
+                coder.decode_region(coder.split_regions(message, own_size)[0], own, add=True)
 
         device = accumulated.device
         run_schedule(
@@ -99,13 +102,14 @@ class Dense(Synchronizer):
             dtype=coder.recv_dtype,
         )
         with timer("select"):
-            coded = {rank: coder.encode_region(own, residual=True)}
+            message = coder.encode_region(own, residual=True)
+            coded = {rank: coder.split_regions(message, own_size)[0]}
 
         def send_gathered(step):
             return coder.join_regions([coded[item] for item in step.send_items])
 
         def keep_gathered(step, message):
-            sizes = [self._region(accumulated, item).numel() for item in step.recv_items]
+            sizes = [self._size(item) for item in step.recv_items]
             coded.update(zip(step.recv_items, coder.split_regions(message, sizes)))
 
         run_schedule(

@@ -130,7 +130,8 @@ class TopkDSA(Synchronizer):
         coder = self.codec if self.size > 1 else codec("fp32")  # alone: nothing travels
         sums = self.reducer.region_sums(bounds)
         with timer("select"):
-            coded = {self.rank: coder.encode_region(sums, residual=coder.compact)}
+            message = coder.encode_region(sums, residual=coder.compact)
+            coded = {self.rank: coder.split_regions(message, [sums.numel()])[0]}
             if coder.compact:  # what the wire removes stays with the owner
                 self._residual[bounds[self.rank] : bounds[self.rank + 1]].add_(sums)
 

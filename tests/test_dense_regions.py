@@ -31,7 +31,12 @@ def test_regions_travel_as_the_pieces_of_encode_values(wire):
     pieces = [_pieces(size) for size in SIZES]
     quantized = [coder.quantize_parts(region, sizes, -1) for region, sizes in zip(regions, pieces)]
     sent = [region.clone() for region in regions]
-    coded = [coder.encode_region(region, residual=True) for region in sent]
+    alone = [coder.encode_region(region, residual=True) for region in sent]
+    for one, region, sizes in zip(alone, quantized, pieces):  # each region's own message
+        assert one.dtype == coder.recv_dtype
+        expected = coder.encode_values(list(region.split(sizes))) if sizes else one[:0]
+        assert torch.equal(one, expected)
+    coded = [coder.split_regions(one, [size])[0] for one, size in zip(alone, SIZES)]
     message = coder.join_regions(coded)
     flat = [piece for region, sizes in zip(quantized, pieces) for piece in region.split(sizes)]
     assert message.dtype == coder.recv_dtype

@@ -4,7 +4,8 @@
 - :mod:`.srs`: Spar-Reduce-Scatter, round by round or block by block.
 - :mod:`.gather`: the Bruck all-gather (the final gather and B-SAG).
 - :mod:`.halving`: recursive-halving pair exchanges (R-SAG).
-- :mod:`.engine`: :func:`run_schedule`, :func:`allgather_lists`, :func:`allgather_rows`.
+- :mod:`.engine`: :func:`run_schedule`, :func:`allgather_lists`, :func:`allgather_rows`,
+  :class:`MessageBuffers`.
 - :mod:`.wire`: the codec, which owns the bytes of every message (ZEN's partitions included).
 - :mod:`.checks`: :func:`check_choice`, the one check of an option that names one of a few.
 - :mod:`.regions`: windowed split-and-reduce over regions (Ok-Topk's second engine).
@@ -14,6 +15,7 @@
 
 from .checks import check_choice
 from .engine import (
+    MessageBuffers,
     PhaseTimer,
     allgather_joined,
     allgather_lists,
@@ -46,6 +48,7 @@ __all__ = [
     "allgather_rows_in_order",
     "allgather_joined",
     "index_add_in_order",
+    "MessageBuffers",
     "PhaseTimer",
     "rotation_schedule",
     "binomial_reduce_schedule",

@@ -40,6 +40,28 @@ class _Phase:
         self.timer[self.phase] = self.timer.get(self.phase, 0.0) + time.perf_counter() - self.start
 
 
+class MessageBuffers:
+    """Message buffers kept across calls: one per direction, size, dtype and device.
+
+    A schedule whose messages have sizes every rank knows (``recv_numel``) sends and receives
+    the same sizes call after call, so a synchronizer allocates each buffer once and reuses it.
+    :func:`run_schedule` reuses a send buffer only after its step's ``waitall``, and a receive
+    buffer only after its step's ``consume``: a ``consume`` must not keep views of its message
+    (it copies what it keeps).
+    """
+
+    def __init__(self) -> None:
+        self._held: dict = {}
+
+    def get(self, role: str, numel: int, dtype: torch.dtype, device) -> torch.Tensor:
+        """Return the ``role`` buffer (``"send"`` or ``"recv"``) of ``numel`` ``dtype`` elements."""
+        key = (role, numel, dtype, torch.device(device))
+        buffer = self._held.get(key)
+        if buffer is None:
+            buffer = self._held[key] = torch.empty(numel, dtype=dtype, device=device)
+        return buffer
+
+
 def index_add_in_order(
     target: torch.Tensor, indices: torch.Tensor, values: torch.Tensor, sizes: Sequence[int]
 ) -> None:
@@ -68,6 +90,7 @@ def run_schedule(
     meanwhile: Callable | None = None,
     dtype: torch.dtype = torch.int32,
     recv_numel: Callable | None = None,
+    buffers: MessageBuffers | None = None,
 ) -> None:
     """Run ``steps`` over ``transport``, one message out and one in per step.
 
@@ -89,6 +112,9 @@ def run_schedule(
             every rank knows it (fixed-size messages): the sends go ``sized`` and a transport
             that frames messages sends no length (no read of it from a GPU). ``None``: any
             length.
+        buffers: with ``recv_numel``, where a transport that can write a message into a given
+            buffer receives it (the same buffer each call); ``produce`` may take its message's
+            buffer from them too (``"send"``).
     """
     timer = timer if timer is not None else PhaseTimer()
     for number, step in enumerate(steps):
@@ -108,7 +134,10 @@ def run_schedule(
                     received = transport.recv(step.recv_from, number, dtype, device)
                 else:
                     numel = recv_numel(step)
-                    received = transport.recv(step.recv_from, number, dtype, device, numel=numel)
+                    out = None if buffers is None else buffers.get("recv", numel, dtype, device)
+                    received = transport.recv(
+                        step.recv_from, number, dtype, device, numel=numel, out=out
+                    )
             consume(step, received)
         with timer("comm"):
             transport.waitall(handles)
@@ -181,6 +210,7 @@ def allgather_rows(
     wire: str = "fp32",
     meanwhile: Callable | None = None,
     first: int | None = None,
+    buffers: MessageBuffers | None = None,
 ) -> None:
     """All-gather rows of fixed width along a Bruck schedule, into ``tables``.
 
@@ -194,7 +224,8 @@ def allgather_rows(
     travels and nothing is read from the device. At a 16-bit wire the rows keep their bits if
     they were quantized by rows (``Codec.quantize_rows``) first. ``meanwhile(step, held)`` runs
     in every step while its message travels, the schedule's first ``held`` items being here
-    (with the default ``first``: rows 0 .. held-1).
+    (with the default ``first``: rows 0 .. held-1). ``buffers``: the messages' buffers, kept
+    across calls (:class:`MessageBuffers`).
     """
     coder, (columns, values) = codec(wire), tables
     count, width = values.shape
@@ -212,10 +243,14 @@ def allgather_rows(
 
     def produce(step: Step) -> torch.Tensor:
         send = rows(step.send_items)
+        out = None
+        if buffers is not None:
+            size = coder.rows_size(len(step.send_items), width, span)
+            out = buffers.get("send", size, coder.recv_dtype, values.device)
         if len(send) == 1:
-            return coder.encode_rows(columns[send[0]], values[send[0]], span)
+            return coder.encode_rows(columns[send[0]], values[send[0]], span, out=out)
         joined = [torch.cat([table[part] for part in send]) for table in (columns, values)]
-        return coder.encode_rows(*joined, span)
+        return coder.encode_rows(*joined, span, out=out)
 
     def consume(step: Step, message: torch.Tensor) -> None:
         got = coder.decode_rows(message, len(step.recv_items), width, span)
@@ -238,6 +273,7 @@ def allgather_rows(
         meanwhile=None if meanwhile is None else lambda step: meanwhile(step, held[0]),
         dtype=coder.recv_dtype,
         recv_numel=lambda step: coder.rows_size(len(step.recv_items), width, span),
+        buffers=buffers,
     )
 
 
@@ -248,12 +284,14 @@ def allgather_rows_in_order(
     span: int,
     timer: PhaseTimer | None = None,
     wire: str = "fp32",
+    buffers: MessageBuffers | None = None,
 ) -> tuple:
     """All-gather one list of a fixed length per item as rows (:func:`allgather_rows`).
 
     ``own``: this rank's ``(columns, values)``, 1-D. Returns ``(columns, values)`` of shape
     ``(items, length)`` whose row i is item i's list (the columns of ``own``'s dtype), each
-    received row written in its place (no copy to reorder them).
+    received row written in its place (no copy to reorder them). ``buffers``: as in
+    :func:`allgather_rows`.
     """
     items = 1 + sum(len(step.recv_items) for step in steps)  # Bruck: each arrives once
     position = steps[0].send_items[0] if steps else 0
@@ -261,7 +299,7 @@ def allgather_rows_in_order(
     columns = torch.empty((items, length), dtype=own[0].dtype, device=device)
     values = torch.empty((items, length), device=device)
     columns[position], values[position] = own
-    allgather_rows(transport, steps, (columns, values), span, timer, wire, first=0)
+    allgather_rows(transport, steps, (columns, values), span, timer, wire, first=0, buffers=buffers)
     return columns, values
 
 
@@ -273,6 +311,7 @@ def allgather_joined(
     timer: PhaseTimer | None = None,
     wire: str = "fp32",
     span: int | None = None,
+    buffers: MessageBuffers | None = None,
 ) -> tuple:
     """All-gather sparse lists along a Bruck schedule, joined in item order.
 
@@ -282,13 +321,14 @@ def allgather_joined(
     message is a prefix of the lists held so far, in the order the schedule holds them: this
     rank's item first), and a call one host read per step where sizes vary (the counts). At a
     16-bit wire lists of ``fixed_size`` entries whose indices ascend in ``[0, span)`` travel as
-    rows (:func:`allgather_rows`): no read; the values keep their bits if quantized by rows.
+    rows (:func:`allgather_rows`): no read; the values keep their bits if quantized by rows;
+    ``buffers``: their messages' buffers, as in :func:`allgather_rows`.
     """
     coder = codec(wire)
     position = steps[0].send_items[0] if steps else 0  # Bruck: this rank's item goes first
     if coder.compact and fixed_size is not None and span is not None:
         own = (own[0].to(torch.int32), own[1])
-        columns, values = allgather_rows_in_order(transport, steps, own, span, timer, wire)
+        columns, values = allgather_rows_in_order(transport, steps, own, span, timer, wire, buffers)
         return columns.view(-1), values.view(-1), [fixed_size] * columns.shape[0]
     if coder.compact:
         held = allgather_lists(

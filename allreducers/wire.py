@@ -187,6 +187,7 @@ class Codec(abc.ABC):
         values: torch.Tensor,
         span: int,
         exponents: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Return one message holding the rows of ``(r, w)`` ``columns`` and ``values`` as r lists.
 
@@ -194,7 +195,9 @@ class Codec(abc.ABC):
         ascending, padded by repeating the last entry). The message has :meth:`rows_size`
         elements; a fixed number of operations and no read of the data, whatever r is.
         ``exponents``: the rows' :meth:`row_exponents` where the caller has them (those it
-        quantized the values with), else ``None``: computed from ``values``.
+        quantized the values with), else ``None``: computed from ``values``. ``out``: a
+        buffer of :meth:`rows_size` ``recv_dtype`` elements to write the message in (a
+        synchronizer's, reused each call), else a new one.
         """
 
     @abc.abstractmethod
@@ -407,10 +410,10 @@ class Fp32Codec(Codec):
         """Return the int32 words of the rows' message: an index and a value per entry."""
         return 2 * rows * width
 
-    def encode_rows(self, columns, values, span: int, exponents=None) -> torch.Tensor:
+    def encode_rows(self, columns, values, span: int, exponents=None, out=None) -> torch.Tensor:
         """Return the rows' message ``indices | value bits`` in two copies."""
         size = columns.numel()
-        message = torch.empty(2 * size, dtype=torch.int32, device=values.device)
+        message = _message(out, 2 * size, torch.int32, values.device)
         message[:size].view(columns.shape).copy_(columns)
         message[size:].view(torch.float32).view(values.shape).copy_(values)
         return message
@@ -597,8 +600,11 @@ class CompactCodec(Codec):
         """
         return torch.zeros(len(lists.counts), dtype=torch.int32, device=values.device)
 
-    def _rows_to_half(self, values: torch.Tensor, exponents: torch.Tensor) -> torch.Tensor:
-        return (values * _powers_of_two(exponents, -1).unsqueeze(1)).to(self._half)
+    def _rows_to_half(self, values: torch.Tensor, exponents: torch.Tensor, out=None):
+        """Return row i of ``values`` divided by 2^e_i, in 16 bits (written into ``out``)."""
+        if out is None:
+            out = torch.empty(values.shape, dtype=self._half, device=values.device)
+        return torch.mul(values, _powers_of_two(exponents, -1).unsqueeze(1), out=out)
 
     @staticmethod
     def _rows_from_half(half: torch.Tensor, exponents: torch.Tensor) -> torch.Tensor:
@@ -624,7 +630,7 @@ class CompactCodec(Codec):
         """Return the bytes of the rows' message (docs/DESIGN.md, "The wire")."""
         return 4 * rows * (1 + _segments(span)) + 4 * rows * width
 
-    def encode_rows(self, columns, values, span: int, exponents=None) -> torch.Tensor:
+    def encode_rows(self, columns, values, span: int, exponents=None, out=None) -> torch.Tensor:
         """Return the rows' fixed-size uint8 message (docs/DESIGN.md, "The wire").
 
         ``[e_1..e_r | segment counts | 16-bit low columns | 16-bit values]``: the counts (of
@@ -633,9 +639,7 @@ class CompactCodec(Codec):
         """
         rows, width = values.shape
         segments = _segments(span)
-        message = torch.empty(
-            self.rows_size(rows, width, span), dtype=torch.uint8, device=values.device
-        )
+        message = _message(out, self.rows_size(rows, width, span), torch.uint8, values.device)
         head = 4 * rows * (1 + segments)
         words = message[:head].view(torch.int32)
         if exponents is None:
@@ -647,9 +651,9 @@ class CompactCodec(Codec):
             words[rows:].view(rows, segments).copy_(found.diff(dim=1))
         entries = rows * width
         low = message[head : head + 2 * entries].view(torch.int16).view(rows, width)
-        low.copy_(columns & 0xFFFF)
+        torch.bitwise_and(columns, 0xFFFF, out=low)  # the low 16 bits, no temporary
         halves = message[head + 2 * entries :].view(self._half).view(rows, width)
-        halves.copy_(self._rows_to_half(values, exponents))
+        self._rows_to_half(values, exponents, out=halves)
         return message
 
     def decode_rows(self, message: torch.Tensor, rows: int, width: int, span: int) -> tuple:
@@ -1021,8 +1025,8 @@ class Bf16Codec(CompactCodec):
     def _quantized(self, half: torch.Tensor) -> torch.Tensor:
         return _finite_bf16(half)
 
-    def _rows_to_half(self, values: torch.Tensor, exponents: torch.Tensor) -> torch.Tensor:
-        return values.to(self._half)  # unscaled: every exponent is 0
+    def _rows_to_half(self, values: torch.Tensor, exponents: torch.Tensor, out=None):
+        return values.to(self._half) if out is None else out.copy_(values)  # every e is 0
 
     def _lists_to_half(self, values, exponents: torch.Tensor, lists: _Lists):
         return values.to(self._half)
@@ -1047,6 +1051,21 @@ def _fp16_exponents(largest: torch.Tensor) -> torch.Tensor:
     """
     exponents = largest.view(torch.int32).add(0x1FFF).bitwise_right_shift_(23)
     return exponents.clamp_(min=_LOWEST_EXPONENT + 142).sub_(142)
+
+
+def _message(out: torch.Tensor | None, numel: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """Return ``out`` for a message of ``numel`` ``dtype`` elements, else a new buffer.
+
+    Raises:
+        ValueError: ``out`` has another size or dtype.
+    """
+    if out is None:
+        return torch.empty(numel, dtype=dtype, device=device)
+    if out.numel() != numel or out.dtype != dtype or not out.is_contiguous():
+        raise ValueError(
+            f"a message of {numel} {dtype} elements does not fit out ({out.numel()} {out.dtype})"
+        )
+    return out
 
 
 def _segments(span: int) -> int:

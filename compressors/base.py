@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from allreducers import PhaseTimer, check_choice, check_wire, codec
+from allreducers import MessageBuffers, PhaseTimer, check_choice, check_wire, codec
 from allreducers.transports import Transport, as_transport
 
 from .agreement import check_agreement
@@ -195,6 +195,8 @@ class Synchronizer(abc.ABC):
         self.agreement = None
         self._residual = torch.zeros(numel)
         self._out = None
+        #: Fixed-size message buffers kept across calls (``allreducers.MessageBuffers``).
+        self.messages = MessageBuffers()
         self.momentum, self.nesterov, self.density_warmup = 0.0, False, 0
         self._velocity = None  # u of momentum correction
         self._scratch = None  # v before the call (to mask u by); Nesterov's direction, the mask

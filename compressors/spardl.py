@@ -648,6 +648,7 @@ class _Call:
             self.timer,
             dtype=sync.codec.recv_dtype,
             recv_numel=self.rows_numel(),
+            buffers=sync.messages,
         )
 
     def rows_numel(self):
@@ -723,9 +724,16 @@ class _Call:
             rows = self.select(step.send_items, self.sync.block_budget)
             chosen, sent = self.tables["chosen"], self.tables["sent"]
             exponents = None if self.coder is None else self.exponents[rows]  # from select
+            out = self.send_buffer(len(step.send_items))
             return self.sync.codec.encode_rows(
-                chosen[rows], sent[rows], self.sync.block_size, exponents
+                chosen[rows], sent[rows], self.sync.block_size, exponents, out
             )
+
+    def send_buffer(self, lists: int) -> torch.Tensor:
+        """The synchronizer's buffer for a message of ``lists`` k_b-entry lists (reused)."""
+        sync = self.sync
+        size = sync.codec.rows_size(lists, sync.block_budget, sync.block_size)
+        return sync.messages.get("send", size, sync.codec.recv_dtype, self.work.device)
 
     def receive_blocks(self, step, message: torch.Tensor) -> None:
         """Step 2, receiving: add the received lists into their blocks' dense copies."""
@@ -761,7 +769,13 @@ class _Call:
         # Row t: team t's list, the order of the sums. The lists are quantized already
         # (select): exact on the wire.
         columns, values = allgather_rows_in_order(
-            sync.transport, sync.sag_steps, own, sync.block_size, self.timer, sync.wire
+            sync.transport,
+            sync.sag_steps,
+            own,
+            sync.block_size,
+            self.timer,
+            sync.wire,
+            sync.messages,
         )
         with self.timer("accumulate"):
             union, sums, size = union_of_rows(columns, values)
@@ -806,6 +820,7 @@ class _Call:
             self.timer,
             dtype=sync.codec.recv_dtype,
             recv_numel=lambda step: sync.codec.rows_size(1, sync.block_budget, sync.block_size),
+            buffers=sync.messages,
         )
         return self.quantize_final(self.pair_list, self.pair_holders)
 
@@ -819,7 +834,7 @@ class _Call:
             self.pair_list = self.quantize_final(self.pair_list, self.pair_holders)
         columns, values = self.pair_list
         return self.sync.codec.encode_rows(
-            columns.view(1, -1), values.view(1, -1), self.sync.block_size
+            columns.view(1, -1), values.view(1, -1), self.sync.block_size, out=self.send_buffer(1)
         )
 
     def merge_pair_list(self, step, message: torch.Tensor) -> None:
@@ -870,6 +885,7 @@ class _Call:
             self.timer,
             sync.wire,
             meanwhile=lambda step, held: step is sync.gather_steps[-1] and self.collect(held),
+            buffers=sync.messages,
         )
         self.collect(sync.team_size)
 

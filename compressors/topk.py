@@ -61,6 +61,7 @@ class TopK(Synchronizer):
             timer,
             wire=self.wire,
             span=self.numel,
+            buffers=self.messages,
         )
         with timer("accumulate"):
             result = self._new_result(accumulated.device)

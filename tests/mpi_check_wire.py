@@ -36,8 +36,8 @@ class Counting(MPITransport):
         self.sent += handle.buffer.numpy().nbytes  # the buffer MPI sends from
         return handle
 
-    def _recv(self, source, tag, dtype, device):
-        message = super()._recv(source, tag, dtype, device)
+    def _recv(self, source, tag, dtype, device, out=None):
+        message = super()._recv(source, tag, dtype, device, out)
         if not self.waiting:  # a receive that _wait_recv finishes is counted there
             self.received += message.numel() * message.element_size()
         return message

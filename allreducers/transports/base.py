@@ -83,18 +83,22 @@ class Transport(abc.ABC):
         dtype: torch.dtype,
         device: torch.device,
         numel: int | None = None,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Receive one message from ``source`` as a new 1-D tensor of ``dtype`` on ``device``.
+        """Receive one message from ``source`` as a 1-D tensor of ``dtype`` on ``device``.
 
         Its length is whatever was sent; ``numel``: the length the sender's ``isend`` promised
-        with ``sized`` (its sends and these receives must agree).
+        with ``sized`` (its sends and these receives must agree). ``out`` (with ``numel``): a
+        contiguous buffer of ``numel`` elements that a transport which can write a message
+        into a given buffer receives it in (a caller's buffer reused call after call); the
+        returned tensor is the message, ``out`` or not. Else a new tensor.
 
         Raises:
             RuntimeError: the message does not have ``numel`` elements.
         """
         if numel is None:
             return self._recv(source, tag, dtype, device)
-        message = self._recv_sized(source, tag, dtype, device, numel)
+        message = self._recv_sized(source, tag, dtype, device, numel, out)
         if message.numel() != numel:
             raise RuntimeError(
                 f"malformed message from rank {source}: {message.numel()} elements, "
@@ -106,8 +110,8 @@ class Transport(abc.ABC):
         """Send a message whose length the receiver knows (default: as any other)."""
         return self._isend(tensor, dest, tag)
 
-    def _recv_sized(self, source, tag, dtype, device, numel):
-        """Receive a message of known length ``numel`` (default: as any other)."""
+    def _recv_sized(self, source, tag, dtype, device, numel, out=None):
+        """Receive a message of known length ``numel`` (default: as any other, ``out`` unused)."""
         return self._recv(source, tag, dtype, device)
 
     def irecv(self, source: int, tag: int, dtype: torch.dtype, device: torch.device):

@@ -126,23 +126,39 @@ class MPITransport(Transport):
             send.request = self.comm.Isend(self._buffer(send.buffer), send.dest, send.tag)
         self._queued = []
 
-    def _recv(self, source, tag, dtype, device):
+    def _recv_sized(self, source, tag, dtype, device, numel, out=None):
+        return self._recv(source, tag, dtype, device, out)
+
+    def _recv(self, source, tag, dtype, device, out=None):
         self._flush()
         status = MPI.Status()
         message = self.comm.Mprobe(source=source, tag=tag, status=status)
-        landing = self._landing(status.Get_count(_MPI_TYPES[dtype]), dtype, device)
+        count = status.Get_count(_MPI_TYPES[dtype])
+        out = out if out is not None and out.numel() == count else None
+        landing = self._landing(count, dtype, device, out)
         message.Recv(self._buffer(landing))
-        return self._arrived(landing, device)
+        return self._arrived(landing, device, out)
 
-    def _landing(self, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        """Where MPI writes a received message: on ``device``, or a pinned buffer to stage it."""
+    def _landing(self, numel: int, dtype: torch.dtype, device: torch.device, out=None):
+        """Where MPI writes a received message: on ``device``, or a pinned buffer to stage it.
+
+        ``out``: the caller's buffer for it, written by MPI on the host; on a GPU it is only
+        the staged copy's target, as MPI's own writes to device memory are not ordered with
+        the kernels still reading the buffer's last message.
+        """
+        if out is not None and out.device.type == "cpu":
+            return out
         if self._direct(device):
             return torch.empty(numel, dtype=dtype, device=device)
         return _pinned(numel, dtype)
 
-    def _arrived(self, landing: torch.Tensor, device: torch.device) -> torch.Tensor:
+    def _arrived(self, landing: torch.Tensor, device: torch.device, out=None) -> torch.Tensor:
         """The received message on ``device``: a staged one copied there, not waited for."""
-        return landing if self._direct(device) else landing.to(device, non_blocking=True)
+        if self._direct(device):
+            return landing
+        if out is not None:
+            return out.copy_(landing, non_blocking=True)
+        return landing.to(device, non_blocking=True)
 
     def _waitall(self, handles):
         self._flush()

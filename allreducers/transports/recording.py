@@ -80,9 +80,10 @@ class RecordingTransport(Transport):
         )
         return super().isend(tensor, dest, tag, sized)
 
-    def recv(self, source, tag, dtype, device, numel=None):
+    def recv(self, source, tag, dtype, device, numel=None, out=None):
         """Receive as the base class does, and log the message."""
-        return self._log_recv(super().recv(source, tag, dtype, device, numel), source, dtype)
+        message = super().recv(source, tag, dtype, device, numel, out)
+        return self._log_recv(message, source, dtype)
 
     def irecv(self, source, tag, dtype, device):
         """Start a receive; it is logged when :meth:`wait_recv` hands the message over."""
@@ -151,8 +152,8 @@ class RecordingTransport(Transport):
     def _isend_sized(self, tensor, dest, tag):
         return self.inner._isend_sized(tensor, dest, tag)
 
-    def _recv_sized(self, source, tag, dtype, device, numel):
-        return self.inner._recv_sized(source, tag, dtype, device, numel)
+    def _recv_sized(self, source, tag, dtype, device, numel, out=None):
+        return self.inner._recv_sized(source, tag, dtype, device, numel, out)
 
     def _waitall(self, handles):
         return self.inner._waitall(handles)
@@ -231,6 +232,13 @@ class ReplayTransport(Transport):
         return self._reply("recv", source, dtype).to(
             device, copy=True
         )  # the method may write to it
+
+    def _recv_sized(self, source, tag, dtype, device, numel, out=None):
+        """As :meth:`_recv`; the copy goes into ``out`` where it fits (as a network's write)."""
+        if out is None:
+            return self._recv(source, tag, dtype, device)
+        payload = self._reply("recv", source, dtype)
+        return out.copy_(payload) if payload.shape == out.shape else payload.to(device, copy=True)
 
     def _waitall(self, handles):
         return None

@@ -101,8 +101,10 @@ class TaggedTransport(Transport):
     def _isend_sized(self, tensor, dest, tag):
         return self.base._isend_sized(tensor, dest, self._tag(tag))
 
-    def _recv_sized(self, source, tag, dtype, device, numel):
-        return self._counted(self.base._recv_sized, source, self._tag(tag), dtype, device, numel)
+    def _recv_sized(self, source, tag, dtype, device, numel, out=None):
+        return self._counted(
+            self.base._recv_sized, source, self._tag(tag), dtype, device, numel, out
+        )
 
     def _isend(self, tensor, dest, tag):
         return self.base._isend(tensor, dest, self._tag(tag))

@@ -51,8 +51,9 @@ class TorchDistributedTransport(Transport):
         handle = dist.isend(tensor, self._global[dest], group=self.group, tag=tag)
         return [handle], None, tensor
 
-    def _recv_sized(self, source, tag, dtype, device, numel):
-        out = torch.empty(numel, dtype=dtype, device=device)
+    def _recv_sized(self, source, tag, dtype, device, numel, out=None):
+        if out is None:
+            out = torch.empty(numel, dtype=dtype, device=device)
         dist.recv(out, self._global[source], group=self.group, tag=tag)
         return out
 

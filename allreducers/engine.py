@@ -47,7 +47,8 @@ class MessageBuffers:
     the same sizes call after call, so a synchronizer allocates each buffer once and reuses it.
     :func:`run_schedule` reuses a send buffer only after its step's ``waitall``, and a receive
     buffer only after its step's ``consume``: a ``consume`` must not keep views of its message
-    (it copies what it keeps).
+    (it copies what it keeps). On a GPU a buffer is kept per stream too: the kernels of one
+    stream run in order, so the next call's writes wait for the last call's reads.
     """
 
     def __init__(self) -> None:
@@ -55,7 +56,9 @@ class MessageBuffers:
 
     def get(self, role: str, numel: int, dtype: torch.dtype, device) -> torch.Tensor:
         """Return the ``role`` buffer (``"send"`` or ``"recv"``) of ``numel`` ``dtype`` elements."""
-        key = (role, numel, dtype, torch.device(device))
+        device = torch.device(device)
+        stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
+        key = (role, numel, dtype, device, stream)
         buffer = self._held.get(key)
         if buffer is None:
             buffer = self._held[key] = torch.empty(numel, dtype=dtype, device=device)

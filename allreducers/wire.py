@@ -1098,8 +1098,7 @@ class _Lists:
         """Return each entry's list number (int64)."""
         if self._numbers is None:
             sizes = device_tensor(self.counts, torch.int64, self.device)
-            lists = torch.arange(len(self.counts), device=self.device)
-            self._numbers = torch.repeat_interleave(lists, sizes, output_size=self.total)
+            self._numbers = torch.repeat_interleave(sizes, output_size=self.total)
         return self._numbers
 
     def spread(self, per_list: torch.Tensor) -> torch.Tensor:
@@ -1185,12 +1184,18 @@ def _segment_counts(indices: torch.Tensor, lists: _Lists, segments: int) -> torc
 
 
 def _scattered_counts(indices: torch.Tensor, lists: _Lists, segments: int) -> torch.Tensor:
-    """The ``(lists, segments)`` int32 counts by one ``scatter_add`` of every entry."""
-    place = indices.long() >> 16
+    """The ``(lists, segments)`` int32 counts by one ``scatter_add`` of every entry.
+
+    One int64 place per entry, computed in place; the ones added are one value, expanded.
+    """
+    device = indices.device
+    place = torch.empty(indices.shape, dtype=torch.int64, device=device)
+    torch.bitwise_right_shift(indices, 16, out=place)
     if len(lists.counts) > 1:
-        place = place + lists.numbers() * segments
-    table = torch.zeros(len(lists.counts) * segments, dtype=torch.int32, device=indices.device)
-    return table.scatter_add_(0, place, torch.ones_like(place, dtype=torch.int32))
+        place.add_(lists.numbers(), alpha=segments)
+    table = torch.zeros(len(lists.counts) * segments, dtype=torch.int32, device=device)
+    ones = torch.ones(1, dtype=torch.int32, device=device).expand(place.shape)
+    return table.scatter_add_(0, place, ones)
 
 
 def _searched_counts(indices: torch.Tensor, lists: _Lists, segments: int) -> torch.Tensor:

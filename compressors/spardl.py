@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from allreducers import (
+    MessageBuffers,
     allgather_rows,
     allgather_rows_in_order,
     bruck_allgather_schedule,
@@ -297,6 +298,7 @@ class SparDL(Synchronizer):
             for block in self.row_blocks
         ]
         self._tables = {}  # per device: what a call uses (tables)
+        self.messages = MessageBuffers()  # this configuration's message sizes only
 
     def _start_auto(self) -> None:
         """Set up ``teams="auto"`` before its choice: one team for now, the probe pending.

@@ -204,6 +204,38 @@ def allgather_lists(
     return held
 
 
+def allgather_regions(
+    transport: Transport,
+    steps: Sequence[Step],
+    coder,
+    own_item: int,
+    own_message: torch.Tensor,
+    sizes: Sequence[int],
+    timer: PhaseTimer | None = None,
+) -> dict:
+    """All-gather dense regions along a Bruck schedule, each forwarded as it arrived.
+
+    ``own_message``: this rank's region as ``coder.encode_region`` coded it; ``sizes``: every
+    item's region length. A step that sends the own region alone sends ``own_message`` itself
+    (no copy); others join the regions they send (``Codec.join_regions``). Returns ``{item:
+    (head, body)}`` for every item, views of the messages, for ``Codec.decode_region``.
+    """
+    coded = {own_item: coder.split_regions(own_message, [sizes[own_item]])[0]}
+
+    def produce(step: Step) -> torch.Tensor:
+        if tuple(step.send_items) == (own_item,):
+            return own_message
+        return coder.join_regions([coded[item] for item in step.send_items])
+
+    def consume(step: Step, message: torch.Tensor) -> None:
+        regions = coder.split_regions(message, [sizes[item] for item in step.recv_items])
+        coded.update(zip(step.recv_items, regions))
+
+    device = own_message.device
+    run_schedule(transport, steps, produce, consume, device, timer, dtype=coder.recv_dtype)
+    return coded
+
+
 def allgather_rows(
     transport: Transport,
     steps: Sequence[Step],

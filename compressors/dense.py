@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from allreducers import bruck_allgather_schedule, rotation_schedule, run_schedule
+from allreducers import allgather_regions, bruck_allgather_schedule, rotation_schedule, run_schedule
 
 from .base import Synchronizer
 from .registry import register
@@ -103,23 +103,9 @@ class Dense(Synchronizer):
         )
         with timer("select"):
             message = coder.encode_region(own, residual=True)
-            coded = {rank: coder.split_regions(message, own_size)[0]}
-
-        def send_gathered(step):
-            return coder.join_regions([coded[item] for item in step.send_items])
-
-        def keep_gathered(step, message):
-            sizes = [self._size(item) for item in step.recv_items]
-            coded.update(zip(step.recv_items, coder.split_regions(message, sizes)))
-
-        run_schedule(
-            self.transport,
-            self.gather_steps,
-            send_gathered,
-            keep_gathered,
-            device,
-            timer,
-            dtype=coder.recv_dtype,
+        sizes = [self._size(item) for item in range(self.size)]
+        coded = allgather_regions(
+            self.transport, self.gather_steps, coder, rank, message, sizes, timer
         )
         with timer("accumulate"):
             result = self._new_result(device)

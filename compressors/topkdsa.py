@@ -26,10 +26,10 @@ import torch
 from allreducers import (
     RegionReducer,
     allgather_joined,
+    allgather_regions,
     bruck_allgather_schedule,
     codec,
     device_tensor,
-    run_schedule,
 )
 
 from .base import Synchronizer
@@ -131,25 +131,11 @@ class TopkDSA(Synchronizer):
         sums = self.reducer.region_sums(bounds)
         with timer("select"):
             message = coder.encode_region(sums, residual=coder.compact)
-            coded = {self.rank: coder.split_regions(message, [sums.numel()])[0]}
             if coder.compact:  # what the wire removes stays with the owner
                 self._residual[bounds[self.rank] : bounds[self.rank + 1]].add_(sums)
-
-        def produce(step):
-            return coder.join_regions([coded[item] for item in step.send_items])
-
-        def consume(step, message):
-            sizes = [bounds[item + 1] - bounds[item] for item in step.recv_items]
-            coded.update(zip(step.recv_items, coder.split_regions(message, sizes)))
-
-        run_schedule(
-            self.transport,
-            self.gather_steps,
-            produce,
-            consume,
-            result.device,
-            timer,
-            dtype=coder.recv_dtype,
+        sizes = [end - start for start, end in zip(bounds, bounds[1:])]
+        coded = allgather_regions(
+            self.transport, self.gather_steps, coder, self.rank, message, sizes, timer
         )
         with timer("accumulate"):
             for item, region in coded.items():

@@ -109,3 +109,31 @@ def test_segment_counts_by_search_and_by_scatter_agree_with_a_count(dtype):
     lists = _Lists(counts, indices.device)
     assert torch.equal(_searched_counts(indices, lists, segments), expected)
     assert torch.equal(_scattered_counts(indices, lists, segments).view(len(counts), -1), expected)
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_allgather_regions_gathers_every_region_and_sends_the_own_one_itself(wire):
+    """Every rank decodes every rank's region; the own region leaves as its message (no copy)."""
+    from allreducers import allgather_regions, bruck_allgather_schedule
+
+    sizes = [PIECE + 5, 3, 2 * PIECE, 11]
+    regions = [heavy_tailed(size, rank) * 10.0**rank for rank, size in enumerate(sizes)]
+    coder = codec(wire)
+
+    def body(transport):
+        rank, sent = transport.rank, []
+        send = transport.isend
+        transport.isend = lambda tensor, *args, **kw: sent.append(tensor) or send(tensor, *args)
+        message = coder.encode_region(regions[rank].clone())
+        steps = bruck_allgather_schedule(rank, list(range(len(sizes))))
+        coded = allgather_regions(transport, steps, coder, rank, message, sizes)
+        out = [
+            coder.decode_region(coded[item], torch.empty(size)) for item, size in enumerate(sizes)
+        ]
+        return out, sent[0] is message
+
+    expected = [coder.quantize_parts(region, _pieces(region.numel()), -1) for region in regions]
+    for out, own_sent_itself in local_group(len(sizes), timeout=60).run(body):
+        assert own_sent_itself
+        for got, want in zip(out, expected):
+            assert torch.equal(got, want)

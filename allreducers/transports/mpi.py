@@ -5,7 +5,12 @@ staged through pinned host buffers: a send's copy to the host is queued without 
 sends queued since the last wait are handed to MPI together after one wait for the device (at
 the next receive, wait or collective: one host synchronization per round, however many messages
 the round sends); a received message goes back to the device by a copy that is not waited for.
-``traffic.host_syncs`` counts those waits. Set the environment variable
+
+MPI knows nothing of CUDA streams: a CUDA-aware library reads and writes device memory as soon
+as it is handed a buffer, not after the kernels queued before. So direct device sends are queued
+the same way and handed to MPI after that one wait, and a direct device receive lands only once
+the device is idle: after the round's wait, or after a wait of its own where the round sent
+nothing. ``traffic.host_syncs`` counts those waits. Set the environment variable
 ``SPARDL_CUDA_AWARE_MPI=1`` (or ``0``) to override the detection.
 """
 
@@ -56,7 +61,8 @@ def _pinned(numel: int, dtype: torch.dtype) -> torch.Tensor:
 class _Send:
     """A send of :meth:`MPITransport.isend`: ``request`` once MPI has it, ``buffer`` kept alive.
 
-    ``stream``: for a staged send, the stream its copy to the host was queued on.
+    ``stream``: for a device tensor, the stream that writes ``buffer`` (its copy to the host when
+    staged, the kernels that made it when direct); MPI gets it once that stream is done.
     """
 
     __slots__ = ("request", "buffer", "dest", "tag", "stream")
@@ -92,7 +98,7 @@ class MPITransport(Transport):
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.device_buffers_ok = cuda_aware()
-        self._queued: list = []  # staged sends whose copy to the host is not waited for yet
+        self._queued: list = []  # device sends not handed to MPI yet (their stream not waited for)
         self._unmatched: list = []  # started receives whose message was not announced yet
 
     def _direct(self, device: torch.device) -> bool:
@@ -106,51 +112,74 @@ class MPITransport(Transport):
 
     def _isend(self, tensor, dest, tag):
         tensor = tensor.contiguous()
-        if self._direct(tensor.device):
+        if tensor.device.type == "cpu":
             self._flush()  # keep MPI's order of one source's messages
             return _Send(tensor, dest, tag, self.comm.Isend(self._buffer(tensor), dest, tag))
-        host = _pinned(tensor.numel(), tensor.dtype)
-        host.copy_(tensor, non_blocking=True)
-        send = _Send(host, dest, tag, stream=torch.cuda.current_stream(tensor.device))
+        buffer = tensor  # direct: MPI reads it once the kernels that write it are done
+        if not self._direct(tensor.device):
+            buffer = _pinned(tensor.numel(), tensor.dtype)
+            buffer.copy_(tensor, non_blocking=True)
+        send = _Send(buffer, dest, tag, stream=torch.cuda.current_stream(tensor.device))
         self._queued.append(send)
         return send
 
-    def _flush(self) -> None:
-        """Wait once for the queued copies to the host, then hand their sends to MPI."""
-        if not self._queued:
-            return
-        for stream in {send.stream for send in self._queued}:
+    def _flush(self) -> set:
+        """Wait once for the queued sends' streams, then hand the sends to MPI.
+
+        Returns the streams it waited for (empty: nothing was queued).
+        """
+        streams = {send.stream for send in self._queued}
+        if not streams:
+            return streams
+        for stream in streams:
             stream.synchronize()
         self.traffic.host_syncs += 1
         for send in self._queued:
             send.request = self.comm.Isend(self._buffer(send.buffer), send.dest, send.tag)
         self._queued = []
+        return streams
+
+    def _idle(self, device: torch.device, waited: set) -> set:
+        """Before MPI writes or reads ``device``'s memory itself: wait for its current stream.
+
+        ``waited``: the streams waited for just now, with no kernel queued since (a wait for one
+        of them serves). Nothing for the host, nor for a staged device (MPI then touches only
+        pinned host memory). Returns the streams waited for, this one included.
+        """
+        if device.type == "cpu" or not self._direct(device):
+            return waited
+        stream = torch.cuda.current_stream(device)
+        if stream not in waited:
+            stream.synchronize()
+            self.traffic.host_syncs += 1
+            waited = waited | {stream}
+        return waited
 
     def _recv_sized(self, source, tag, dtype, device, numel, out=None):
         return self._recv(source, tag, dtype, device, out)
 
     def _recv(self, source, tag, dtype, device, out=None):
-        self._flush()
+        waited = self._flush()
         status = MPI.Status()
         message = self.comm.Mprobe(source=source, tag=tag, status=status)
         count = status.Get_count(_MPI_TYPES[dtype])
         out = out if out is not None and out.numel() == count else None
-        landing = self._landing(count, dtype, device, out)
+        landing, _ = self._landing(count, dtype, device, out, waited)
         message.Recv(self._buffer(landing))
         return self._arrived(landing, device, out)
 
-    def _landing(self, numel: int, dtype: torch.dtype, device: torch.device, out=None):
+    def _landing(self, numel, dtype, device: torch.device, out=None, waited: set = frozenset()):
         """Where MPI writes a received message: on ``device``, or a pinned buffer to stage it.
 
-        ``out``: the caller's buffer for it, written by MPI on the host; on a GPU it is only
-        the staged copy's target, as MPI's own writes to device memory are not ordered with
-        the kernels still reading the buffer's last message.
+        ``out``: the caller's buffer for it. A direct device landing (``out``, or a new buffer,
+        which the caching allocator may hand over while kernels still read its last tensor) is
+        written only once the device's stream is idle (:meth:`_idle`, given ``waited``); a
+        staged one copies into ``out``. Returns the landing and the streams waited for.
         """
-        if out is not None and out.device.type == "cpu":
-            return out
-        if self._direct(device):
-            return torch.empty(numel, dtype=dtype, device=device)
-        return _pinned(numel, dtype)
+        if not self._direct(device):
+            return _pinned(numel, dtype), waited
+        waited = self._idle(device, waited)
+        return (out if out is not None else torch.empty(numel, dtype=dtype, device=device)), waited
 
     def _arrived(self, landing: torch.Tensor, device: torch.device, out=None) -> torch.Tensor:
         """The received message on ``device``: a staged one copied there, not waited for."""
@@ -177,8 +206,11 @@ class MPITransport(Transport):
         self._match()
         return receive
 
-    def _match(self) -> None:
-        """Start, in the order they were started, the receives whose message is announced."""
+    def _match(self, waited: set = frozenset()) -> None:
+        """Start, in the order they were started, the receives whose message is announced.
+
+        ``waited``: the streams the caller's :meth:`_flush` waited for just now.
+        """
         waiting, missed = [], set()
         for receive in self._unmatched:
             status = MPI.Status()
@@ -193,13 +225,12 @@ class MPITransport(Transport):
                 waiting.append(receive)
                 continue
             numel = status.Get_count(_MPI_TYPES[receive.dtype])
-            receive.out = self._landing(numel, receive.dtype, receive.device)
+            receive.out, waited = self._landing(numel, receive.dtype, receive.device, None, waited)
             receive.request = message.Irecv(self._buffer(receive.out))
         self._unmatched = waiting
 
     def _wait_recv(self, receive):
-        self._flush()
-        self._match()
+        self._match(self._flush())
         if receive.request is None:
             if receive in self._unmatched:
                 self._unmatched.remove(receive)
@@ -210,13 +241,14 @@ class MPITransport(Transport):
     def _allreduce_sum_into(self, tensor, out):
         if not self._direct(out.device) or out.data_ptr() == tensor.data_ptr():
             return super()._allreduce_sum_into(tensor, out)
-        self._flush()
+        self._idle(out.device, self._flush())
         self.comm.Allreduce(self._buffer(tensor.contiguous()), self._buffer(out), op=MPI.SUM)
         return out
 
     def _allreduce_sum(self, tensor):
-        self._flush()
+        waited = self._flush()
         if self._direct(tensor.device):
+            self._idle(tensor.device, waited)
             self.comm.Allreduce(MPI.IN_PLACE, self._buffer(tensor), op=MPI.SUM)
             return tensor
         host = _pinned(tensor.numel(), tensor.dtype)

@@ -1,0 +1,115 @@
+"""The MPI transport hands device memory to a CUDA-aware MPI only once its stream is idle.
+
+MPI knows nothing of CUDA streams: it reads a send's buffer, and writes a receive's, as soon as
+it is handed them. These tests run the transport's direct device path on the CPU: tensors on
+the ``meta`` device stand for device tensors, a recording stream stands for the CUDA stream and
+a recording communicator for MPI, and the log shows what MPI was handed after which wait.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from mpi4py import MPI
+
+from allreducers.transports import mpi as mpi_transport
+
+DEVICE = torch.device("meta")
+
+
+class Stream:
+    """A stream whose waits go to the log."""
+
+    def __init__(self, log: list) -> None:
+        self.log = log
+
+    def synchronize(self) -> None:
+        self.log.append("wait")
+
+
+class Message:
+    """A matched message of :class:`Comm`: its receive goes to the log."""
+
+    def __init__(self, log: list) -> None:
+        self.log = log
+
+    def Recv(self, buffer) -> None:  # noqa: N802 - mpi4py's name
+        self.log.append("recv")
+
+    def Irecv(self, buffer):  # noqa: N802
+        self.log.append("irecv")
+        return Request(self.log)
+
+
+class Request:
+    def __init__(self, log: list) -> None:
+        self.log = log
+
+    def Wait(self) -> None:  # noqa: N802
+        pass
+
+
+class Status:
+    """Every message holds 8 elements."""
+
+    def Get_count(self, datatype) -> int:  # noqa: N802
+        return 8
+
+
+class Comm:
+    """Records what MPI is handed: sends, and receives of announced messages."""
+
+    def __init__(self, log: list) -> None:
+        self.log = log
+
+    def Isend(self, buffer, dest, tag):  # noqa: N802
+        self.log.append("isend")
+        return MPI.REQUEST_NULL
+
+    def Mprobe(self, source, tag, status):  # noqa: N802
+        return Message(self.log)
+
+    def Improbe(self, source, tag, status):  # noqa: N802
+        return Message(self.log)
+
+
+@pytest.fixture
+def direct(monkeypatch):
+    """A CUDA-aware MPI transport over the recording communicator, and the log."""
+    log = []
+    stream = Stream(log)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: stream)
+    monkeypatch.setattr(mpi_transport.MPI, "Status", Status)
+    transport = mpi_transport.MPITransport(MPI.COMM_SELF)
+    transport.comm, transport.device_buffers_ok = Comm(log), True
+    return transport, log
+
+
+def test_a_round_waits_once_before_mpi_reads_the_sends_or_writes_the_receive(direct):
+    transport, log = direct
+    handles = [transport.isend(torch.empty(8, device=DEVICE), 0, 0) for _ in range(2)]
+    assert log == []  # queued: the kernels writing them may still run
+    message = transport.recv(0, 0, torch.float32, DEVICE, numel=8)
+    transport.waitall(handles)
+    assert log == ["wait", "isend", "isend", "recv"]
+    assert message.device == DEVICE and message.numel() == 8
+    assert transport.traffic.host_syncs == 1
+
+
+def test_a_receive_alone_waits_before_mpi_writes_into_device_memory(direct):
+    transport, log = direct
+    out = torch.empty(8, device=DEVICE)
+    assert transport.recv(0, 0, torch.float32, DEVICE, numel=8, out=out) is out
+    handle = transport.irecv(0, 1, torch.float32, DEVICE)
+    transport.wait_recv(handle)
+    assert log == ["wait", "recv", "wait", "irecv"]
+    assert transport.traffic.host_syncs == 2
+
+
+def test_host_tensors_never_wait(direct):
+    transport, log = direct
+    handle = transport.isend(torch.zeros(8), 0, 0)
+    transport.recv(0, 0, torch.float32, torch.device("cpu"), numel=8, out=torch.empty(8))
+    transport.waitall([handle])
+    assert log == ["isend", "recv"]
+    assert transport.traffic.host_syncs == 0

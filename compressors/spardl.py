@@ -601,9 +601,6 @@ class _Call:
         if sync.teams > 1:  # step 4
             own = self.tensors(own)
             own = self.recursive_sag(own) if sync.sag == "recursive" else self.bruck_sag(own)
-        with timer("accumulate"):
-            self.result = sync._new_result(self.work.device)
-            self.result_array = self.array(self.result)
         self.gather_and_collect(own)  # steps 5 and 6
         with timer("accumulate"):
             self.leave_residuals()
@@ -648,10 +645,21 @@ class _Call:
             self.receive_blocks,
             self.work.device,
             self.timer,
+            meanwhile=self.touch_received,
             dtype=sync.codec.recv_dtype,
             recv_numel=self.rows_numel(),
             buffers=sync.messages,
         )
+
+    def touch_received(self, step) -> None:
+        """Step 1 for the blocks ``step`` receives, while their lists travel.
+
+        The receive adds the lists after the gradient, as it would have; the addition only
+        moves into the time the message takes to arrive.
+        """
+        with self.timer("accumulate"):
+            for first, count in _runs(step.recv_items):
+                self.first_touch(first, count, fuse=False)
 
     def rows_numel(self):
         """The length of a message of k_b-entry lists, per step: fixed at every wire."""
@@ -870,6 +878,8 @@ class _Call:
     def gather_and_collect(self, own: tuple) -> None:
         """Steps 5 and 6: gather the team's block lists, collecting them in two batches.
 
+        The zeroed result is made while the first step's message travels.
+
         Every final list has k_b entries (after a Spar-All-Gather a shorter one repeats its
         last entry): the Bruck steps move ranges of rows of the final tables. The rows held
         before the last step are collected while its message travels: at least half of them,
@@ -886,10 +896,24 @@ class _Call:
             sync.block_size,
             self.timer,
             sync.wire,
-            meanwhile=lambda step, held: step is sync.gather_steps[-1] and self.collect(held),
+            meanwhile=self.while_gathering,
             buffers=sync.messages,
         )
+        self.make_result()  # (no gather step: one worker a team)
         self.collect(sync.team_size)
+
+    def while_gathering(self, step, held: int) -> None:
+        """While a gather step's message travels: the result, then (last step) the rows held."""
+        self.make_result()
+        if step is self.sync.gather_steps[-1]:
+            self.collect(held)
+
+    def make_result(self) -> None:
+        """Make the zeroed result, once a call."""
+        if self.result is None:
+            with self.timer("accumulate"):
+                self.result = self.sync._new_result(self.work.device)
+                self.result_array = self.array(self.result)
 
     def collect(self, held: int) -> None:
         """Steps 5 and 6 for rows ``collected .. held-1``, whose final lists are here.

@@ -1010,10 +1010,12 @@ class Fp16Codec(CompactCodec):
 
 
 class Bf16Codec(CompactCodec):
-    """The bf16 wire: bfloat16 values, unscaled; a value that overflows raises ``ValueError``.
+    """The bf16 wire: bfloat16 values, unscaled; on the host a value that overflows raises.
 
-    Quantizing checks for it, one read per quantization (a list, rows, or all the parts of a
-    call); encoding does not: what a sender encodes it quantized first.
+    Quantizing on the host checks for it (``ValueError``), one read per quantization (a list,
+    rows, or all the parts of a call); encoding does not: what a sender encodes it quantized
+    first. On a GPU quantizing reads nothing back: such a value travels as inf and shows in the
+    result, as a NaN or inf gradient does there at every wire.
     """
 
     wire = "bf16"
@@ -1037,8 +1039,11 @@ class Bf16Codec(CompactCodec):
 
 
 def _finite_bf16(half: torch.Tensor) -> torch.Tensor:
-    """Return ``half``; ``ValueError`` where a value is NaN or inf (one read)."""
-    if half.numel() and not bool(torch.isfinite(half).all()):
+    """Return ``half``; on the host, ``ValueError`` where a value is NaN or inf (one read).
+
+    Elsewhere nothing is read: a read would be a wait for the device per quantization.
+    """
+    if half.device.type == "cpu" and half.numel() and not bool(torch.isfinite(half).all()):
         raise ValueError("wire='bf16': a message holds NaN or inf")
     return half
 

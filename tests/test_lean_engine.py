@@ -240,3 +240,13 @@ def test_host_syncs_counts_only_its_own_threads_synchronizations(monkeypatch):
             warnings.warn("something else", stacklevel=1)
     assert found["count"] == 1 and modes == ["warn", 0]
     assert [str(w.message) for w in shown] == ["something else"]
+
+
+def test_bf16_quantizing_off_the_host_reads_nothing_back():
+    """The overflow check is the host's: on a device (here ``meta``, where a read would fail)
+    bf16's ``quantize_rows`` dispatches no data-dependent operation."""
+    rows = torch.randn(4, 33, device="meta")
+    with OperationCounter() as counter:
+        quantized = codec("bf16").quantize_rows(rows)
+    assert counter.data_dependent == 0
+    assert quantized.shape == rows.shape and quantized.dtype == torch.float32

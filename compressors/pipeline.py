@@ -323,10 +323,12 @@ class BucketPipeline:
         Returns:
             ``{"buckets": [...]}``, per bucket its ``space``, ``numel``, ``bytes_sent``,
             ``messages``, ``rounds``, ``nnz`` (``None`` unless counted), ``seconds`` (the
-            bucket's time on the communication thread) and ``phases`` (its synchronizer's
-            seconds per phase, as ``Synchronizer.stats["seconds"]``) and, where its
-            synchronizer chose its configuration itself (SparDL's ``teams="auto"``), ``auto``;
-            plus ``bytes_sent``, ``messages``, ``rounds``, ``host_syncs``, ``seconds`` and
+            bucket's time on the communication thread), ``cpu_seconds`` (the CPU time that
+            thread spent on it: ``seconds`` less the waits, and less the time other threads
+            held the cores) and ``phases`` (its synchronizer's seconds per phase, as
+            ``Synchronizer.stats["seconds"]``) and, where its synchronizer chose its
+            configuration itself (SparDL's ``teams="auto"``), ``auto``; plus ``bytes_sent``,
+            ``messages``, ``rounds``, ``host_syncs``, ``seconds``, ``cpu_seconds`` and
             ``phases`` summed over the buckets (a step's when taken once per step).
         """
         with self._lock:
@@ -342,6 +344,7 @@ class BucketPipeline:
             "rounds": sum(b["rounds"] for b in done),
             "host_syncs": sum(b["host_syncs"] for b in done),
             "seconds": sum(b["seconds"] for b in done),
+            "cpu_seconds": sum(b["cpu_seconds"] for b in done),
             "phases": phases,
         }
 
@@ -426,7 +429,7 @@ class BucketPipeline:
                 f"bucket {space}: {flat.numel()} entries for parameters of {sum(sizes)}"
             )
         live = self.layout(keys, sizes, flat.device, space)
-        start = time.perf_counter()
+        start = (time.perf_counter(), time.thread_time())
         if self.skip_nonfinite:
             # One pass, no n-sized mask: the sum is NaN or inf when an entry is, and otherwise
             # only for values near float32's limit, which the float32 call would overflow too.
@@ -448,7 +451,8 @@ class BucketPipeline:
                     "numel": numel,
                     **traffic,
                     "nnz": None if stats is None else stats["nnz"],
-                    "seconds": time.perf_counter() - start,
+                    "seconds": time.perf_counter() - start[0],
+                    "cpu_seconds": time.thread_time() - start[1],
                     "phases": {} if stats is None else dict(stats["seconds"]),
                     # SparDL's teams="auto": the configuration its probe chose, and why
                     **({"auto": stats["auto"]} if stats is not None and "auto" in stats else {}),

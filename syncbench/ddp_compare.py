@@ -9,7 +9,12 @@ step) of every hook in turn, so drift of the machine hits all of them alike. An 
 is that of its slowest rank; the table shows the median over the timed iterations, the median
 exposed wait (from the last parameter gradient accumulated to backward's return: the
 synchronization left after compute) and the ratio to ``compute`` (a hook that returns the bucket
-unchanged: compute alone).
+unchanged: compute alone). For a registered method's hook, three more medians per iteration
+(its slowest rank's) tell where its communication thread's time went: ``thread s``, the
+buckets' time on that thread; ``CPU s``, the CPU time it spent on them; ``transport s``, the
+time inside the transport's sends, receives and waits (the synchronizers' ``comm`` phase). A
+thread that takes much longer than its CPU time waited: for its peers, or, on a machine with
+fewer cores than threads, for a core.
 
 Hooks: ``compute``; ``ddp`` (DDP's own all-reduce, no hook); ``ddp_fp16`` and ``ddp_bf16``
 (torch's ``fp16_compress_hook`` / ``bf16_compress_hook``); ``powersgd`` (torch's
@@ -214,12 +219,14 @@ def _last_gradient_clock(ddp) -> list:
 
 
 def measure(args, hooks, note=print) -> tuple:
-    """Run the interleaved iterations; return ``(times, exposed)``.
+    """Run the interleaved iterations; return ``(times, exposed, threads)``.
 
-    Each is ``{hook: [seconds of each timed iteration]}``: the whole step, and the wait from the
-    last gradient accumulated to backward's return (the synchronization left after compute).
-    Every rank returns the same numbers: each iteration's are its slowest rank's. The models
-    and their hooks are released before it returns (:func:`release`).
+    ``times`` and ``exposed`` are ``{hook: [seconds of each timed iteration]}``: the whole step,
+    and the wait from the last gradient accumulated to backward's return (the synchronization
+    left after compute). ``threads``: for the hooks of registered methods, ``{hook: {part:
+    [seconds of each timed iteration]}}`` for each of :data:`THREAD_PARTS`. Every rank returns
+    the same numbers: each iteration's are its slowest rank's. The models and their hooks are
+    released before it returns (:func:`release`).
     """
     rank = dist.get_rank()
     torch.manual_seed(args.seed)
@@ -231,19 +238,36 @@ def measure(args, hooks, note=print) -> tuple:
         optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
         runs[name] = (ddp, optimizer, _last_gradient_clock(ddp))
     del ddp, optimizer
-    times, exposed = _iterate(args, runs, inputs, labels)
+    times, exposed, threads = _iterate(args, runs, inputs, labels)
     release(runs)
+    parts = [times, exposed] + [{n: threads[n][p] for n in threads} for p in THREAD_PARTS]
+    zeros = [0.0] * args.iters  # (hooks without a communication thread)
     table = torch.tensor(
-        [[times[n] for n in hooks], [exposed[n] for n in hooks]], dtype=torch.float64
+        [[part.get(n, zeros) for n in hooks] for part in parts], dtype=torch.float64
     )
     dist.all_reduce(table, op=dist.ReduceOp.MAX)
-    return tuple({name: table[part, i].tolist() for i, name in enumerate(hooks)} for part in (0, 1))
+    times, exposed, *shares = (
+        {name: table[part, i].tolist() for i, name in enumerate(hooks)}
+        for part in range(len(parts))
+    )
+    threads = {n: {p: s[n] for p, s in zip(THREAD_PARTS, shares)} for n in threads}
+    return times, exposed, threads
+
+
+#: Per iteration, where a registered method's communication thread spent its time: the
+#: buckets' seconds on it, its CPU seconds, and the seconds inside the transport.
+THREAD_PARTS = ("thread_s", "thread_cpu_s", "transport_s")
 
 
 def _iterate(args, runs: dict, inputs, labels) -> tuple:
-    """The warm-up and timed iterations of every run in turn; this rank's ``(times, exposed)``."""
+    """The warm-up and timed iterations of every run in turn.
+
+    Returns this rank's ``(times, exposed, threads)`` (as :func:`measure`'s).
+    """
     times = {name: [] for name in runs}
     exposed = {name: [] for name in runs}
+    states = {name: _state(ddp) for name, (ddp, _, _) in runs.items()}
+    threads = {n: {p: [] for p in THREAD_PARTS} for n, s in states.items() if s is not None}
     for iteration in range(args.warmup + args.iters):
         for name, (ddp, optimizer, clock) in runs.items():
             dist.barrier()
@@ -257,7 +281,20 @@ def _iterate(args, runs: dict, inputs, labels) -> tuple:
             if iteration >= args.warmup:
                 times[name].append(time.perf_counter() - started)
                 exposed[name].append(waited)
-    return times, exposed
+            if states[name] is not None:
+                stats = states[name].take_stats()  # this step's buckets (and resets)
+                if iteration >= args.warmup:
+                    shares = stats["seconds"], stats["cpu_seconds"], stats["phases"].get("comm", 0)
+                    for part, seconds in zip(THREAD_PARTS, shares):
+                        threads[name][part].append(seconds)
+    return times, exposed, threads
+
+
+def _state(ddp):
+    """The :class:`compressors.ddp.SparDLState` of ``ddp``'s hook; ``None`` for other hooks."""
+    from compressors.ddp import SparDLState
+
+    return next((s for _, s in getattr(ddp, "_comm_hooks", []) if isinstance(s, SparDLState)), None)
 
 
 def release(runs: dict) -> None:
@@ -270,14 +307,7 @@ def release(runs: dict) -> None:
     exits; Python ends such a thread by unwinding it, which aborts the process ("terminate
     called without an active exception").
     """
-    from compressors.ddp import SparDLState
-
-    states = [
-        state
-        for ddp, _, _ in runs.values()
-        for _, state in getattr(ddp, "_comm_hooks", [])
-        if isinstance(state, SparDLState)
-    ]
+    states = [state for ddp, _, _ in runs.values() if (state := _state(ddp)) is not None]
     for state in states:
         state.pipeline.close()
     del states
@@ -285,12 +315,14 @@ def release(runs: dict) -> None:
     gc.collect()
 
 
-def summarize(times: dict, exposed: dict = None) -> list:
-    """Rows ``{hook, median_s, min_s, max_s, ratio, exposed_s}``.
+def summarize(times: dict, exposed: dict = None, threads: dict = None) -> list:
+    """Rows ``{hook, median_s, min_s, max_s, ratio, exposed_s}``, and :data:`THREAD_PARTS`.
 
     ratio: the median over ``compute``'s (None without it); exposed_s: the median of
-    ``exposed`` (None without it).
+    ``exposed`` (None without it); each of :data:`THREAD_PARTS`: the median of ``threads``'
+    (None for a hook it lacks).
     """
+    threads = threads or {}
     base = statistics.median(times["compute"]) if "compute" in times else None
     rows = []
     for name, values in times.items():
@@ -303,6 +335,10 @@ def summarize(times: dict, exposed: dict = None) -> list:
                 "max_s": max(values),
                 "ratio": median / base if base else None,
                 "exposed_s": statistics.median(exposed[name]) if exposed else None,
+                **{
+                    part: statistics.median(threads[name][part]) if name in threads else None
+                    for part in THREAD_PARTS
+                },
             }
         )
     return rows
@@ -311,15 +347,19 @@ def summarize(times: dict, exposed: dict = None) -> list:
 def format_table(rows: list) -> str:
     """A markdown table of :func:`summarize`'s rows."""
     lines = [
-        "| hook | median s/iter | min | max | exposed s | ratio to compute |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| hook | median s/iter | min | max | exposed s | ratio to compute "
+        "| thread s | CPU s | transport s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}"
-        exposed = "-" if row.get("exposed_s") is None else f"{row['exposed_s']:.3f}"
+        seconds = [
+            "-" if row.get(key) is None else f"{row[key]:.3f}"
+            for key in ("exposed_s", *THREAD_PARTS)
+        ]
         lines.append(
             f"| {row['hook']} | {row['median_s']:.3f} | {row['min_s']:.3f} | "
-            f"{row['max_s']:.3f} | {exposed} | {ratio} |"
+            f"{row['max_s']:.3f} | {seconds[0]} | {ratio} | " + " | ".join(seconds[1:]) + " |"
         )
     return "\n".join(lines)
 
@@ -339,12 +379,12 @@ def main(argv=None) -> int:
             print(f"ddp_compare.py: note: {message}", file=sys.stderr, flush=True)
 
     try:
-        times, exposed = measure(args, hooks, note)
+        times, exposed, threads = measure(args, hooks, note)
     except Exception as error:  # noqa: BLE001 - one line, not a traceback from every rank
         print(f"ddp_compare.py: rank {rank}: {type(error).__name__}: {error}", file=sys.stderr)
         sys.stderr.flush()
         os._exit(1)
-    rows = summarize(times, exposed)
+    rows = summarize(times, exposed, threads)
     if rank == 0:
         setting = {
             "model": args.model,
@@ -367,7 +407,13 @@ def main(argv=None) -> int:
         if args.json:
             with open(args.json, "w") as stream:
                 json.dump(
-                    {"setting": setting, "rows": rows, "times": times, "exposed": exposed},
+                    {
+                        "setting": setting,
+                        "rows": rows,
+                        "times": times,
+                        "exposed": exposed,
+                        "threads": threads,
+                    },
                     stream,
                     indent=1,
                 )

@@ -46,12 +46,17 @@ def test_the_table_and_json_name_every_hook_with_its_ratio(tmp_path):
     assert "powersgd on Gloo: one bucket" in result.stderr
     lines = [line for line in result.stdout.splitlines() if line.startswith("| ")]
     assert [line.split("|")[1].strip() for line in lines[1:]] == HOOKS
-    assert lines[1].endswith("| 1.00 |")  # compute against itself
+    assert lines[1].endswith("| 1.00 | - | - | - |")  # compute against itself, no thread
     saved = json.loads((tmp_path / "out.json").read_text())
     assert [row["hook"] for row in saved["rows"]] == HOOKS
     assert all(len(saved["times"][hook]) == 2 for hook in HOOKS)
     assert all(row["median_s"] > 0 and row["ratio"] > 0 for row in saved["rows"])
     assert all(0 <= row["exposed_s"] <= row["median_s"] for row in saved["rows"])
+    methods = [row for row in saved["rows"] if row["hook"].startswith("spardl")]
+    assert sorted(saved["threads"]) == ["spardl", "spardl:wire=fp16"]
+    for row in methods:  # where the communication thread's time went
+        assert 0 < row["thread_cpu_s"] and 0 < row["transport_s"] < row["thread_s"]
+    assert all(row["thread_s"] is None for row in saved["rows"] if row not in methods)
     assert saved["setting"]["ranks"] == 2 and saved["setting"]["model"] == "cnn"
 
 

@@ -310,8 +310,9 @@ def test_stats_are_per_bucket_and_summed_per_step():
     for stats in local_group(2).run(body):
         assert [b["numel"] for b in stats["buckets"]] == [sum(s) for _, s in BUCKETS]
         assert all(b["nnz"] is not None and b["phases"]["total"] > 0 for b in stats["buckets"])
-        for key in ("bytes_sent", "messages", "rounds", "seconds"):
+        for key in ("bytes_sent", "messages", "rounds", "seconds", "cpu_seconds"):
             assert stats[key] == sum(b[key] for b in stats["buckets"])
+        assert all(0 < b["cpu_seconds"] for b in stats["buckets"])
         assert stats["phases"]["total"] == pytest.approx(
             sum(b["phases"]["total"] for b in stats["buckets"])
         )

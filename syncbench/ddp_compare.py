@@ -49,6 +49,9 @@ TORCH_HOOKS = ("compute", "ddp", "ddp_fp16", "ddp_bf16", "powersgd")
 DEFAULT_HOOKS = "compute,ddp,ddp_fp16,powersgd,topk,spardl"
 #: Synthetic inputs: CIFAR-shaped images, or token sequences for the text models.
 IMAGE_SHAPE, CLASSES, SEQUENCE, VOCAB = (3, 32, 32), 10, 128, 10_000
+#: Per iteration, where a registered method's communication thread spent its time: the
+#: buckets' seconds on it, its CPU seconds, and the seconds inside the transport.
+THREAD_PARTS = ("thread_s", "thread_cpu_s", "transport_s")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -252,11 +255,6 @@ def measure(args, hooks, note=print) -> tuple:
     )
     threads = {n: {p: s[n] for p, s in zip(THREAD_PARTS, shares)} for n in threads}
     return times, exposed, threads
-
-
-#: Per iteration, where a registered method's communication thread spent its time: the
-#: buckets' seconds on it, its CPU seconds, and the seconds inside the transport.
-THREAD_PARTS = ("thread_s", "thread_cpu_s", "transport_s")
 
 
 def _iterate(args, runs: dict, inputs, labels) -> tuple:

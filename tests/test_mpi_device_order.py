@@ -113,3 +113,43 @@ def test_host_tensors_never_wait(direct):
     transport.waitall([handle])
     assert log == ["isend", "recv"]
     assert transport.traffic.host_syncs == 0
+
+
+class IdleCheckingComm(Comm):
+    """Records, whenever MPI is handed a buffer, whether the current CUDA stream was idle."""
+
+    def Isend(self, buffer, dest, tag):  # noqa: N802
+        self.log.append(torch.cuda.current_stream().query())
+        return MPI.REQUEST_NULL
+
+    def Mprobe(self, source, tag, status):  # noqa: N802
+        comm = self
+
+        class Checked(Message):
+            def Recv(self, buffer) -> None:  # noqa: N802
+                comm.log.append(torch.cuda.current_stream().query())
+
+        return Checked(self.log)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_a_gpu_mpi_is_handed_device_memory_only_once_the_stream_is_idle(monkeypatch):
+    log = []
+    monkeypatch.setattr(mpi_transport.MPI, "Status", Status)
+    transport = mpi_transport.MPITransport(MPI.COMM_SELF)
+    transport.comm, transport.device_buffers_ok = IdleCheckingComm(log), True
+    device = torch.device("cuda", torch.cuda.current_device())
+    square = torch.randn(4096, 4096, device=device)
+
+    def busy():  # kernels that are still running when the call returns
+        result = square
+        for _ in range(8):
+            result = result @ square
+        return result
+
+    handle = transport.isend(busy().reshape(-1)[:8], 0, 0)  # written by queued kernels
+    busy()  # still running when the receive starts
+    message = transport.recv(0, 0, torch.float32, device, numel=8)
+    transport.waitall([handle])
+    assert log == [True, True] and message.is_cuda

@@ -72,6 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ddp_compare.py",
         description="DDP with each hook, timed side by side in one interleaved run "
         "(run under torchrun; Gloo).",
+        epilog="The table: per hook the median seconds per iteration (its slowest rank's), "
+        "min, max, the exposed wait (last gradient to backward's return) and the ratio to "
+        "compute alone; for a registered method's hook also its communication thread's "
+        "seconds per iteration (thread s), their CPU time (CPU s) and the time inside the "
+        "transport (transport s): a thread much slower than its CPU time waited, for its "
+        "peers or for a core.",
     )
     parser.add_argument("--model", default="vgg16", help="a model of the models registry")
     parser.add_argument(

@@ -746,15 +746,16 @@ class _Call:
         return sync.messages.get("send", size, sync.codec.recv_dtype, self.work.device)
 
     def receive_blocks(self, step, message: torch.Tensor) -> None:
-        """Step 2, receiving: add the received lists into their blocks' dense copies."""
+        """Step 2, receiving: add the received lists into their blocks' dense copies.
+
+        The blocks have the gradient already (:meth:`touch_received`, while the lists travelled).
+        """
         items = step.recv_items
         columns, summands = self.sync.codec.decode_rows(
             message, len(items), self.sync.block_budget, self.sync.block_size
         )
         with self.timer("accumulate"):
             columns, summands = self.array(columns), self.array(summands)
-            for first, count in _runs(items):
-                self.first_touch(first, count, fuse=False)
             flat = (self.bases[self.rows(items)] + columns).reshape(-1)
             self.saves.append((flat, self.dense[flat]))
             _add_at(self.dense, flat, summands.reshape(-1))  # the positions are distinct

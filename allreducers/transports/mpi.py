@@ -159,27 +159,27 @@ class MPITransport(Transport):
         return self._recv(source, tag, dtype, device, out)
 
     def _recv(self, source, tag, dtype, device, out=None):
-        waited = self._flush()
+        waited = self._flush()  # before the probe: the peer may wait for these sends
         status = MPI.Status()
         message = self.comm.Mprobe(source=source, tag=tag, status=status)
         count = status.Get_count(_MPI_TYPES[dtype])
         out = out if out is not None and out.numel() == count else None
-        landing, _ = self._landing(count, dtype, device, out, waited)
+        self._idle(device, waited)  # after it: the device's work overlaps the message's wait
+        landing = self._landing(count, dtype, device, out)
         message.Recv(self._buffer(landing))
         return self._arrived(landing, device, out)
 
-    def _landing(self, numel, dtype, device: torch.device, out=None, waited: set = frozenset()):
+    def _landing(self, numel: int, dtype: torch.dtype, device: torch.device, out=None):
         """Where MPI writes a received message: on ``device``, or a pinned buffer to stage it.
 
-        ``out``: the caller's buffer for it. A direct device landing (``out``, or a new buffer,
-        which the caching allocator may hand over while kernels still read its last tensor) is
-        written only once the device's stream is idle (:meth:`_idle`, given ``waited``); a
-        staged one copies into ``out``. Returns the landing and the streams waited for.
+        ``out``: the caller's buffer for it; a staged receive copies into it. The caller has
+        made the device idle (:meth:`_idle`) before MPI writes a direct device landing: ``out``,
+        or a new buffer, which the caching allocator may take from a tensor that kernels still
+        read.
         """
         if not self._direct(device):
-            return _pinned(numel, dtype), waited
-        waited = self._idle(device, waited)
-        return (out if out is not None else torch.empty(numel, dtype=dtype, device=device)), waited
+            return _pinned(numel, dtype)
+        return out if out is not None else torch.empty(numel, dtype=dtype, device=device)
 
     def _arrived(self, landing: torch.Tensor, device: torch.device, out=None) -> torch.Tensor:
         """The received message on ``device``: a staged one copied there, not waited for."""
@@ -225,7 +225,8 @@ class MPITransport(Transport):
                 waiting.append(receive)
                 continue
             numel = status.Get_count(_MPI_TYPES[receive.dtype])
-            receive.out, waited = self._landing(numel, receive.dtype, receive.device, None, waited)
+            waited = self._idle(receive.device, waited)
+            receive.out = self._landing(numel, receive.dtype, receive.device)
             receive.request = message.Irecv(self._buffer(receive.out))
         self._unmatched = waiting
 

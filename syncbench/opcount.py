@@ -99,8 +99,8 @@ class OperationCounter:
     """Counts the torch operations run on this thread while the ``with`` block runs.
 
     ``total``: the ATen operations dispatched (views and slices included, as the dispatcher
-    sees them); ``working``: those that are not views. ``data_dependent``: those whose result's size or value reaches the host
-    (:data:`DATA_DEPENDENT`, boolean-mask indexing, ``tolist``).
+    sees them); ``working``: those that are not views. ``data_dependent``: those whose result's
+    size or value reaches the host (:data:`DATA_DEPENDENT`, boolean-mask indexing, ``tolist``).
     """
 
     def __enter__(self) -> OperationCounter:
@@ -141,8 +141,9 @@ class OperationCounter:
 
 
 def count_call(sync, grad: torch.Tensor, syncs: bool = True) -> dict:
-    """Run ``sync.allreduce(grad)`` once: ``{"ops", "working_ops", "data_dependent_ops",
-    "allocated_bytes"}``.
+    """Run ``sync.allreduce(grad)`` once: ops, working ops, data-dependent ops, bytes made.
+
+    The keys: ``ops``, ``working_ops``, ``data_dependent_ops`` and ``allocated_bytes``.
 
     ``working_ops``: the operations that are not views (a view changes no data and launches no
     kernel; the dispatcher still handles it, on the host).

@@ -109,7 +109,8 @@ def run_schedule(
         device: where received messages are put.
         timer: adds the communication's seconds to ``"comm"`` (``None``: not timed).
         meanwhile: ``meanwhile(step)`` runs between the send and the receive: work that needs
-            neither message then fills the time the received one takes to arrive.
+            neither message then fills the time the received one takes to arrive (a receive of
+            known length is posted before it).
         dtype: the dtype messages are received as (the codec's ``recv_dtype``).
         recv_numel: ``recv_numel(step)``, the length of the message ``step`` receives, where
             every rank knows it (fixed-size messages): the sends go ``sized`` and a transport
@@ -129,18 +130,22 @@ def run_schedule(
                     handles.append(transport.isend(message, step.send_to, number))
                 else:
                     handles.append(transport.isend(message, step.send_to, number, sized=True))
+        posted = None
+        if step.recv_from is not None and recv_numel is not None:
+            # Posted before ``meanwhile``: a library that moves a message only once its receive
+            # is posted (Gloo; MPI's large messages) then moves it during that work.
+            numel = recv_numel(step)
+            out = None if buffers is None else buffers.get("recv", numel, dtype, device)
+            with timer("comm"):
+                posted = transport.irecv(step.recv_from, number, dtype, device, numel, out)
         if meanwhile is not None:
             meanwhile(step)
         if step.recv_from is not None:
             with timer("comm"):
-                if recv_numel is None:
-                    received = transport.recv(step.recv_from, number, dtype, device)
+                if posted is not None:
+                    received = transport.wait_recv(posted)
                 else:
-                    numel = recv_numel(step)
-                    out = None if buffers is None else buffers.get("recv", numel, dtype, device)
-                    received = transport.recv(
-                        step.recv_from, number, dtype, device, numel=numel, out=out
-                    )
+                    received = transport.recv(step.recv_from, number, dtype, device)
             consume(step, received)
         with timer("comm"):
             transport.waitall(handles)

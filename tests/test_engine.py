@@ -3,8 +3,15 @@
 import pytest
 import torch
 
-from allreducers import allgather_lists, allgather_rows, bruck_allgather_schedule, codec
+from allreducers import (
+    allgather_lists,
+    allgather_rows,
+    bruck_allgather_schedule,
+    codec,
+    run_schedule,
+)
 from allreducers.transports import local_group
+from allreducers.transports.recording import RecordingTransport
 from syncbench.opcount import OperationCounter, count_method
 
 
@@ -131,3 +138,61 @@ def test_fixed_size_lists_read_nothing_from_the_device(method, wire, workers):
         lambda transport: count_method(transport, method, 30_000, 0.01, gradient, wire=wire)
     )
     assert all(count["data_dependent_ops"] == 0 for count in counts), counts
+
+
+class _CallLog(RecordingTransport):
+    """Logs the order of sends, posted receives, waits for them, and (from the test) work."""
+
+    def __init__(self, inner) -> None:
+        super().__init__(inner)
+        self.calls = []
+
+    def isend(self, tensor, dest, tag, sized=False):
+        self.calls.append("isend")
+        return super().isend(tensor, dest, tag, sized)
+
+    def irecv(self, source, tag, dtype, device, numel=None, out=None):
+        self.calls.append("irecv")
+        return super().irecv(source, tag, dtype, device, numel, out)
+
+    def wait_recv(self, handle):
+        self.calls.append("wait_recv")
+        return super().wait_recv(handle)
+
+
+def test_a_receive_of_known_length_is_posted_before_the_work_meanwhile():
+    """Gloo, and MPI for large messages, move a message only once its receive is posted."""
+
+    def body(transport):
+        steps = bruck_allgather_schedule(transport.rank, range(4))
+        log = _CallLog(transport)
+        got = []
+        run_schedule(
+            log,
+            steps,
+            lambda step: torch.full((3,), float(transport.rank)),
+            lambda step, message: got.append(message.clone()),
+            torch.device("cpu"),
+            meanwhile=lambda step: log.calls.append("meanwhile"),
+            dtype=torch.float32,
+            recv_numel=lambda step: 3,
+        )
+        sources = [step.recv_from for step in steps]
+        return log.calls, [int(message[0]) for message in got], sources
+
+    for calls, got, sources in local_group(4).run(body):
+        assert calls == ["isend", "irecv", "meanwhile", "wait_recv"] * 2, calls
+        assert got == sources
+
+
+def test_a_receive_of_known_length_refuses_a_message_of_another():
+    def body(transport):
+        if transport.rank == 0:
+            transport.waitall([transport.isend(torch.zeros(5), 1, 0, sized=True)])
+            return None
+        handle = transport.irecv(0, 0, torch.float32, torch.device("cpu"), numel=8)
+        with pytest.raises(RuntimeError, match="malformed message from rank 0: 5 elements"):
+            transport.wait_recv(handle)
+        return True
+
+    assert local_group(2).run(body)[1]

@@ -42,7 +42,7 @@ class Message:
 
 
 class Request:
-    def Wait(self) -> None:  # noqa: N802
+    def Wait(self, status=None) -> None:  # noqa: N802
         pass
 
 
@@ -65,6 +65,10 @@ class Comm:
     def Isend(self, buffer, dest, tag):  # noqa: N802
         self.record("isend")
         return MPI.REQUEST_NULL
+
+    def Irecv(self, buffer, source, tag):  # noqa: N802 - a receive posted without a probe
+        self.record("irecv")
+        return Request()
 
     def Mprobe(self, source, tag, status):  # noqa: N802
         return Message(self)
@@ -104,6 +108,21 @@ def test_a_receive_alone_waits_before_mpi_writes_into_device_memory(direct):
     transport.wait_recv(handle)
     assert log == ["wait", "recv", "wait", "irecv"]
     assert transport.traffic.host_syncs == 2
+
+
+def test_a_receive_of_known_length_is_posted_at_once_on_the_host_only(direct):
+    """On the host MPI gets it before the caller's other work; device memory waits as before."""
+    transport, log = direct
+    host = torch.empty(8)
+    handle = transport.irecv(0, 0, torch.float32, torch.device("cpu"), numel=8, out=host)
+    assert log == ["irecv"]
+    assert transport.wait_recv(handle).data_ptr() == host.data_ptr()
+    out = torch.empty(8, device=DEVICE)
+    handle = transport.irecv(0, 1, torch.float32, DEVICE, numel=8, out=out)
+    assert log == ["irecv"]  # not yet: the device may still run kernels that use ``out``
+    assert transport.wait_recv(handle) is out
+    assert log == ["irecv", "wait", "recv"]
+    assert transport.traffic.host_syncs == 1
 
 
 def test_host_tensors_never_wait(direct):

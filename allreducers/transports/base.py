@@ -49,6 +49,25 @@ class PendingReceive(NamedTuple):
     device: torch.device
 
 
+class PendingSizedReceive(NamedTuple):
+    """A receive of known length started by :meth:`Transport.irecv`, not begun yet."""
+
+    source: int
+    tag: int
+    dtype: torch.dtype
+    device: torch.device
+    numel: int
+    out: torch.Tensor | None
+
+
+class _Sized(NamedTuple):
+    """The handle :meth:`Transport.irecv` returns for a receive of known length."""
+
+    inner: object
+    source: int
+    numel: int
+
+
 class Transport(abc.ABC):
     """One rank's view of a group: ``rank``, ``size``, point-to-point and a dense all-reduce.
 
@@ -114,18 +133,43 @@ class Transport(abc.ABC):
         """Receive a message of known length ``numel`` (default: as any other, ``out`` unused)."""
         return self._recv(source, tag, dtype, device)
 
-    def irecv(self, source: int, tag: int, dtype: torch.dtype, device: torch.device):
+    def irecv(
+        self,
+        source: int,
+        tag: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        numel: int | None = None,
+        out: torch.Tensor | None = None,
+    ):
         """Start receiving one message from ``source`` (as :meth:`recv`); return a handle.
 
         :meth:`wait_recv` of the handle gives the message. Several may be outstanding, to
         several sources; receives of one source and tag are waited for in the order they were
-        started.
+        started. ``numel`` and ``out``: as in :meth:`recv`. Where the sender's library waits
+        for the receiver before the data moves (a rendezvous: Gloo always, MPI for large
+        messages), a receive started before the receiver's other work lets the data travel
+        during it.
         """
-        return self._irecv(source, tag, dtype, device)
+        if numel is None:
+            return self._irecv(source, tag, dtype, device)
+        return _Sized(self._irecv_sized(source, tag, dtype, device, numel, out), source, numel)
 
     def wait_recv(self, handle) -> torch.Tensor:
-        """Return the message of a receive started by :meth:`irecv`, once it has arrived."""
-        return self._wait_recv(handle)
+        """Return the message of a receive started by :meth:`irecv`, once it has arrived.
+
+        Raises:
+            RuntimeError: a receive of known length got a message of another length.
+        """
+        if not isinstance(handle, _Sized):
+            return self._wait_recv(handle)
+        message = self._wait_recv(handle.inner)
+        if message.numel() != handle.numel:
+            raise RuntimeError(
+                f"malformed message from rank {handle.source}: {message.numel()} elements, "
+                f"expected {handle.numel}"
+            )
+        return message
 
     def waitall(self, handles) -> None:
         """Wait until the sends behind ``handles`` have completed."""
@@ -174,7 +218,13 @@ class Transport(abc.ABC):
         """
         return PendingReceive(source, tag, dtype, device)
 
+    def _irecv_sized(self, source, tag, dtype, device, numel, out=None):
+        """Start a receive of known length; this default leaves it to :meth:`_wait_recv`."""
+        return PendingSizedReceive(source, tag, dtype, device, numel, out)
+
     def _wait_recv(self, handle):
+        if isinstance(handle, PendingSizedReceive):
+            return self._recv_sized(*handle)
         return self._recv(*handle)
 
     def _allreduce_sum_into(self, tensor, out):

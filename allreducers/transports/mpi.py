@@ -21,7 +21,7 @@ import os
 import torch
 from mpi4py import MPI
 
-from .base import Transport
+from .base import PendingSizedReceive, Transport
 from .lifecycle import (  # noqa: F401 - the policy's old home: callers import it from here
     abort_on_uncaught_exception,
     end_interrupted,
@@ -75,11 +75,12 @@ class _Send:
 class _Receive:
     """A receive of :meth:`MPITransport.irecv`: ``request`` and ``out`` once it is matched."""
 
-    __slots__ = ("source", "tag", "dtype", "device", "request", "out")
+    __slots__ = ("source", "tag", "dtype", "device", "request", "out", "sized")
 
-    def __init__(self, source, tag, dtype, device) -> None:
+    def __init__(self, source, tag, dtype, device, sized=False) -> None:
         self.source, self.tag, self.dtype, self.device = source, tag, dtype, device
         self.request = self.out = None
+        self.sized = sized  # of a known length, on the host: posted at once (no probe)
 
 
 class MPITransport(Transport):
@@ -230,14 +231,35 @@ class MPITransport(Transport):
             receive.request = message.Irecv(self._buffer(receive.out))
         self._unmatched = waiting
 
+    def _irecv_sized(self, source, tag, dtype, device, numel, out=None):
+        """Post a receive of known length on the host now (into ``out`` where given).
+
+        MPI moves a large message only once its receive is posted (a rendezvous), so the data
+        can travel while the caller works. A device receive starts when waited for: MPI may
+        write device memory only once the device is idle.
+        """
+        if device.type != "cpu":
+            return super()._irecv_sized(source, tag, dtype, device, numel, out)
+        landing = out if out is not None else torch.empty(numel, dtype=dtype)
+        receive = _Receive(source, tag, dtype, device, sized=True)
+        receive.out = landing
+        receive.request = self.comm.Irecv(self._buffer(landing), source, tag)
+        return receive
+
     def _wait_recv(self, receive):
+        if isinstance(receive, PendingSizedReceive):  # on a device: it starts now
+            return self._recv_sized(*receive)
         self._match(self._flush())
         if receive.request is None:
             if receive in self._unmatched:
                 self._unmatched.remove(receive)
             return self._recv(receive.source, receive.tag, receive.dtype, receive.device)
-        receive.request.Wait()
-        return self._arrived(receive.out, receive.device)
+        if not receive.sized:
+            receive.request.Wait()
+            return self._arrived(receive.out, receive.device)
+        status = MPI.Status()  # posted into a buffer of the promised length: it may get less
+        receive.request.Wait(status)
+        return receive.out[: status.Get_count(_MPI_TYPES[receive.dtype])]
 
     def _allreduce_sum_into(self, tensor, out):
         if not self._direct(out.device) or out.data_ptr() == tensor.data_ptr():

@@ -85,9 +85,9 @@ class RecordingTransport(Transport):
         message = super().recv(source, tag, dtype, device, numel, out)
         return self._log_recv(message, source, dtype)
 
-    def irecv(self, source, tag, dtype, device):
+    def irecv(self, source, tag, dtype, device, numel=None, out=None):
         """Start a receive; it is logged when :meth:`wait_recv` hands the message over."""
-        return super().irecv(source, tag, dtype, device), source, dtype
+        return super().irecv(source, tag, dtype, device, numel, out), source, dtype
 
     def wait_recv(self, handle):
         """Return the message, logged now (when it is handed over, as :meth:`recv` logs)."""
@@ -160,6 +160,9 @@ class RecordingTransport(Transport):
 
     def _irecv(self, source, tag, dtype, device):
         return self.inner._irecv(source, tag, dtype, device)
+
+    def _irecv_sized(self, source, tag, dtype, device, numel, out=None):
+        return self.inner._irecv_sized(source, tag, dtype, device, numel, out)
 
     def _wait_recv(self, handle):
         return self.inner._wait_recv(handle)

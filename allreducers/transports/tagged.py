@@ -115,6 +115,11 @@ class TaggedTransport(Transport):
     def _irecv(self, source, tag, dtype, device):
         return self.base._irecv(source, self._tag(tag), dtype, device)
 
+    def _irecv_sized(self, source, tag, dtype, device, numel, out=None):
+        return self._counted(
+            self.base._irecv_sized, source, self._tag(tag), dtype, device, numel, out
+        )
+
     def _wait_recv(self, handle):
         return self._counted(self.base._wait_recv, handle)
 

@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
 
 from ..wire import device_tensor
 from .base import Transport
+
+
+class _Posted(NamedTuple):
+    """A posted receive: torch.distributed's ``work`` and the buffer it fills."""
+
+    work: object
+    out: torch.Tensor
 
 
 class TorchDistributedTransport(Transport):
@@ -56,6 +64,24 @@ class TorchDistributedTransport(Transport):
             out = torch.empty(numel, dtype=dtype, device=device)
         dist.recv(out, self._global[source], group=self.group, tag=tag)
         return out
+
+    def _irecv_sized(self, source, tag, dtype, device, numel, out=None):
+        """Post a receive of known length on the host now.
+
+        Gloo moves a message only once its receive is posted, so the data then travels while
+        the caller works. On a GPU it starts when waited for, as before.
+        """
+        if torch.device(device).type != "cpu":
+            return super()._irecv_sized(source, tag, dtype, device, numel, out)
+        if out is None:
+            out = torch.empty(numel, dtype=dtype)
+        return _Posted(dist.irecv(out, self._global[source], group=self.group, tag=tag), out)
+
+    def _wait_recv(self, handle):
+        if isinstance(handle, _Posted):
+            handle.work.wait()
+            return handle.out
+        return super()._wait_recv(handle)
 
     def _recv(self, source, tag, dtype, device):
         peer = self._global[source]

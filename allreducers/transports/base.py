@@ -68,6 +68,15 @@ class _Sized(NamedTuple):
     numel: int
 
 
+def _of_length(message: torch.Tensor, source: int, numel: int) -> torch.Tensor:
+    """Return ``message``, received from ``source``; ``RuntimeError`` unless ``numel`` long."""
+    if message.numel() != numel:
+        raise RuntimeError(
+            f"malformed message from rank {source}: {message.numel()} elements, expected {numel}"
+        )
+    return message
+
+
 class Transport(abc.ABC):
     """One rank's view of a group: ``rank``, ``size``, point-to-point and a dense all-reduce.
 
@@ -117,13 +126,7 @@ class Transport(abc.ABC):
         """
         if numel is None:
             return self._recv(source, tag, dtype, device)
-        message = self._recv_sized(source, tag, dtype, device, numel, out)
-        if message.numel() != numel:
-            raise RuntimeError(
-                f"malformed message from rank {source}: {message.numel()} elements, "
-                f"expected {numel}"
-            )
-        return message
+        return _of_length(self._recv_sized(source, tag, dtype, device, numel, out), source, numel)
 
     def _isend_sized(self, tensor, dest, tag):
         """Send a message whose length the receiver knows (default: as any other)."""
@@ -163,13 +166,7 @@ class Transport(abc.ABC):
         """
         if not isinstance(handle, _Sized):
             return self._wait_recv(handle)
-        message = self._wait_recv(handle.inner)
-        if message.numel() != handle.numel:
-            raise RuntimeError(
-                f"malformed message from rank {handle.source}: {message.numel()} elements, "
-                f"expected {handle.numel}"
-            )
-        return message
+        return _of_length(self._wait_recv(handle.inner), handle.source, handle.numel)
 
     def waitall(self, handles) -> None:
         """Wait until the sends behind ``handles`` have completed."""

@@ -157,8 +157,11 @@ class Codec(abc.ABC):
         """
         return self.quantize_rows(values.view(1, -1)).view(-1)
 
-    def row_exponents(self, values: torch.Tensor) -> torch.Tensor:
-        """Return each row's :meth:`exponent` of the ``(r, w)`` ``values``, as int32 ``(r,)``."""
+    def row_exponents(self, values: torch.Tensor, largest=None) -> torch.Tensor:
+        """Return each row's :meth:`exponent` of the ``(r, w)`` ``values``, as int32 ``(r,)``.
+
+        ``largest``: each row's largest magnitude (float32 ``(r,)``), where the caller has it.
+        """
         return torch.zeros(values.shape[0], dtype=torch.int32, device=values.device)
 
     def quantize_rows(self, values: torch.Tensor, exponents: torch.Tensor | None = None):
@@ -995,16 +998,17 @@ class Fp16Codec(CompactCodec):
             exponent += 1
         return max(exponent, _LOWEST_EXPONENT)
 
-    def row_exponents(self, values: torch.Tensor) -> torch.Tensor:
+    def row_exponents(self, values: torch.Tensor, largest=None) -> torch.Tensor:
         """Return :meth:`exponent` of each row of the ``(r, w)`` ``values``, as int32 ``(r,)``.
 
         The same integers (but -125 for a row of zeros, whose zeros decode alike), computed on
         the device from the bits of each row's largest magnitude, without a read; rows must be
-        finite (:func:`_fp16_exponents`).
+        finite (:func:`_fp16_exponents`). ``largest``: those magnitudes, where the caller has
+        them (a pass over the rows fewer).
         """
         if values.shape[1] == 0:
             return super().row_exponents(values)
-        return _fp16_exponents(values.abs().amax(dim=1))
+        return _fp16_exponents(values.abs().amax(dim=1) if largest is None else largest)
 
     def _list_exponents(self, values: torch.Tensor, lists: _Lists) -> torch.Tensor:
         """Return :meth:`exponent` of each of the joined ``lists`` (as row_exponents)."""
@@ -1246,7 +1250,7 @@ def _restore_high(low: torch.Tensor, counts: torch.Tensor, rows: int, segments: 
     ``low``: int16, lists one after another, each ascending; ``counts``: ``rows x segments``
     int32 (none where ``segments`` is 0). One ``repeat_interleave``, sized: no read.
     """
-    indices = low.to(torch.int32).bitwise_and_(0xFFFF)
+    indices = low.view(torch.uint16).to(torch.int32)  # one pass
     if segments:
         starts = torch.arange(segments, dtype=torch.int32, device=low.device) << 16
         high = torch.repeat_interleave(starts.repeat(rows), counts, output_size=entries)

@@ -712,11 +712,13 @@ class _Call:
             )
             part = slice(row, row + count)
             self.chosen[part, :keep] = columns
-            self.levels[part] = _smallest_magnitudes(values)
+            magnitudes = abs(values)
+            self.levels[part] = _row_extreme(magnitudes, smallest=True)
             sent = values
             if self.coder is not None:
                 travels = self.tensor(values)
-                exponents = self.coder.row_exponents(travels)
+                largest = self.tensor(_row_extreme(magnitudes, smallest=False))
+                exponents = self.coder.row_exponents(travels, largest)
                 sent = self.array(self.coder.quantize_rows(travels, exponents))
                 self.exponents[part] = exponents
                 self.lost[part, :keep] = values - sent
@@ -1041,11 +1043,11 @@ def _shares(array, tensor: torch.Tensor) -> bool:
     return array is tensor
 
 
-def _smallest_magnitudes(values):
-    """Return each row's smallest ``|value|``."""
+def _row_extreme(values, smallest: bool):
+    """Return each row's smallest (or largest) value."""
     if isinstance(values, np.ndarray):
-        return np.abs(values).min(axis=1)
-    return values.abs().amin(dim=1)
+        return values.min(axis=1) if smallest else values.max(axis=1)
+    return values.amin(dim=1) if smallest else values.amax(dim=1)
 
 
 def _add(a, b, out) -> None:

@@ -603,21 +603,21 @@ class CompactCodec(Codec):
         """
         return torch.zeros(len(lists.counts), dtype=torch.int32, device=values.device)
 
-    def _rows_to_half(self, values: torch.Tensor, exponents: torch.Tensor, out=None, up=None):
+    def _rows_to_half(self, values: torch.Tensor, up: torch.Tensor, out=None):
         """Return row i of ``values`` divided by 2^e_i, in 16 bits (written into ``out``).
 
-        ``up``: the rows' 2^e_i as ``(r, 1)`` float32, if made already. Dividing by 2^e gives
+        ``up``: the rows' 2^e_i, ``(r, 1)`` float32 (:func:`_row_powers`). Dividing by 2^e gives
         the bits multiplying by 2^-e gave: both are the one rounding of the same exact value.
         """
         if out is None:
             out = torch.empty(values.shape, dtype=self._half, device=values.device)
-        return torch.div(values, _row_powers(exponents) if up is None else up, out=out)
+        return torch.div(values, up, out=out)
 
     @staticmethod
-    def _rows_from_half(half: torch.Tensor, exponents: torch.Tensor, up=None) -> torch.Tensor:
+    def _rows_from_half(half: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         # One pass: the 16-bit values are widened as they are multiplied (float32 is the
         # common type), the same bits as widening first.
-        return torch.mul(half, _row_powers(exponents) if up is None else up)
+        return torch.mul(half, up)
 
     def _lists_to_half(self, values, exponents: torch.Tensor, lists: _Lists):
         """Return the joined ``lists`` of ``values``, list j divided by 2^e_j, in 16 bits."""
@@ -633,8 +633,7 @@ class CompactCodec(Codec):
         if exponents is None:
             exponents = self.row_exponents(values)
         up = _row_powers(exponents)
-        half = self._quantized(self._rows_to_half(values, exponents, up=up))
-        return self._rows_from_half(half, exponents, up)
+        return self._rows_from_half(self._quantized(self._rows_to_half(values, up)), up)
 
     def rows_size(self, rows: int, width: int, span: int) -> int:
         """Return the bytes of the rows' message (docs/DESIGN.md, "The wire")."""
@@ -663,7 +662,7 @@ class CompactCodec(Codec):
         low = message[head : head + 2 * entries].view(torch.int16).view(rows, width)
         torch.bitwise_and(columns, 0xFFFF, out=low)  # the low 16 bits, no temporary
         halves = message[head + 2 * entries :].view(self._half).view(rows, width)
-        self._rows_to_half(values, exponents, out=halves)
+        self._rows_to_half(values, _row_powers(exponents), out=halves)
         return message
 
     def decode_rows(self, message: torch.Tensor, rows: int, width: int, span: int) -> tuple:
@@ -679,7 +678,7 @@ class CompactCodec(Codec):
         high = words[rows:] if segments else None
         columns = _restore_high(low, high, rows, segments, entries)
         halves = message[head + 2 * entries :].view(self._half).view(rows, width)
-        return columns.view(rows, width), self._rows_from_half(halves, words[:rows])
+        return columns.view(rows, width), self._rows_from_half(halves, _row_powers(words[:rows]))
 
     # Lists of any length: [counts] | exponents | [segment counts] | indices | values ----------
 
@@ -1038,8 +1037,8 @@ class Bf16Codec(CompactCodec):
     def _quantized(self, half: torch.Tensor) -> torch.Tensor:
         return _finite_bf16(half)
 
-    def _rows_to_half(self, values: torch.Tensor, exponents: torch.Tensor, out=None, up=None):
-        return values.to(self._half) if out is None else out.copy_(values)  # every e is 0
+    def _rows_to_half(self, values: torch.Tensor, up: torch.Tensor, out=None):
+        return values.to(self._half) if out is None else out.copy_(values)  # every 2^e is 1
 
     def _lists_to_half(self, values, exponents: torch.Tensor, lists: _Lists):
         return values.to(self._half)

@@ -60,6 +60,13 @@ class PendingSizedReceive(NamedTuple):
     out: torch.Tensor | None
 
 
+class PostedReceive(NamedTuple):
+    """A receive of known length the library has begun: its ``request`` and the buffer ``out``."""
+
+    request: object
+    out: torch.Tensor
+
+
 class _Sized(NamedTuple):
     """The handle :meth:`Transport.irecv` returns for a receive of known length."""
 

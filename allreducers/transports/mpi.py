@@ -21,7 +21,7 @@ import os
 import torch
 from mpi4py import MPI
 
-from .base import PendingSizedReceive, Transport
+from .base import PendingSizedReceive, PostedReceive, Transport
 from .lifecycle import (  # noqa: F401 - the policy's old home: callers import it from here
     abort_on_uncaught_exception,
     end_interrupted,
@@ -75,12 +75,11 @@ class _Send:
 class _Receive:
     """A receive of :meth:`MPITransport.irecv`: ``request`` and ``out`` once it is matched."""
 
-    __slots__ = ("source", "tag", "dtype", "device", "request", "out", "sized")
+    __slots__ = ("source", "tag", "dtype", "device", "request", "out")
 
-    def __init__(self, source, tag, dtype, device, sized=False) -> None:
+    def __init__(self, source, tag, dtype, device) -> None:
         self.source, self.tag, self.dtype, self.device = source, tag, dtype, device
         self.request = self.out = None
-        self.sized = sized  # of a known length, on the host: posted at once (no probe)
 
 
 class MPITransport(Transport):
@@ -241,25 +240,22 @@ class MPITransport(Transport):
         if device.type != "cpu":
             return super()._irecv_sized(source, tag, dtype, device, numel, out)
         landing = out if out is not None else torch.empty(numel, dtype=dtype)
-        receive = _Receive(source, tag, dtype, device, sized=True)
-        receive.out = landing
-        receive.request = self.comm.Irecv(self._buffer(landing), source, tag)
-        return receive
+        return PostedReceive(self.comm.Irecv(self._buffer(landing), source, tag), landing)
 
     def _wait_recv(self, receive):
         if isinstance(receive, PendingSizedReceive):  # on a device: it starts now
             return self._recv_sized(*receive)
         self._match(self._flush())
+        if isinstance(receive, PostedReceive):  # into a buffer of the promised length
+            status = MPI.Status()
+            receive.request.Wait(status)  # a shorter message fills less of it
+            return receive.out[: status.Get_count(_MPI_TYPES[receive.out.dtype])]
         if receive.request is None:
             if receive in self._unmatched:
                 self._unmatched.remove(receive)
             return self._recv(receive.source, receive.tag, receive.dtype, receive.device)
-        if not receive.sized:
-            receive.request.Wait()
-            return self._arrived(receive.out, receive.device)
-        status = MPI.Status()  # posted into a buffer of the promised length: it may get less
-        receive.request.Wait(status)
-        return receive.out[: status.Get_count(_MPI_TYPES[receive.dtype])]
+        receive.request.Wait()
+        return self._arrived(receive.out, receive.device)
 
     def _allreduce_sum_into(self, tensor, out):
         if not self._direct(out.device) or out.data_ptr() == tensor.data_ptr():

@@ -9,20 +9,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
 
 from ..wire import device_tensor
-from .base import Transport
-
-
-class _Posted(NamedTuple):
-    """A posted receive: torch.distributed's ``work`` and the buffer it fills."""
-
-    work: object
-    out: torch.Tensor
+from .base import PostedReceive, Transport
 
 
 class TorchDistributedTransport(Transport):
@@ -75,11 +67,12 @@ class TorchDistributedTransport(Transport):
             return super()._irecv_sized(source, tag, dtype, device, numel, out)
         if out is None:
             out = torch.empty(numel, dtype=dtype)
-        return _Posted(dist.irecv(out, self._global[source], group=self.group, tag=tag), out)
+        work = dist.irecv(out, self._global[source], group=self.group, tag=tag)
+        return PostedReceive(work, out)
 
     def _wait_recv(self, handle):
-        if isinstance(handle, _Posted):
-            handle.work.wait()
+        if isinstance(handle, PostedReceive):
+            handle.request.wait()
             return handle.out
         return super()._wait_recv(handle)
 

@@ -748,3 +748,4 @@ def test_a_note_when_ranks_share_a_gpu_with_overlapped_buckets():
     assert shared_gpu_note(1, 1) is None and shared_gpu_note(4, 4) is None
     note = shared_gpu_note(4, 1)
     assert note.startswith("4 ranks share this host's 1 GPU:") and "--no-overlap" in note
+    assert "nvidia-cuda-mps-control -d" in note

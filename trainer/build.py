@@ -366,5 +366,6 @@ def shared_gpu_note(local_ranks: int, gpus: int) -> str | None:
     return (
         f"{local_ranks} ranks share this host's {_plural(gpus, 'GPU')}: there the overlapped "
         "buckets measured slower than one blocking call (docs/PERFORMANCE.md, 'On a GPU'); "
-        "--no-overlap may be faster"
+        "--no-overlap may be faster, and NVIDIA's MPS (nvidia-cuda-mps-control -d, started "
+        "before the job) lets the ranks' kernels run side by side"
     )

@@ -180,9 +180,10 @@ def host_syncs():
     Yields a dict whose ``count`` grows as they happen (``torch.cuda.set_sync_debug_mode``: a wait
     for a stream or the device, a copy to pageable memory, a read of a value). The mode is the
     process's: no other thread may use this at the same time; their synchronizations meanwhile
-    are not counted, and their other warnings are shown as usual.
+    are not counted, and their other warnings are shown as usual. The mode's switches are not
+    counted: the first in a process reports a synchronization of its own (seen on an H200).
     """
-    me, found = threading.get_ident(), {"count": 0}
+    me, found, counting = threading.get_ident(), {"count": 0}, threading.Event()
     previous = torch.cuda.get_sync_debug_mode()
     with warnings.catch_warnings():
         warnings.simplefilter("always")
@@ -191,14 +192,16 @@ def host_syncs():
         def tally(message, *args, **kwargs):
             if "synchroniz" not in str(message):
                 show(message, *args, **kwargs)
-            elif threading.get_ident() == me:
+            elif counting.is_set() and threading.get_ident() == me:
                 found["count"] += 1
 
         warnings.showwarning = tally
         torch.cuda.set_sync_debug_mode("warn")
+        counting.set()
         try:
             yield found
         finally:
+            counting.clear()
             torch.cuda.set_sync_debug_mode(previous)
 
 

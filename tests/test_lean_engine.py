@@ -233,8 +233,13 @@ def test_the_operations_table_command_writes_its_rows(tmp_path):
 
 def test_host_syncs_counts_only_its_own_threads_synchronizations(monkeypatch):
     modes = []
+
+    def switch(mode):  # the first switch in a process reports a synchronization of its own
+        modes.append(mode)
+        warnings.warn("called a synchronizing CUDA operation", stacklevel=1)
+
     monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", switch)
     other = threading.Thread(target=warnings.warn, args=("called a synchronizing operation",))
     with warnings.catch_warnings(record=True) as shown:
         warnings.simplefilter("always")

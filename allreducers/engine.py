@@ -72,13 +72,16 @@ def index_add_in_order(
 
     Each list must hold distinct indices; lists may share them. On the CPU one ``index_add_``
     over all of them (it adds index by index, in order: the bits of one call per list); on a
-    GPU, whose ``index_add_`` adds duplicates in any order, one list at a time.
+    GPU, whose ``index_add_`` adds duplicates in any order, one list at a time. int32 indices
+    are used as they are (``index_add_`` takes them): no int64 copy.
     """
+    if indices.dtype != torch.int32:
+        indices = indices.long()
     if target.device.type == "cpu":
-        target.index_add_(0, indices.long(), values)
+        target.index_add_(0, indices, values)
         return
     for part, part_values in zip(
-        torch.split(indices.long(), list(sizes)), torch.split(values, list(sizes))
+        torch.split(indices, list(sizes)), torch.split(values, list(sizes))
     ):
         target.index_add_(0, part, part_values)
 
@@ -357,12 +360,12 @@ def allgather_joined(
 
     As :func:`allgather_lists` with ``own_item`` this rank's position, but the lists are kept
     joined: ``(indices, values, sizes)``, the items' lists one after another in item order
-    0, 1, ... and their lengths. At fp32 each step costs a fixed number of operations (its
-    message is a prefix of the lists held so far, in the order the schedule holds them: this
-    rank's item first), and a call one host read per step where sizes vary (the counts). At a
-    16-bit wire lists of ``fixed_size`` entries whose indices ascend in ``[0, span)`` travel as
-    rows (:func:`allgather_rows`): no read; the values keep their bits if quantized by rows;
-    ``buffers``: their messages' buffers, as in :func:`allgather_rows`.
+    0, 1, ... and their lengths (the indices int32). At fp32 each step costs a fixed number of
+    operations (its message is a prefix of the lists held so far, in the order the schedule
+    holds them: this rank's item first), and a call one host read per step where sizes vary
+    (the counts). At a 16-bit wire lists of ``fixed_size`` entries whose indices ascend in
+    ``[0, span)`` travel as rows (:func:`allgather_rows`): no read; the values keep their bits
+    if quantized by rows; ``buffers``: their messages' buffers, as in :func:`allgather_rows`.
     """
     coder = codec(wire)
     position = steps[0].send_items[0] if steps else 0  # Bruck: this rank's item goes first

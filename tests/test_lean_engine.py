@@ -260,3 +260,24 @@ def test_bf16_quantizing_off_the_host_reads_nothing_back():
         quantized = codec("bf16").quantize_rows(rows)
     assert counter.data_dependent == 0
     assert quantized.shape == rows.shape and quantized.dtype == torch.float32
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_index_add_in_order_takes_int32_indices_without_an_int64_copy(device):
+    """Joined lists' int32 indices go to ``index_add_`` as they are: no int64 copy of them (8
+    bytes an entry, per call), and the same bits as with int64 indices."""
+    from allreducers import index_add_in_order
+
+    generator = torch.Generator().manual_seed(3)
+    sizes = [40, 25, 40]
+    indices = torch.cat([torch.randperm(64, generator=generator)[:s] for s in sizes])
+    values = torch.randn(indices.numel(), generator=generator).to(device)
+    expected = torch.zeros(64, device=device)
+    index_add_in_order(expected, indices.to(device), values, sizes)  # int64
+    result = torch.zeros(64, device=device)
+    narrow = indices.to(torch.int32).to(device)
+    with OperationCounter() as counter:
+        index_add_in_order(result, narrow, values, sizes)
+    assert counter.allocated_bytes == 0 and "_to_copy" not in str(counter.counts), counter.counts
+    if device == "cpu":
+        assert torch.equal(result, expected)

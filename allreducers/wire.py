@@ -621,12 +621,12 @@ class CompactCodec(Codec):
 
     def _lists_to_half(self, values, exponents: torch.Tensor, lists: _Lists):
         """Return the joined ``lists`` of ``values``, list j divided by 2^e_j, in 16 bits."""
-        return (values * lists.spread(_powers_of_two(exponents, -1))).to(self._half)
+        return (values / lists.spread(_powers_of_two(exponents))).to(self._half)  # as rows
 
     @staticmethod
     def _lists_from_half(half: torch.Tensor, exponents: torch.Tensor, lists: _Lists):
         """Return the joined 16-bit ``lists`` ``half`` as float32, list j times 2^e_j."""
-        return torch.mul(half, lists.spread(_powers_of_two(exponents)))  # (_rows_from_half)
+        return torch.mul(half, lists.spread(_powers_of_two(exponents)))  # widened as multiplied
 
     def quantize_rows(self, values: torch.Tensor, exponents: torch.Tensor | None = None):
         """Return each row through 16 bits and back, scaled by its exponent: no read of data."""
@@ -916,12 +916,11 @@ class CompactCodec(Codec):
         exponents.copy_(torch.cat([self.row_exponents(part) for part in rows]))
         half = message[head:].view(self._half)
         counts = [part.shape[0] for part in rows]
-        lower = _powers_of_two(exponents, -1).unsqueeze(1).split(counts)
-        for part, half_part, scale in zip(rows, _piece_rows(half), lower):
-            torch.mul(part, scale, out=half_part)
+        upper = _row_powers(exponents).split(counts)  # divided by (as rows), then multiplied
+        for part, half_part, scale in zip(rows, _piece_rows(half), upper):
+            torch.div(part, scale, out=half_part)
         self._quantized(half)
         if residual:
-            upper = _powers_of_two(exponents).unsqueeze(1).split(counts)
             for part, half_part, scale in zip(rows, _piece_rows(half), upper):
                 part.addcmul_(half_part, scale, value=-1)
         return message
@@ -943,7 +942,7 @@ class CompactCodec(Codec):
         """Write (or add) each piece times 2^e into ``out``: one operation per 2-D view."""
         head, body = coded
         rows = _piece_rows(out)
-        upper = _powers_of_two(head.view(torch.int32)).unsqueeze(1)
+        upper = _row_powers(head.view(torch.int32))
         halves = _piece_rows(body.view(self._half))
         for part, half_part, scale in zip(rows, halves, upper.split([p.shape[0] for p in rows])):
             if add:
@@ -1093,13 +1092,14 @@ def _row_powers(exponents: torch.Tensor) -> torch.Tensor:
     return _powers_of_two(exponents).unsqueeze(1)
 
 
-def _powers_of_two(exponents: torch.Tensor, sign: int = 1) -> torch.Tensor:
-    """Return 2^(sign e) (float32, exact) of int32 ``exponents``, sign e in [-126, 127].
+def _powers_of_two(exponents: torch.Tensor) -> torch.Tensor:
+    """Return 2^e (float32, exact) of int32 ``exponents``, e in [-126, 127].
 
-    Built from the bits, three operations.
+    Built from the bits, three operations. Values go into 16 bits divided by 2^e: the bits
+    multiplying by 2^-e gave (both are the one rounding of the same exact value), with one
+    power of two made instead of two.
     """
-    biased = exponents + 127 if sign > 0 else torch.rsub(exponents, 127)
-    return biased.bitwise_left_shift_(23).view(torch.float32)
+    return (exponents + 127).bitwise_left_shift_(23).view(torch.float32)
 
 
 class _Lists:

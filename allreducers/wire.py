@@ -700,11 +700,11 @@ class CompactCodec(Codec):
     def _coded(self, indices, values, counts: Sequence[int], span: int | None) -> list:
         """Return the byte pieces ``exponents | [segment counts] | indices | values`` of lists."""
         lists, exponents, half = self._parts_half(values, list(counts), quantizing=False)
-        halves = half.view(torch.uint8)
+        halves = byte_view(half)
         if not _offsets_form(span, len(counts), sum(counts)):
-            return [exponents.view(torch.uint8), _index_bytes(indices, 4), halves]
+            return [byte_view(exponents), _index_bytes(indices, 4), halves]
         segments = _segment_counts(indices, lists, _segments(span))
-        return [exponents.view(torch.uint8), segments, _index_bytes(indices, 2), halves]
+        return [byte_view(exponents), segments, _index_bytes(indices, 2), halves]
 
     def decode(
         self,
@@ -815,10 +815,10 @@ class CompactCodec(Codec):
     def _part_messages(self, indices, counts: list, home: int, span, coded: tuple) -> list:
         """Return :meth:`encode_parts`'s messages from the parts' ``(lists, exponents, half)``."""
         lists, exponents, half = coded
-        indices, halves = _head(indices, counts), half.view(torch.uint8)
+        indices, halves = _head(indices, counts), byte_view(half)
         forms = [_offsets_form(span, 1, count) for count in counts]
         cut = {"c": _int32_bytes(counts, half.device).split(4)}
-        cut["e"] = exponents.view(torch.uint8).split(4)
+        cut["e"] = byte_view(exponents).split(4)
         cut["v"] = halves.split([2 * count for count in counts])
         if any(forms):
             segments = _segments(span)
@@ -863,7 +863,7 @@ class CompactCodec(Codec):
         sizes = [piece.numel() for piece in pieces]
         values = torch.cat(list(pieces)) if pieces else torch.empty(0, device=device)
         _, exponents, half = self._parts_half(values, sizes, quantizing=False)
-        return torch.cat([exponents.view(torch.uint8), half.view(torch.uint8)])
+        return torch.cat([byte_view(exponents), byte_view(half)])
 
     def values_bytes(self, sizes: Sequence[int]) -> int:
         """Return 4 bytes per piece (its exponent) and 2 per value."""
@@ -1183,8 +1183,20 @@ def device_tensor(values: Sequence[int], dtype: torch.dtype, device: torch.devic
 def _index_bytes(indices: torch.Tensor, width: int) -> torch.Tensor:
     """Return ``indices`` as bytes: int32 (``width`` 4) or their low 16 bits (``width`` 2)."""
     if width == 4:
-        return indices.to(torch.int32).view(torch.uint8)
-    return (indices & 0xFFFF).to(torch.int16).view(torch.uint8)
+        return byte_view(indices.to(torch.int32))
+    return byte_view((indices & 0xFFFF).to(torch.int16))
+
+
+def byte_view(tensor: torch.Tensor) -> torch.Tensor:
+    """Return ``tensor``'s bytes, a view: what travels of a tensor of int32, float16 or bfloat16.
+
+    A tensor of at most one entry may have stride 0 (a selection of one entry out of ties, or of
+    zeros, can give one under one thread), which counts as contiguous and yet no view to
+    another element size accepts; it is restrided first, the same memory and no copy.
+    """
+    if tensor.dim() == 1 and tensor.numel() <= 1 and tensor.stride(0) != 1:
+        tensor = tensor.as_strided((tensor.numel(),), (1,))
+    return tensor.view(torch.uint8)
 
 
 def _segment_counts(indices: torch.Tensor, lists: _Lists, segments: int) -> torch.Tensor:

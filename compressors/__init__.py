@@ -26,10 +26,14 @@ from .registry import (
     split_option,
     try_options,
 )
+from .reshard import reshard
 from .selection import Selector
+from .state import FeedbackState
 
 __all__ = [
     "Synchronizer",
+    "FeedbackState",
+    "reshard",
     "Selector",
     "create",
     "available",

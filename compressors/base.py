@@ -20,6 +20,7 @@ from allreducers.transports import Transport, as_transport
 
 from .agreement import check_agreement
 from .sparse_ops import budget, count_nonzero, zero_
+from .state import PARTS, FeedbackState
 
 
 def check_density(density) -> float:
@@ -316,11 +317,11 @@ class Synchronizer(abc.ABC):
             sync = self._warmup_stage(grad.device)
             if sync is self:
                 result = self._sparse_call(grad, timer)
-            else:  # a density warm-up stage, with this synchronizer's residual
-                sync._residual.copy_(self._residual)
+            else:  # a density warm-up stage, lent this synchronizer's residual for the call
+                sync.load_feedback(self.feedback_state(), parts=("residual",))
                 sync._out, sync.count_nnz = self._out, self.count_nnz
                 result = sync._sparse_call(grad, timer)
-                self._residual.copy_(sync._residual)
+                self.load_feedback(sync.feedback_state(), parts=("residual",))
                 sync._out = None
             nnz = sync._count_nonzero(result)
             if self.momentum:
@@ -343,7 +344,7 @@ class Synchronizer(abc.ABC):
         self.check_agreement()
         grad = grad.detach()  # a tensor that requires grad is read as data: no graph, no history
         if self._residual.device != grad.device:
-            self._residual = self._residual.to(grad.device)
+            self.to(grad.device)
         self.reset_traffic()
         return grad, time.perf_counter(), PhaseTimer(select=0.0, comm=0.0, accumulate=0.0)
 
@@ -446,8 +447,7 @@ class Synchronizer(abc.ABC):
         if density == self.density:
             return self
         if self._stage is None or self._stage[0] != density:
-            stage = self._rebuild(density)
-            stage._residual = stage._residual.to(device)
+            stage = self._rebuild(density).to(device)
             self._stage = (density, stage)
         return self._stage[1]
 
@@ -539,21 +539,47 @@ class Synchronizer(abc.ABC):
                 f"{self.name}: out must not require grad (the result is written into it)"
             )
 
+    def feedback_state(self) -> FeedbackState:
+        """Return this synchronizer's error-feedback state, its live buffers (not copies).
+
+        The one way out of the residual, the velocity, the call count and the method's extras
+        (:class:`~compressors.state.FeedbackState`); :meth:`load_feedback` is the way in.
+        """
+        return FeedbackState(self._residual, self._velocity, self.calls, self._extra_state())
+
+    def load_feedback(self, state: FeedbackState, parts=PARTS) -> None:
+        """Take ``parts`` of ``state`` over (all by default), in place, on this one's device.
+
+        The residual converts from the state's dtype (FSDP's bf16 slots); a velocity is taken
+        only with momentum correction, and a state without one zeroes it. Empty extras (a
+        resharded state) leave the method's own as they are: on a new synchronizer, re-derived
+        at its next call.
+        """
+        own = FeedbackState(self._residual, self._velocity, self.calls)
+        own.copy_(state, [part for part in parts if part != "extra"])
+        self.calls = own.calls
+        if "extra" in parts and state.extra:
+            self._load_extra_state(state.extra)
+
+    def to(self, device) -> Synchronizer:
+        """Move the residual and the velocity to ``device`` (a call does it first); return self."""
+        moved = FeedbackState(self._residual, self._velocity).to(device)
+        self._residual, self._velocity = moved.residual, moved.velocity
+        return self
+
     def state_dict(self) -> dict:
         """Return everything that carries across calls, on the CPU (for checkpoints).
 
         With the settings it depends on (``config``: method, numel, density, workers, rank, and
-        the method's structural options). Tensors and plain values only: it loads with
+        the method's structural options) and the format's ``version``
+        (:data:`~compressors.state.STATE_VERSION`). Tensors and plain values only: it loads with
         ``torch.load(weights_only=True)``.
         """
         return {
             "method": self.name,
             "numel": self.numel,
             "config": self._config(),
-            "calls": self.calls,
-            "residual": self._residual.detach().cpu().clone(),
-            **({"velocity": self._velocity.cpu().clone()} if self.momentum else {}),
-            **self._extra_state(),
+            **self.feedback_state().to_dict(),
         }
 
     def state_mismatch(self, state) -> str | None:
@@ -569,6 +595,10 @@ class Synchronizer(abc.ABC):
             or "calls" not in state
         ):
             return "not a synchronizer state (a dict with 'residual' and 'calls')"
+        try:
+            FeedbackState.from_dict(state)
+        except ValueError as error:
+            return str(error)
         saved = dict(state.get("config", {}), method=state.get("method"), numel=state.get("numel"))
         mine = dict(self._config(), method=self.name, numel=self.numel)
         differ = [
@@ -593,17 +623,9 @@ class Synchronizer(abc.ABC):
         problem = self.state_mismatch(state)
         if problem:
             raise ValueError(problem)
-        self.calls = int(state["calls"])
         # In place: a method may keep its residual as a view of a buffer of its own (spardl's
         # padded blocks), which a new tensor would cost a copy on the next call.
-        self._residual.copy_(state["residual"])
-        if self.momentum:  # a state saved without momentum correction starts from u = 0
-            velocity = state.get("velocity")
-            if velocity is None:
-                self._velocity.zero_()
-            else:
-                self._velocity.copy_(velocity)
-        self._load_extra_state(state)
+        self.load_feedback(FeedbackState.from_dict(state))
 
     def _config(self) -> dict:
         """Return the settings this rank's state depends on (subclasses add structural options)."""

@@ -41,6 +41,8 @@ from allreducers.checks import check_choice
 from allreducers.transports import Transport
 from allreducers.transports.torchdist import TorchDistributedTransport
 
+from .state import FeedbackState
+
 try:  # FSDP2's interface; its module moved between releases
     from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 except ImportError:  # pragma: no cover - older torch: a plain base class
@@ -48,8 +50,6 @@ except ImportError:  # pragma: no cover - older torch: a plain base class
 
 #: How a parameter group's residual is stored between calls (``residual_dtype``).
 RESIDUAL_DTYPES = ("fp32", "bf16")
-#: The entries of a synchronizer's state that are not its method's extra state.
-_COMMON_STATE = ("method", "numel", "config", "calls", "residual", "velocity")
 
 
 class _Synchronizers:
@@ -82,7 +82,7 @@ class _Synchronizers:
                 self.method, self._transport, numel=numel, density=self.density, **self.options
             )
             sync.count_nnz = False
-            self.fresh[numel] = copy.deepcopy(sync._extra_state())
+            self.fresh[numel] = sync.feedback_state().extra
             if numel in self._saved:
                 sync.load_state_dict(self._saved.pop(numel))
             self.syncs[numel] = sync
@@ -113,30 +113,29 @@ class _Synchronizers:
 class _Slot:
     """One parameter group's state between calls, its residual in bf16, for a shared synchronizer.
 
-    Everything a synchronizer carries from call to call for its vector: the call count, the
-    method's extra state (SparDL's adaptive height, Ok-Topk's thresholds), the residual (here
-    bf16) and momentum correction's velocity (float32). :meth:`load` puts it into the shared
+    A :class:`~compressors.state.FeedbackState` (``dtype="bf16"``): the call count, the
+    method's extra state (SparDL's adaptive height, Ok-Topk's thresholds), the residual (bf16)
+    and momentum correction's velocity (float32). :meth:`load` puts it into the shared
     synchronizer before a call, :meth:`store` takes it back after.
     """
 
     def __init__(self, numel: int, extra: dict) -> None:
-        self.calls = 0
-        self.extra = copy.deepcopy(extra)
-        self.residual = torch.zeros(numel, dtype=torch.bfloat16)
-        self.velocity = None  # float32, built at the first call with momentum correction
+        self.state = FeedbackState.zeros(numel, dtype="bf16", extra=extra)
         self.pending = None  # a loaded state, checked against the synchronizer at first use
+
+    @property
+    def residual(self) -> torch.Tensor:
+        """The group's residual, bf16."""
+        return self.state.residual
 
     @classmethod
     def from_state(cls, state: dict) -> _Slot:
         """The slot of a synchronizer state (``state_dict``; its residual rounded to bf16)."""
-        if not isinstance(state, dict) or not isinstance(state.get("residual"), torch.Tensor):
-            raise ValueError("not a synchronizer state (a dict with 'residual' and 'calls')")
-        extra = {key: value for key, value in state.items() if key not in _COMMON_STATE}
-        slot = cls(state["residual"].numel(), extra)
-        slot.calls = int(state.get("calls", 0))
-        slot.residual.copy_(state["residual"].reshape(-1))
-        if isinstance(state.get("velocity"), torch.Tensor):
-            slot.velocity = state["velocity"].detach().float().cpu().clone()
+        saved = FeedbackState.from_dict(state)
+        slot = cls(saved.numel, {})
+        if saved.velocity is not None:
+            slot.state.velocity = torch.zeros(saved.numel)
+        slot.state.copy_(saved)
         slot.pending = state
         return slot
 
@@ -147,27 +146,13 @@ class _Slot:
             if problem:
                 raise ValueError(problem)
             self.pending = None
-        sync.calls = self.calls
-        sync._load_extra_state(self.extra)
-        if self.residual.device != device:
-            self.residual = self.residual.to(device)
-        if sync._residual.device != device:
-            sync._residual = sync._residual.to(device)
-        sync._residual.copy_(self.residual)
-        if sync.momentum:
-            if self.velocity is None:
-                self.velocity = torch.zeros(sync.numel, device=device)
-            elif self.velocity.device != device:
-                self.velocity = self.velocity.to(device)
-            sync._velocity = self.velocity
+        if sync.momentum and self.state.velocity is None:
+            self.state.velocity = torch.zeros(sync.numel)
+        sync.to(device).load_feedback(self.state.to(device))
 
     def store(self, sync) -> None:
         """Take this group's state back from ``sync`` after a call (its residual rounded)."""
-        self.calls = sync.calls
-        self.extra = copy.deepcopy(sync._extra_state())
-        self.residual.copy_(sync._residual)
-        if sync.momentum:
-            self.velocity = sync._velocity
+        self.state.copy_(sync.feedback_state())
 
     def state_dict(self, sync) -> dict:
         """This group's synchronizer state, its residual in bf16, on the CPU."""
@@ -176,8 +161,7 @@ class _Slot:
         else:
             self.load(sync, self.residual.device)
             state = sync.state_dict()
-        state["residual"] = self.residual.detach().cpu().clone()
-        return state
+        return dict(state, residual=self.residual.detach().cpu().clone(), dtype="bf16")
 
 
 class _Sparse:

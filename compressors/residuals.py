@@ -106,8 +106,9 @@ class ResidualStore:
                 if not set(keys).isdisjoint(other["numbers"])
             ]
         )
+        live = sync.feedback_state()
         for buffer in BUFFERS:
-            target = getattr(sync, buffer)
+            target = getattr(live, buffer)
             if target is None:  # a velocity without momentum correction: none to take
                 continue
             offset = 0
@@ -137,7 +138,7 @@ class ResidualStore:
         """
         if key in self._owner:
             name, offset, size = self._owner[key]
-            live = getattr(self.layouts[name].sync, buffer)
+            live = getattr(self.layouts[name].sync.feedback_state(), buffer)
             return None if live is None else live[offset : offset + size]
         for saved in self._saved.values():
             if key in saved["numbers"]:

@@ -1,0 +1,168 @@
+"""Error-feedback state moved from P ranks to another number, with nothing owed lost.
+
+A synchronizer returns the average out = (sum_r (g_r + e_r) - sum_r e'_r) / P, so what error
+feedback still owes the model is the pending update U = sum_r e_r / P (and, with momentum
+correction, V = sum_r u_r / P for the velocity). :func:`reshard` maps the P ranks' state dicts
+to ``size`` ranks' so that sum_r' e''_r' / size = U exactly up to one float32 rounding per entry
+(the sums are taken in float64): the new residual of entry i is size * U_i, held by the one new
+rank that owns i (contiguous blocks of the vector), zero on every other rank. Each entry thus
+stays in one rank's residual, as sparse as it was summed; only the sum was ever meaningful
+(SparDL's global residual collection moves residual mass between ranks anyway).
+
+What describes the old world is not mapped but re-derived by the synchronizer that loads the
+state, at its next call: Ok-Topk's thresholds and region boundaries, SparDL's adaptive height h
+and its ``teams="auto"`` choice (probed again), and the team count of a fixed ``teams`` (the new
+run's own is used). The call count carries over (the largest of the ranks'), so dense and
+density warm-ups go on where they were. Resharding to the same number of ranks returns the
+states unchanged (copies), so a resume at the same P stays bit-identical.
+
+    from compressors import reshard
+    states = [torch.load(f"rank-{r}.pt", weights_only=True) for r in range(4)]
+    mine = reshard(states, 3)[rank]         # for a synchronizer created alike on 3 ranks
+    sync.load_state_dict(mine)
+
+It takes the states of one synchronizer, of one :class:`~compressors.ddp.SparDLState` (the DDP
+hook, per bucket layout) and of the bucket pipeline the trainer saves.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from .state import COMMON_KEYS, DTYPES
+
+__all__ = ["reshard", "pending_update"]
+
+#: Configuration entries that describe the old world's structure: dropped, the new run's rule.
+_WORLD_CONFIG = ("teams", "sag", "layout")
+
+
+def reshard(states, size: int) -> list:
+    """Return ``size`` state dicts, one per new rank in rank order, for P ranks' ``states``.
+
+    Args:
+        states: the P ranks' ``state_dict()``s in rank order: of one synchronizer, of one
+            ``SparDLState`` (``compressors.ddp``), or a bucket pipeline's (``{"buckets": ...}``).
+        size: the new number of ranks, at least 1.
+
+    Returns:
+        A list of ``size`` state dicts, each loadable by ``load_state_dict`` on a synchronizer
+        (or state) created the same way at world size ``size``. Pure: no communication.
+
+    Raises:
+        ValueError: an empty list, a bad ``size``, states of different synchronizers, or a
+            kind of state it cannot map (FSDP's seams, whose vector layout is FSDP's shards).
+    """
+    states = list(states)
+    if not states:
+        raise ValueError("reshard needs the states of at least one rank")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"reshard: size must be an integer >= 1, got {size!r}")
+    if not all(isinstance(state, dict) for state in states):
+        raise ValueError("reshard: every state must be a dict (a state_dict())")
+    if len(states) == size:
+        return copy.deepcopy(states)
+    first = states[0]
+    if "synchronizers" in first:
+        raise ValueError(
+            "reshard: FSDP's residuals follow FSDP's shards of each parameter, which change "
+            "with the world size; they are resharded only to the same number of ranks"
+        )
+    if "buckets" in first:
+        return _reshard_buckets(states, size)
+    return _reshard_synchronizer(states, size)
+
+
+def pending_update(states, buffer: str = "residual") -> torch.Tensor:
+    """Return sum_r ``buffer``_r / P over the ranks' synchronizer ``states``, in float64.
+
+    The update error feedback still owes (``buffer="velocity"``: momentum correction's V); zeros
+    where no rank holds the buffer.
+    """
+    held = [state[buffer].double().reshape(-1) for state in states if buffer in state]
+    numel = states[0]["residual"].numel()
+    total = torch.zeros(numel, dtype=torch.float64)
+    for tensor in held:
+        total += tensor
+    return total / len(states)
+
+
+def _reshard_synchronizer(states: list, size: int) -> list:
+    """Reshard one synchronizer's states (see :func:`reshard`)."""
+    first = states[0]
+    if not isinstance(first.get("residual"), torch.Tensor):
+        raise ValueError("reshard: not a synchronizer state (a dict with 'residual' and 'calls')")
+    for rank, state in enumerate(states):
+        same = (state.get("method"), state.get("numel")) == (first.get("method"), first["numel"])
+        if not same or state["residual"].numel() != first["residual"].numel():
+            raise ValueError(
+                f"reshard: rank {rank}'s state is of another synchronizer "
+                f"({state.get('method')!r} of {state.get('numel')}, rank 0's "
+                f"{first.get('method')!r} of {first.get('numel')})"
+            )
+    numel = first["residual"].numel()
+    dtype = DTYPES[first.get("dtype", "fp32")]
+    owners = [(numel * rank // size, numel * (rank + 1) // size) for rank in range(size)]
+    totals = {
+        buffer: pending_update(states, buffer) * size
+        for buffer in ("residual", "velocity")
+        if any(buffer in state for state in states)
+    }
+    calls = max(int(state.get("calls", 0)) for state in states)
+    config = dict(first.get("config", {}))
+    resharded = []
+    for rank, (start, end) in enumerate(owners):
+        state = {key: value for key, value in first.items() if key in COMMON_KEYS}
+        for buffer, total in totals.items():
+            part = torch.zeros(numel, dtype=dtype if buffer == "residual" else torch.float32)
+            part[start:end] = total[start:end].to(part.dtype)
+            state[buffer] = part
+        state["calls"] = calls
+        state["config"] = _new_config(config, rank, size, len(states))
+        resharded.append(state)
+    return resharded
+
+
+def _new_config(config: dict, rank: int, size: int, old_size: int) -> dict:
+    """The recorded configuration of new rank ``rank`` of ``size`` (see :func:`reshard`)."""
+    new = {key: value for key, value in config.items() if key not in _WORLD_CONFIG}
+    if config.get("teams_requested") is not None:  # teams="auto": probed again
+        new.update(teams=None, sag=None, layout=None)
+    if "workers" in config:
+        new["workers"] = size
+    if "rank" in config:
+        new["rank"] = rank
+    new["resharded_from"] = old_size
+    return new
+
+
+def _reshard_buckets(states: list, size: int) -> list:
+    """Reshard a DDP hook's or the bucket pipeline's states, bucket layout by bucket layout."""
+    layouts = list(states[0]["buckets"])
+    for rank, state in enumerate(states):
+        if sorted(state.get("buckets", {})) != sorted(layouts):
+            raise ValueError(
+                f"reshard: rank {rank} holds other bucket layouts than rank 0 (every rank's "
+                "buckets are the same in data parallelism: states of different runs?)"
+            )
+    new_buckets = [{} for _ in range(size)]
+    for name in layouts:
+        entry = states[0]["buckets"][name]
+        mapped = _reshard_synchronizer([state["buckets"][name]["state"] for state in states], size)
+        for rank, state in enumerate(mapped):
+            new_buckets[rank][name] = {
+                "numbers": list(entry["numbers"]),
+                "sizes": list(entry["sizes"]),
+                "state": state,
+            }
+    resharded = []
+    for rank in range(size):
+        state = dict(states[0], buckets=new_buckets[rank])
+        if "rank" in state:
+            state["rank"] = rank
+        if "size" in state:
+            state["size"] = size
+        resharded.append(state)
+    return resharded

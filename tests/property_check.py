@@ -68,7 +68,8 @@ class Case:
             return normal * 1e-30
         if kind == "huge":
             return normal * 1e30
-        return normal * torch.rand(n, generator=generator).pow(-2.0)  # heavy tails
+        # Heavy tails; rand() can draw 0, whose power would be inf: a diverged gradient.
+        return normal * torch.rand(n, generator=generator).clamp_min(2.0**-20).pow(-2.0)
 
 
 def draw(rng: random.Random, seed: int) -> Case:

@@ -135,6 +135,7 @@ def test_resume_refuses_another_model_and_a_fresh_run_refuses_old_checkpoints(tm
     fresh, _ = quick(tmp_path, "log", "ckpt", 2, 2)
     assert fresh.returncode == 2, fresh.stderr
     assert "holds checkpoints of an earlier run (epochs 1): pass --resume" in fresh.stderr
+    (tmp_path / "ckpt" / "epoch-0001" / "rank-0001.pt").unlink()  # a lost rank's file
     more = mpiexec(
         3,
         "main_trainer.py",
@@ -146,10 +147,10 @@ def test_resume_refuses_another_model_and_a_fresh_run_refuses_old_checkpoints(tm
         str(tmp_path / "ckpt"),
         "--resume",
         timeout=120,
-    )  # 2 ranks' files, 3 ranks
+    )  # 1 of 2 ranks' files, 3 ranks
     assert (
         more.returncode == 2 and "none of them complete for this run's 3 worker(s)" in more.stderr
-    )
+    ), more.stderr
     elsewhere, rows = quick(tmp_path, "log", "ckpt-new", 1, 2, "--seed", "3")
     assert elsewhere.returncode == 0 and [row["epoch"] for row in rows] == [1]  # a fresh log
 

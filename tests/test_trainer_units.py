@@ -13,7 +13,7 @@ from mpi4py import MPI
 import models
 from tests.mpirun import FirstOf
 from trainer import build, cli
-from trainer.checkpoint import Checkpoints, restore_rng, rng_state
+from trainer.checkpoint import Checkpoints, Position, restore_rng, rng_state
 from trainer.config import DEFAULTS, ConfigError, config_path, load_config, merge
 from trainer.distributed import UsageError, agree, broadcast_tensors, sum_over_ranks
 from trainer.flat import FlatSync
@@ -498,10 +498,25 @@ def test_checkpoints_are_atomic_pruned_and_found(tmp_path):
         checkpoints.save(epoch, {"epoch": epoch, "weights": torch.full((2,), float(epoch))})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch-0002", "epoch-0003"]
     assert not list(tmp_path.rglob("*.tmp"))
-    assert checkpoints.newest_complete() == 3
+    assert checkpoints.newest_complete() == Position(3) == (3, 0)
     assert checkpoints.load(3)["weights"].tolist() == [3.0, 3.0]
+    assert checkpoints.world(3) == 1 and (tmp_path / "epoch-0003" / "WORLD").read_text() == "1\n"
     (tmp_path / "epoch-0009").mkdir()  # another rank's newer epoch that this rank lacks
-    assert checkpoints.newest_complete() == 3
+    assert checkpoints.newest_complete() == Position(3)
+    checkpoints.save(Position(3, 40), {"epoch": 3})  # within epoch 4: after epoch 3's end
+    assert checkpoints.newest_complete() == (3, 40) and str(Position(3, 40)).endswith("epoch 4")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "epoch-0009") == [
+        "epoch-0003",
+        "epoch-0003-iter-000040",
+    ]
+    # Another world size's checkpoint is complete once every one of its ranks' files is there.
+    other = tmp_path / "epoch-0004"
+    other.mkdir()
+    (other / "WORLD").write_text("2\n")
+    torch.save({}, other / "rank-0000.pt")
+    assert checkpoints.newest_complete() == (3, 40)
+    torch.save({}, other / "rank-0001.pt")
+    assert checkpoints.newest_complete() == Position(4) and checkpoints.world(4) == 2
 
 
 def test_rng_state_round_trip():

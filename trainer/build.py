@@ -199,6 +199,8 @@ def build_trainer(argv, comm):
         agree(comm, checkpoint_problem(checkpoints, args, size))
         if args.resume:
             epoch, state = read_checkpoint(checkpoints, args, run_info, comm)
+            if state is not None:
+                _resumed_batch(args, settings, state, run_info, comm)
     device = place_rank(comm, args.device)
     torch.manual_seed(args.seed)
     random.seed(args.seed)
@@ -248,12 +250,34 @@ def build_trainer(argv, comm):
         checkpoints=checkpoints,
         clip_grad_norm=settings["clip_grad_norm"],
         eval_every=args.eval_every,
+        checkpoint_every=args.checkpoint_every,
     )
     if state is not None:
         resume(trainer, epoch, state, args, comm, log)
     log.start(trainer.epoch)
     _announce(args, settings, trainer, size, device)
     return trainer
+
+
+def _resumed_batch(args, settings, state, run_info, comm):
+    """With ``--keep-global-batch``, a resume by another number of ranks takes the checkpointed
+    run's global batch: the per-rank batch becomes it divided by this run's ranks (which must
+    divide it). Without it the per-rank batch stays ``--batch-size`` and the global batch
+    changes with the world size (docs/ELASTIC.md)."""
+    size, saved = comm.Get_size(), state.get("nworkers") or comm.Get_size()
+    if not args.keep_global_batch or saved == size:
+        return
+    batch = state.get("batch_size") or state.get("run_info", {}).get("batch_size")
+    total = batch * saved if isinstance(batch, int) else None
+    agree(
+        comm,
+        None
+        if total and total % size == 0
+        else f"--keep-global-batch: the checkpoint's global batch "
+        f"{total if total else 'is not recorded'} is not divisible by this run's {size} ranks",
+    )
+    settings["batch_size"] = run_info["batch_size"] = total // size
+    note(comm, f"--keep-global-batch: a global batch of {total}, {total // size} per rank")
 
 
 def _run_info(args, settings, size):

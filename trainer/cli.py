@@ -345,7 +345,22 @@ def _output_flags(run):
     run.add_argument(
         "--resume",
         action="store_true",
-        help="continue from the newest complete checkpoint in --checkpoint-dir",
+        help="continue from the newest complete checkpoint in --checkpoint-dir, also one "
+        "written by another number of ranks (its error feedback resharded; docs/ELASTIC.md)",
+    )
+    run.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=0,
+        metavar="ITERS",
+        help="also save a checkpoint every ITERS iterations within an epoch (default 0: at "
+        "epoch ends only); a resume goes on from that iteration",
+    )
+    run.add_argument(
+        "--keep-global-batch",
+        action="store_true",
+        help="on a resume by another number of ranks, keep the checkpointed run's global "
+        "batch (--batch-size becomes its global batch / ranks) instead of the per-rank batch",
     )
     run.add_argument(
         "--device",
@@ -626,6 +641,14 @@ def _flag_checks(args, size):
             f"--max-iters must be at least 1, got {args.max_iters}",
         ),
         (args.eval_every >= 0, f"--eval-every must be at least 0, got {args.eval_every}"),
+        (
+            args.checkpoint_every >= 0,
+            f"--checkpoint-every must be at least 0, got {args.checkpoint_every}",
+        ),
+        (
+            not args.checkpoint_every or args.checkpoint_dir,
+            "--checkpoint-every needs --checkpoint-dir",
+        ),
         (
             args.dense_warmup is None or args.dense_warmup >= 0,
             f"--dense-warmup must be at least 0, got {args.dense_warmup}",

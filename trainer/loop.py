@@ -8,7 +8,7 @@ import time
 import torch
 from tqdm import tqdm
 
-from trainer.checkpoint import restore_rng, rng_state
+from trainer.checkpoint import Position, restore_rng, rng_state
 from trainer.distributed import broadcast_tensors
 from trainer.evaluation import evaluate, prediction_loss, predictions
 from trainer.metrics import EpochMeter
@@ -80,6 +80,7 @@ class Trainer:
         checkpoints=None,
         clip_grad_norm=0.0,
         eval_every=0,
+        checkpoint_every=0,
     ):
         self.model = model
         self.train_loader = train_loader
@@ -96,11 +97,17 @@ class Trainer:
         self.checkpoints = checkpoints
         self.clip_grad_norm = clip_grad_norm
         self.eval_every = eval_every
+        self.checkpoint_every = checkpoint_every
         self.epoch = 0
+        # Samples of the current epoch's permutation used before this run's first iteration in
+        # it (a resume within the epoch), and the random state to restore once its batches are
+        # drawn (their iterator takes a seed from torch's generator).
+        self.epoch_samples = 0
+        self.pending_rng = None
         self.global_step = 0
         self.interrupt = Interrupt()
         self.position = None  # "epoch E, iteration I" of the latest agreement
-        self.saved_epoch = None  # this rank's newest checkpoint (saved, or resumed from)
+        self.saved_epoch = None  # this rank's newest checkpoint's position (saved, resumed from)
         self.complete_epoch = None  # the newest checkpoint every rank is known to have
         self.show_progress = comm.Get_rank() == 0 and sys.stdout.isatty()
         # Under mpiexec stdout is a pipe even from a terminal: rank 0 then prints a line now and
@@ -120,16 +127,32 @@ class Trainer:
 
     def _fit(self):
         for epoch in range(self.epoch, self.max_epochs):
-            self.train_loader.sampler.set_epoch(epoch)
+            self.train_loader.sampler.set_epoch(epoch, **self._start())
             self.model.train()
             meter, last_lr = self._train_epoch(epoch)
-            self.epoch = epoch + 1
+            self.epoch, self.epoch_samples = epoch + 1, 0
             self._log_row(meter, last_lr, self.epoch)
-            if self.checkpoints is not None:
-                self.checkpoints.save(self.epoch, self.state_dict())
-                self.saved_epoch = self.epoch
+            self._save(Position(self.epoch))
             if self.epoch < self.max_epochs:  # a Ctrl-C during evaluation stops here
                 self._agree(f"the end of epoch {self.epoch}")
+
+    @property
+    def global_batch(self):
+        """The samples one iteration takes over all ranks (a loader without a ``batch_size``,
+        as in tests: one sample an iteration per rank)."""
+        return (getattr(self.train_loader, "batch_size", None) or 1) * self.comm.Get_size()
+
+    def _start(self):
+        """``set_epoch``'s keywords: where a resumed epoch starts (none for a fresh one, which a
+        sampler without ``start`` also takes)."""
+        return {"start": self.epoch_samples} if self.epoch_samples else {}
+
+    def _save(self, position, epoch_samples=0):
+        """Save this rank's checkpoint at ``position`` (with ``checkpoints``), ``epoch_samples``
+        samples into the next epoch's permutation."""
+        if self.checkpoints is not None:
+            self.checkpoints.save(position, self.state_dict(epoch_samples))
+            self.saved_epoch = position
 
     def _log_row(self, meter, last_lr, epoch, within=False):
         """Evaluate and log the row of ``meter``'s iterations (collective), in epoch ``epoch``
@@ -170,11 +193,16 @@ class Trainer:
         meter = EpochMeter()
         done = 0  # iterations of this epoch logged in rows within it (eval_every)
         epoch_start = last_line = time.perf_counter()
-        batches = itertools.islice(self.train_loader, self.iters_per_epoch)
+        before = self.epoch_samples // self.global_batch  # iterations of it a resume skips
+        iterations = max(0, min(len(self.train_loader), self.iters_per_epoch - before))
+        batches = itertools.islice(iter(self.train_loader), iterations)
+        if self.pending_rng is not None:  # resumed within the epoch: as it was at the save
+            restore_rng(self.pending_rng)
+            self.pending_rng = None
         last_lr = self.optimizer.param_groups[0]["lr"]
         for images, labels in tqdm(
             batches,
-            total=self.iters_per_epoch,
+            total=iterations,
             leave=False,
             desc=f"epoch {epoch + 1}",
             disable=not self.show_progress,
@@ -184,12 +212,20 @@ class Trainer:
             loss = prediction_loss(self.synchronizer.forward_model(images), labels)
             self.optimizer.zero_grad()
             loss.backward()
-            position = f"epoch {epoch + 1}, iteration {done + meter.iterations + 1}"
+            position = f"epoch {epoch + 1}, iteration {before + done + meter.iterations + 1}"
             computed, synchronized, exposed, sync_seconds, value = self._synchronize(loss, position)
             last_lr = self.optimizer.param_groups[0]["lr"]
             self.optimizer.step()
             self.scheduler.step()
             self.global_step += 1
+            ran = done + meter.iterations + 1  # this run's iterations of the epoch
+            if (
+                self.checkpoint_every
+                and self.global_step % self.checkpoint_every == 0
+                and ran < iterations
+            ):  # the epoch's last iteration saves the epoch's checkpoint
+                samples = self.epoch_samples + ran * self.global_batch
+                self._save(Position(epoch, before + ran), samples)
             meter.add_step(
                 value,
                 predictions(labels),
@@ -201,7 +237,7 @@ class Trainer:
             if (
                 self.eval_every
                 and self.global_step % self.eval_every == 0
-                and meter.iterations < self.iters_per_epoch - done
+                and meter.iterations < iterations - done
             ):  # an evaluation within the epoch (the epoch's last iteration logs its own row)
                 done += meter.iterations
                 self._log_row(meter, last_lr, epoch + 1, within=True)
@@ -212,7 +248,7 @@ class Trainer:
                 last_line = synchronized
                 finished = done + meter.iterations
                 print(
-                    f"epoch {epoch + 1}: {finished}/{self.iters_per_epoch} iterations, "
+                    f"epoch {epoch + 1}: {finished}/{iterations} iterations, "
                     f"{(synchronized - epoch_start) / finished * 1e3:.0f} ms each, "
                     f"loss {value:.4f}",
                     flush=True,
@@ -289,14 +325,17 @@ class Trainer:
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
 
-    def state_dict(self):
-        """Everything this rank needs to continue bit-identically after the current epoch
-        (collective under FSDP, which gathers the model's and the optimizer's shards)."""
+    def state_dict(self, epoch_samples=0):
+        """Everything this rank needs to continue bit-identically after the current epoch, or
+        within the next one ``epoch_samples`` samples into its permutation (collective under
+        FSDP, which gathers the model's and the optimizer's shards)."""
         model_state, optimizer_state = self.synchronizer.training_state(self.model, self.optimizer)
         return {
             "epoch": self.epoch,
+            "epoch_samples": epoch_samples,
             "global_step": self.global_step,
             "nworkers": self.comm.Get_size(),
+            "batch_size": getattr(self.train_loader, "batch_size", None),
             "run_info": self.run_info,
             "model": model_state,
             "optimizer": optimizer_state,
@@ -305,8 +344,13 @@ class Trainer:
             "rng": rng_state(),
         }
 
-    def load_state_dict(self, state):
-        """Continue from a ``state_dict`` of the same model, data and world size.
+    def load_state_dict(self, state, position=None):
+        """Continue from a ``state_dict`` of the same model and data, read from the checkpoint
+        at ``position`` (a :class:`~trainer.checkpoint.Position`; default its epoch's end).
+
+        Within an epoch (``epoch_samples``) the data goes on from that sample of the epoch's
+        permutation, whatever the world size; a state without random generators (``rng``
+        ``None``: another world size) leaves them as the caller seeded them.
 
         The optimizer keeps its saved momentum buffers but this run's hyper-parameters (learning
         rate, momentum, weight decay), and the schedule is this run's, placed at the start of
@@ -323,12 +367,20 @@ class Trainer:
         for group, settings in zip(self.optimizer.param_groups, hyper):
             group.update(settings)
         self.synchronizer.load_state_dict(state["synchronizer"])
-        restore_rng(state["rng"])
         self.epoch = state["epoch"]
+        self.epoch_samples = int(state.get("epoch_samples", 0))
         self.global_step = state["global_step"]
-        if self.checkpoints is not None:  # every rank read its file of this epoch
-            self.saved_epoch = self.complete_epoch = self.epoch
-        step = self.scheduler.last_epoch = self.epoch * self.iters_per_epoch
+        if state.get("rng") is None:  # another world size: resume() seeded the generators
+            pass
+        elif self.epoch_samples:  # once the resumed epoch's batches are drawn
+            self.pending_rng = state["rng"]
+        else:
+            restore_rng(state["rng"])
+        if self.checkpoints is not None:  # every rank read this checkpoint
+            self.saved_epoch = self.complete_epoch = position or Position(self.epoch)
+        step = self.scheduler.last_epoch = (
+            self.epoch * self.iters_per_epoch + self.epoch_samples // self.global_batch
+        )
         for group, base, factor in zip(
             self.optimizer.param_groups, self.scheduler.base_lrs, self.scheduler.lr_lambdas
         ):

@@ -1,9 +1,17 @@
-"""Resuming a run: which checkpoint, and whether it fits this run's flags and model.
+"""Resuming a run: which checkpoint, whether it fits this run's flags and model, and its state
+mapped to this run's number of ranks.
 
 :func:`read_checkpoint` reads the newest complete checkpoint before anything heavy is built and
-refuses one of another model, data set, worker count or method; :func:`resume` loads it into the
-built trainer once the checks that need the model and the synchronizer pass.
+refuses one of another model, data set, method or density; one written by another number of
+ranks is read whole (every rank's file) and its error-feedback state resharded
+(``compressors.reshard``). :func:`resume` loads it into the built trainer once the checks that
+need the model and the synchronizer pass.
 """
+
+import random
+
+import numpy as np
+import torch
 
 import compressors
 from trainer.checkpoint import UnsafeCheckpoint
@@ -15,63 +23,106 @@ from trainer.torch_ddp import is_ddp_method
 
 def checkpoint_problem(checkpoints, args, size):
     """Why the checkpoints already in ``--checkpoint-dir`` forbid this run, or None
-    (collective): a fresh run would mix with an earlier one, and a resume needs one complete for
-    ``size`` ranks."""
-    found = checkpoints.saved_epochs()
-    epochs = ", ".join(map(str, found))
+    (collective): a fresh run would mix with an earlier one, and a resume needs a complete one."""
+    found = checkpoints.saved_positions()
+    names = "epochs " + ", ".join(
+        str(position.epoch) if not position.iteration else position.name for position in found
+    )
     if found and not args.resume:
         return (
-            f"--checkpoint-dir {args.checkpoint_dir} holds checkpoints of an earlier run (epochs "
-            f"{epochs}): pass --resume to continue it, or choose an empty directory"
+            f"--checkpoint-dir {args.checkpoint_dir} holds checkpoints of an earlier run "
+            f"({names}): pass --resume to continue it, or choose an empty directory"
         )
     if found and checkpoints.newest_complete() is None:
         return (
-            f"--checkpoint-dir {args.checkpoint_dir} holds checkpoints (epochs {epochs}), none "
-            f"of them complete for this run's {size} worker(s): written by another number of "
-            "workers?"
+            f"--checkpoint-dir {args.checkpoint_dir} holds checkpoints ({names}), none of them "
+            f"complete for this run's {size} worker(s) or for the run that wrote them: a "
+            "rank's file is missing"
         )
     return None
 
 
 def read_checkpoint(checkpoints, args, run_info, comm):
-    """``(epoch, state)`` of the newest complete checkpoint for ``--resume``, or ``(None, None)``
-    without one (collective). Read before anything heavy is built, and refused (``UsageError``)
-    if unreadable or saved by a run of another model, data set, worker count, compressor,
-    density, or method option (each option of the method the checkpoint records: every one
-    since they are all recorded, only teams, sag and srs before)."""
-    epoch = checkpoints.newest_complete()
-    if epoch is None:
+    """``(position, state)`` of the newest complete checkpoint for ``--resume``, or
+    ``(None, None)`` without one (collective). Read before anything heavy is built, and refused
+    (``UsageError``) if unreadable or saved by a run of another model, data set, compressor,
+    density, or method option. A checkpoint of another number of ranks gives this rank the
+    state of rank ``rank % P`` with the synchronizer's state resharded (:func:`reshard_state`)
+    and no random generators (``rng`` None: :func:`resume` seeds them)."""
+    position = checkpoints.newest_complete()
+    if position is None:
         note(comm, f"no checkpoint in {args.checkpoint_dir}; starting from scratch")
         return None, None
-    try:
-        state, problem = checkpoints.load(epoch), None
-    except UnsafeCheckpoint as error:
-        state, problem = None, str(error)
-    except Exception as error:  # noqa: BLE001 - whatever makes the file unreadable: one clear message
-        state, problem = (
-            None,
-            (
-                f"checkpoint {checkpoints.path(epoch)} is unreadable ({type(error).__name__}: "
-                f"{str(error).splitlines()[0] if str(error) else 'no detail'}); remove "
-                f"{checkpoints.path(epoch).parent} to resume from the epoch before it"
-            ),
-        )
+    size, rank = comm.Get_size(), comm.Get_rank()
+    world = checkpoints.world(position) or size
+    ranks = [rank] if world == size else range(world)
+    states, problem = _load(checkpoints, position, ranks)
     agree(comm, problem)
+    state = states[rank % world if world != size else 0]
     saved = dict(state.get("run_info", {}), nworkers=state.get("nworkers"))
-    keys = ["model", "dataset", "nworkers", "compressor", "density"] + [
+    keys = ["model", "dataset", "compressor", "density"] + [
         key for key in option_defaults(args.compressor) if key in saved
     ]  # older checkpoints: state_mismatch, later
+    if world == size:
+        keys.insert(2, "nworkers")
     differ = [
         f"{key} {saved.get(key)} (this run: {run_info.get(key)})"
         for key in keys
         if saved.get(key) != run_info.get(key)
     ]
-    agree(comm, _misfit(epoch, args, differ))
-    return epoch, state
+    agree(comm, _misfit(position, args, differ))
+    if world != size:
+        try:
+            synchronizer, problem = reshard_state([s["synchronizer"] for s in states], size), None
+        except (ValueError, KeyError, TypeError) as error:
+            synchronizer, problem = None, str(error)
+        agree(comm, _misfit(position, args, [problem] if problem else []))
+        state = dict(state, synchronizer=synchronizer[rank], rng=None)
+    return position, state
 
 
-def resume(trainer, epoch, state, args, comm, log):
-    """Load ``state``, :func:`read_checkpoint`'s checkpoint of ``epoch``, into ``trainer``
+def _load(checkpoints, position, ranks):
+    """``(states, problem)``: the files of ``ranks`` at ``position``, or why one is unreadable."""
+    states = []
+    for rank in ranks:
+        try:
+            states.append(checkpoints.load(position, rank))
+        except UnsafeCheckpoint as error:
+            return None, str(error)
+        except Exception as error:  # noqa: BLE001 - whatever makes the file unreadable: one clear message
+            path = checkpoints.path(position, rank)
+            detail = str(error).splitlines()[0] if str(error) else "no detail"
+            return None, (
+                f"checkpoint {path} is unreadable ({type(error).__name__}: {detail}); remove "
+                f"{path.parent} to resume from the checkpoint before it"
+            )
+        if not isinstance(states[-1], dict):
+            return None, f"checkpoint {checkpoints.path(position, rank)} is not a trainer state"
+    return states, None
+
+
+def reshard_state(states, size):
+    """The trainer's synchronizer states of P ranks (``synchronizer`` of each checkpoint) for
+    ``size`` ranks: the flat synchronizer's and the overlapped buckets' error feedback by
+    ``compressors.reshard``; DDP's native methods and dense FSDP hold none.
+
+    Raises:
+        ValueError: FSDP with a sparse method (its residuals follow FSDP's shards).
+    """
+    first = states[0]
+    if first.get("ddp") or (first.get("fsdp") and not first.get("comms")):
+        return [dict(first) for _ in range(size)]
+    if first.get("fsdp"):
+        raise ValueError(
+            f"--{first['fsdp']} with {first.get('method')}: its residuals follow FSDP's shards "
+            "of each parameter and are not resharded to another number of ranks yet; resume "
+            f"on {len(states)} ranks"
+        )
+    return compressors.reshard(states, size)
+
+
+def resume(trainer, position, state, args, comm, log):
+    """Load ``state``, :func:`read_checkpoint`'s checkpoint at ``position``, into ``trainer``
     (collective) once the checks that need the built model and synchronizer pass: the same
     number of parameters, and a synchronizer state that fits (``state_mismatch``)."""
     saved, numel = state.get("synchronizer", {}).get("numel"), trainer.synchronizer.numel
@@ -83,9 +134,27 @@ def resume(trainer, epoch, state, args, comm, log):
         if overlapped and not trainer.synchronizer.overlaps_backward
         else trainer.synchronizer.state_mismatch(state.get("synchronizer"))
     )
-    agree(comm, _misfit(epoch, args, [problem] if problem else []))
-    trainer.load_state_dict(state)
-    log.note(f"resumed from the checkpoint of epoch {epoch}")
+    agree(comm, _misfit(position, args, [problem] if problem else []))
+    if state.get("rng") is None:  # another world size: each rank draws anew
+        seed = args.seed + 1_000_003 * comm.Get_rank() + int(state.get("global_step", 0))
+        torch.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+    try:
+        trainer.load_state_dict(state, position)
+        problem = None
+    except (KeyError, TypeError, ValueError, RuntimeError) as error:  # a forged or damaged file
+        detail = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+        problem = f"{type(error).__name__}: {detail[:300] or 'no detail'}"
+    agree(comm, _misfit(position, args, [problem] if problem else []))
+    world = state.get("nworkers") or comm.Get_size()
+    if world != comm.Get_size():
+        log.note(
+            f"resumed iteration {trainer.global_step} of a {world}-rank run on "
+            f"{comm.Get_size()} ranks; residuals resharded"
+        )
+    else:
+        log.note(f"resumed from the checkpoint of {position}")
 
 
 def option_defaults(method):
@@ -95,13 +164,16 @@ def option_defaults(method):
     return compressors.option_defaults(method)
 
 
-def _misfit(epoch, args, differ):
-    """The message refusing the checkpoint of ``epoch`` for the reasons ``differ``, or None."""
+def _misfit(position, args, differ):
+    """The message refusing the checkpoint at ``position`` for the reasons ``differ``, or None."""
     return (
         (
-            f"checkpoint of epoch {epoch} in {args.checkpoint_dir} does not fit this run: "
+            f"checkpoint of {position} in {args.checkpoint_dir} does not fit this run: "
             f"{'; '.join(differ)}"
         )
         if differ
         else None
     )
+
+
+__all__ = ["checkpoint_problem", "read_checkpoint", "reshard_state", "resume"]

@@ -1,0 +1,149 @@
+"""Resuming at another world size (docs/ELASTIC.md): a checkpoint written within an epoch
+(``--checkpoint-every``) by 4 ranks continues on 3, one by 2 continues on 4, with the residuals
+resharded and the pending update conserved; at the same world size a resume within an epoch
+stays bit-identical."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from compressors.reshard import pending_update
+from tests.mpirun import ROOT, command, environment, mpiexec
+from trainer.resume import reshard_state
+
+pytestmark = [pytest.mark.mpi, pytest.mark.slow]
+
+FLAGS = ["--compression", "--compressor", "spardl", "--density", "0.02"]
+
+
+def run(workers, tmp_path, *extra):
+    result = mpiexec(
+        workers,
+        "main_trainer.py",
+        "--checkpoint-dir",
+        str(tmp_path / "ckpt"),
+        "--log-dir",
+        str(tmp_path / "log"),
+        *FLAGS,
+        *extra,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def states(directory, workers):
+    return [
+        torch.load(directory / f"rank-{rank:04d}.pt", weights_only=True) for rank in range(workers)
+    ]
+
+
+def test_four_ranks_killed_within_an_epoch_go_on_on_three(tmp_path):
+    run(
+        4,
+        tmp_path,
+        "--max-epochs",
+        "1",
+        "--checkpoint-every",
+        "5",
+        "--method-option",
+        "momentum=0.9",
+    )
+    within = tmp_path / "ckpt" / "epoch-0000-iter-000010"
+    assert (within / "WORLD").read_text() == "4\n"
+    saved = states(within, 4)
+    shutil.rmtree(tmp_path / "ckpt" / "epoch-0001")  # as if killed after iteration 10
+    for buffer in ("residual", "velocity"):
+        before = [s for state in saved for s in state["synchronizer"]["buckets"].values()]
+        mapped = reshard_state([state["synchronizer"] for state in saved], 3)
+        for name in saved[0]["synchronizer"]["buckets"]:
+            old = [state["synchronizer"]["buckets"][name]["state"] for state in saved]
+            new = [state["buckets"][name]["state"] for state in mapped]
+            assert torch.allclose(
+                pending_update(old, buffer), pending_update(new, buffer), rtol=1e-6, atol=1e-9
+            ), (name, buffer)
+        assert before
+    resumed = run(3, tmp_path, "--max-epochs", "2", "--resume", "--method-option", "momentum=0.9")
+    assert "resumed iteration 10 of a 4-rank run on 3 ranks; residuals resharded" in resumed.stdout
+    final = states(tmp_path / "ckpt" / "epoch-0002", 3)
+    assert all(
+        torch.equal(final[0]["model"][key], other["model"][key])
+        for other in final[1:]
+        for key in final[0]["model"]
+    )
+
+
+def test_two_ranks_go_on_on_four_keeping_the_global_batch(tmp_path):
+    run(2, tmp_path, "--max-epochs", "1", "--max-iters", "8", "--checkpoint-every", "3")
+    shutil.rmtree(tmp_path / "ckpt" / "epoch-0001")
+    resumed = run(
+        4, tmp_path, "--max-epochs", "1", "--max-iters", "8", "--resume", "--keep-global-batch"
+    )
+    assert "resumed iteration 6 of a 2-rank run on 4 ranks" in resumed.stdout
+    assert "a global batch of 64, 16 per rank" in resumed.stderr
+    assert (tmp_path / "ckpt" / "epoch-0001" / "WORLD").read_text() == "4\n"
+
+
+def test_a_resume_within_an_epoch_at_the_same_world_size_is_bit_identical(tmp_path):
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    extra = ["--max-epochs", "1", "--max-iters", "8", "--checkpoint-every", "3"]
+    run(2, straight, *extra)
+    run(2, split, *extra)
+    shutil.rmtree(split / "ckpt" / "epoch-0001")
+    resumed = run(2, split, *extra, "--resume")
+    assert "resumed from the checkpoint of epoch 0 and 6 iterations of epoch 1" in resumed.stdout
+    for rank in range(2):
+        a, b = (
+            torch.load(where / "ckpt" / "epoch-0001" / f"rank-{rank:04d}.pt", weights_only=True)
+            for where in (straight, split)
+        )
+        assert all(torch.equal(a["model"][key], b["model"][key]) for key in a["model"])
+        for name, entry in a["synchronizer"]["buckets"].items():
+            again = b["synchronizer"]["buckets"][name]["state"]
+            assert torch.equal(entry["state"]["residual"], again["residual"]), name
+
+
+def test_checkpoint_every_needs_a_checkpoint_directory():
+    result = mpiexec(1, "main_trainer.py", "--checkpoint-every", "5", timeout=60)
+    assert result.returncode == 2 and "--checkpoint-every needs --checkpoint-dir" in result.stderr
+
+
+def test_the_mpi_relaunch_loop_goes_on_on_fewer_ranks_after_a_killed_rank(tmp_path):
+    env = dict(
+        environment(),
+        PYTHON=os.path.join(ROOT, "tests", "dying_python.sh"),
+        REAL_PYTHON=sys.executable,
+        MPIEXEC=command(1)[0],
+        DYING_MARKER=str(tmp_path / "killed"),
+        DYING_CHECKPOINTS=str(tmp_path / "ckpt"),
+    )
+    result = subprocess.run(
+        [os.path.join(ROOT, "scripts", "elastic_mpi.sh"), "3 2"]
+        + ["--checkpoint-dir", str(tmp_path / "ckpt"), "--max-epochs", "2", *FLAGS]
+        + ["--checkpoint-every", "4"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "killed").exists()
+    assert "attempt 1 failed" in result.stderr and "relaunching on 2 ranks" in result.stderr
+    assert "of a 3-rank run on 2 ranks; residuals resharded" in result.stdout
+    assert (tmp_path / "ckpt" / "epoch-0002" / "WORLD").read_text() == "2\n"
+
+
+def test_the_mpi_relaunch_loop_refuses_bad_input():
+    script = os.path.join(ROOT, "scripts", "elastic_mpi.sh")
+    for argv, message in (
+        ([], "usage"),
+        (["4 x"], "positive integers"),
+        (["2"], "needs --checkpoint-dir"),
+    ):
+        result = subprocess.run([script, *argv], capture_output=True, text=True, timeout=30)
+        assert result.returncode == 2 and message in result.stderr, result.stderr

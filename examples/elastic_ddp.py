@@ -23,6 +23,7 @@ previous attempt's addresses, even for plain DDP.
 import argparse
 import os
 import re
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -72,7 +73,6 @@ def save(directory: Path, step: int, rank: int, size: int, state: dict) -> None:
 
 def main() -> None:
     args = parser.parse_args()
-    started = time.time()
     dist.init_process_group("gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
     directory = Path(args.checkpoint_dir)
@@ -86,10 +86,10 @@ def main() -> None:
         state = SparDLState(density=args.density, method="spardl", model=model, momentum=0.9)
         model.register_comm_hook(state, spardl_hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.0 if state else 0.9)
-    step, world = newest_complete(directory)
+    resumed, world = newest_complete(directory)
     if world is not None:
         saved = [
-            torch.load(directory / f"step-{step:06d}" / f"rank-{r:04d}.pt") for r in range(world)
+            torch.load(directory / f"step-{resumed:06d}" / f"rank-{r:04d}.pt") for r in range(world)
         ]
         model.module.load_state_dict(saved[0]["model"])
         optimizer.load_state_dict(saved[0]["optimizer"])
@@ -98,13 +98,13 @@ def main() -> None:
     if rank == 0:
         died = directory / "died"
         since = (
-            f"; training again {started - float(died.read_text()):.1f} s after a worker died"
+            f", training again {time.time() - float(died.read_text()):.1f} s after a worker died"
             if died.is_file()
             else ""
         )
-        what = f"resumed step {step} of a {world}-rank run" if world else "started"
-        print(f"elastic_ddp: {what} on {size} ranks{since}", flush=True)
-    for step in range(step + 1, args.steps + 1):
+        what = f"resumed step {resumed} of a {world}-rank run" if world else "started"
+        print(f"elastic_ddp: {what} on {size} ranks at {time.time():.3f}{since}", flush=True)
+    for step in range(resumed + 1, args.steps + 1):
         if args.die_at_step == step and rank == args.die_rank and not (directory / "died").exists():
             (directory / "died").write_text(f"{time.time()}\n")
             os.kill(os.getpid(), signal.SIGKILL)
@@ -121,6 +121,9 @@ def main() -> None:
                 "hook": hook,
             }
             save(directory, step, rank, size, checkpoint)
+            old = directory / f"step-{step - 2 * args.checkpoint_every:06d}"
+            if rank == 0 and old.is_dir():  # complete long since: every rank is past it
+                shutil.rmtree(old, ignore_errors=True)
     with torch.no_grad():
         loss = torch.nn.functional.mse_loss(model(inputs), targets).item()
     if rank == 0:

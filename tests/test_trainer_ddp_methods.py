@@ -114,7 +114,6 @@ def test_ddp_gives_the_loss_and_weights_of_dense(runs):
         (["--method", "powersgd", "--method-option", "depth=3"], "valid keys: rank, start_iter"),
         (["--method", "ddp", "--method-option", "rank=2"], "ddp has no option 'rank'"),
         (["--method", "ddp_fp16", "--no-overlap"], "--no-overlap has no meaning"),
-        (["--method", "powersgd", "--resume", "--checkpoint-dir", "x"], "not checkpointed"),
         (["--method", "ddp", "--compressor", "topk"], "name different methods"),
         (["--method", "nonesuch"], "or a DDP method: ddp, ddp_fp16"),
     ],
@@ -139,3 +138,52 @@ def test_method_options_and_powersgd_bytes():
     assert args.method_options == {"rank": 4, "start_iter": 10}
     # a 64x576 convolution kernel compressed at rank 4, a bias and a small matrix whole
     assert powersgd_entries([(64, 64, 3, 3), (64,), (10, 3)], 4) == (64 + 576) * 4 + 64 + 30
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_powersgd_resumes_exactly_and_at_another_world_size(tmp_path):
+    """Its error feedback, matrices, count and generator are checkpointed: 2 epochs equal 1 and
+    a resumed 1; a 2-rank checkpoint resumes on 3 with the pending error conserved."""
+    flags = ["--method", "powersgd", "--method-option", "rank=2", "--max-iters", "4"]
+
+    def train(workers, name, epochs, *extra):
+        argv = command(workers, "main_trainer.py", "--max-epochs", str(epochs), *flags, *extra)
+        argv += ["--log-dir", str(tmp_path / name), "--checkpoint-dir", str(tmp_path / f"{name}c")]
+        result = subprocess.run(
+            argv, cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=300
+        )
+        assert result.returncode == 0, result.stderr
+        return result
+
+    train(2, "straight", 2)
+    train(2, "split", 1)
+    train(2, "split", 2, "--resume")
+    saved = torch.load(tmp_path / "splitc" / "epoch-0001" / "rank-0000.pt", weights_only=True)
+    assert (
+        saved["synchronizer"]["powersgd"]["iter"] == 4
+        and saved["synchronizer"]["powersgd"]["error_dict"]
+    )
+    for rank in range(2):
+        a, b = (
+            torch.load(
+                tmp_path / f"{name}c" / "epoch-0002" / f"rank-{rank:04d}.pt", weights_only=True
+            )
+            for name in ("straight", "split")
+        )
+        assert all(torch.equal(a["model"][key], b["model"][key]) for key in a["model"])
+    from trainer.resume import reshard_state
+
+    old = [
+        torch.load(tmp_path / "splitc" / "epoch-0002" / f"rank-{r:04d}.pt", weights_only=True)[
+            "synchronizer"
+        ]
+        for r in range(2)
+    ]
+    new = reshard_state(old, 3)
+    for bucket, error in old[0]["powersgd"]["error_dict"].items():
+        before = sum(state["powersgd"]["error_dict"][bucket].double() for state in old) / 2
+        after = sum(state["powersgd"]["error_dict"][bucket].double() for state in new) / 3
+        assert torch.allclose(before, after, rtol=1e-6, atol=1e-9) and error.abs().sum() > 0
+    resumed = train(3, "split", 3, "--resume")
+    assert "of a 2-rank run on 3 ranks; residuals resharded" in resumed.stdout

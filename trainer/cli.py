@@ -514,11 +514,6 @@ def _ddp_problems(args):
             f"--no-overlap has no meaning with {args.compressor}: DDP always overlaps its "
             "all-reduce with backward (the blocking all-reduce is --compressor dense --no-overlap)"
         )
-    if args.resume and args.compressor == "powersgd":
-        problems.append(
-            "--resume with powersgd: PowerSGD's error feedback and warm-start matrices are not "
-            "checkpointed; start a fresh run (ddp, ddp_fp16 and ddp_bf16 resume)"
-        )
     return problems
 
 

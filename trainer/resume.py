@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 import compressors
+from trainer import powersgd_state
 from trainer.checkpoint import UnsafeCheckpoint
 from trainer.cli import note
 from trainer.distributed import agree
@@ -104,12 +105,16 @@ def _load(checkpoints, position, ranks):
 def reshard_state(states, size):
     """The trainer's synchronizer states of P ranks (``synchronizer`` of each checkpoint) for
     ``size`` ranks: the flat synchronizer's and the overlapped buckets' error feedback by
-    ``compressors.reshard``; DDP's native methods and dense FSDP hold none.
+    ``compressors.reshard``, PowerSGD's error feedback by :func:`trainer.powersgd_state.reshard`;
+    DDP's other native methods and dense FSDP hold none.
 
     Raises:
         ValueError: FSDP with a sparse method (its residuals follow FSDP's shards).
     """
     first = states[0]
+    if first.get("ddp") and "powersgd" in first:
+        mapped = powersgd_state.reshard([state["powersgd"] for state in states], size)
+        return [dict(first, powersgd=state) for state in mapped]
     if first.get("ddp") or (first.get("fsdp") and not first.get("comms")):
         return [dict(first) for _ in range(size)]
     if first.get("fsdp"):

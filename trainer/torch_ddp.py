@@ -38,6 +38,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersg
 from torch.nn.parallel import DistributedDataParallel
 
 from compressors import convert_option, split_option
+from trainer import powersgd_state
 from trainer.checkpoint import mode_mismatch
 from trainer.flat import WholeState
 
@@ -295,6 +296,7 @@ class DDPSync(WholeState):
         )
         self._measure = _Timing()
         self.powersgd_state = None
+        self._layouts = powersgd_state.Layouts(trainable)
         hook, state, bytes_of = self._hook(method)
         if hook is not None:
             self.ddp_model.register_comm_hook(state, _timed(self._measure, hook, bytes_of))
@@ -333,7 +335,7 @@ class DDPSync(WholeState):
                 )
             return allreduce_bytes(entries, bucket.buffer().element_size(), size)
 
-        return powersgd.powerSGD_hook, state, bytes_of
+        return self._layouts.wrap(powersgd.powerSGD_hook), state, bytes_of
 
     def _stats(self, compute_end=None) -> dict:
         measure = self._measure
@@ -367,12 +369,22 @@ class DDPSync(WholeState):
         agree(finite=not grads or bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()))
 
     def state_dict(self) -> dict:
-        """The method and size (DDP's all-reduce and the 16-bit hooks keep no state; PowerSGD's
-        is not saved: its runs are refused ``--resume``)."""
-        return {"overlap": True, "ddp": True, "method": self.name, "numel": self.numel}
+        """The method and size, and PowerSGD's hook state (its error feedback, warm-start
+        matrices, count and generator: :mod:`trainer.powersgd_state`); DDP's all-reduce and the
+        16-bit hooks keep none."""
+        state = {"overlap": True, "ddp": True, "method": self.name, "numel": self.numel}
+        if self.powersgd_state is not None:
+            state["powersgd"] = powersgd_state.state_dict(self.powersgd_state, self._layouts)
+        return state
 
     def load_state_dict(self, state: dict) -> None:
-        """Nothing to restore (:meth:`state_dict`)."""
+        """Restore :meth:`state_dict` (PowerSGD's state where it holds one).
+
+        Raises:
+            ValueError: a PowerSGD state of another matrix approximation rank.
+        """
+        if self.powersgd_state is not None and "powersgd" in state:
+            powersgd_state.load_state_dict(self.powersgd_state, state["powersgd"], self._layouts)
 
     def state_mismatch(self, state) -> str | None:
         """Why ``state`` cannot be loaded here, or ``None``."""

@@ -95,6 +95,12 @@ def main() -> None:
         optimizer.load_state_dict(saved[0]["optimizer"])
         if state is not None:
             state.load_state_dict(compressors.reshard([s["hook"] for s in saved], size)[rank])
+    if rank == 0 and os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE") != "1":
+        print(
+            "elastic_ddp: warning: set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 for torchrun, or a "
+            "restart may read the previous attempt's addresses (docs/ELASTIC.md)",
+            flush=True,
+        )
     if rank == 0:
         died = directory / "died"
         since = (

@@ -26,7 +26,7 @@ import re
 import sys
 from typing import Callable, NamedTuple
 
-from trainreport import experiments
+from trainreport import elastic, experiments
 
 
 class Table(NamedTuple):
@@ -620,6 +620,18 @@ TABLES = {
         "**1 Gbit/s, P = 4, n = 14,728,266, density 0.01**",
         "runs/lean-engine/bench_1gbit_p4_*.json",
         lean_bench_table,
+    ),
+    "elastic-torchrun": Table(
+        "docs/ELASTIC.md",
+        "**torchrun restarts**",
+        "runs/elastic/torchrun-restarts-epyc2-2026-12-07",
+        elastic.torchrun_table,
+    ),
+    "elastic-mpi": Table(
+        "docs/ELASTIC.md",
+        "**Killed and continued**",
+        "runs/elastic/epyc2-2026-12-07",
+        elastic.mpi_table,
     ),
     "zen-bytes": Table(
         "docs/DEVIATIONS.md",

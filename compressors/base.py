@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import abc
 import numbers
+import os
 import time
+import warnings
 
 import torch
 
@@ -186,6 +188,7 @@ class Synchronizer(abc.ABC):
         self.transport: Transport = as_transport(comm)
         self.rank = self.transport.rank
         self.size = self.transport.size
+        _warn_if_alone(self.size)
         self.numel = numel
         self.density = check_density(density)
         self.dense_warmup = check_int("dense_warmup", dense_warmup, minimum=0)
@@ -636,6 +639,23 @@ class Synchronizer(abc.ABC):
 
     def _load_extra_state(self, state: dict) -> None:  # noqa: B027 - optional hook, as above
         """Restore the entries :meth:`_extra_state` added (none by default)."""
+
+
+def _warn_if_alone(size: int) -> None:
+    """Warn once where a communicator of one rank runs under a launcher that started several.
+
+    ``MPI.COMM_WORLD`` under torchrun (or one ``mpiexec`` per rank) is a world of one in each
+    process: every rank then averages its own gradient alone, silently.
+    """
+    launched = os.environ.get("WORLD_SIZE", "")
+    if size == 1 and launched.isdigit() and int(launched) > 1:
+        warnings.warn(
+            f"this synchronizer's communicator has 1 rank, but WORLD_SIZE is {launched}: each "
+            "process averages alone (MPI.COMM_WORLD under torchrun?); pass the torch.distributed "
+            "group (process_group=None) or launch with mpiexec",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def _shares_memory(tensor: torch.Tensor, *others: torch.Tensor) -> bool:

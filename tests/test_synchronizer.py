@@ -206,3 +206,15 @@ def test_a_group_aborted_by_a_failed_run_says_so():
         group.run(lambda transport: 1 / 0)
     with pytest.raises(GroupAborted, match="run on a new one"):
         group.run(lambda transport: transport.rank)
+
+
+def test_a_world_of_one_under_a_launcher_of_several_warns(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.warns(RuntimeWarning, match="communicator has 1 rank, but WORLD_SIZE is 2"):
+        compressors.create("spardl", local_group(1).rank(0), numel=10, density=0.5)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compressors.create("spardl", local_group(1).rank(0), numel=10, density=0.5)

@@ -147,3 +147,25 @@ def test_the_mpi_relaunch_loop_refuses_bad_input():
     ):
         result = subprocess.run([script, *argv], capture_output=True, text=True, timeout=30)
         assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+def test_a_checkpoint_with_a_negative_epoch_is_refused_in_one_line(tmp_path):
+    run(2, tmp_path, "--max-epochs", "1", "--max-iters", "2")
+    for rank in range(2):
+        path = tmp_path / "ckpt" / "epoch-0001" / f"rank-{rank:04d}.pt"
+        torch.save(dict(torch.load(path, weights_only=True), epoch=-7), path)
+    result = mpiexec(
+        2,
+        "main_trainer.py",
+        "--checkpoint-dir",
+        str(tmp_path / "ckpt"),
+        "--max-epochs",
+        "2",
+        "--max-iters",
+        "2",
+        "--resume",
+        *FLAGS,
+        timeout=120,
+    )
+    assert result.returncode == 2 and "epoch -7 (a count" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1

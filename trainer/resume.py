@@ -132,8 +132,18 @@ def resume(trainer, position, state, args, comm, log):
     number of parameters, and a synchronizer state that fits (``state_mismatch``)."""
     saved, numel = state.get("synchronizer", {}).get("numel"), trainer.synchronizer.numel
     overlapped = bool(state.get("synchronizer", {}).get("overlap"))
+    counters = [
+        f"{key} {state.get(key)!r} (a count: a whole number >= 0)"
+        for key in ("epoch", "global_step", "epoch_samples")
+        if key in state or key != "epoch_samples"
+        if isinstance(state.get(key), bool)
+        or not isinstance(state.get(key), int)
+        or state.get(key) < 0
+    ]
     problem = (
-        f"parameters {saved} (this run: {numel})"
+        "; ".join(counters)
+        if counters
+        else f"parameters {saved} (this run: {numel})"
         if saved != numel
         else "a synchronizer state of an overlapped run (resume it without --no-overlap)"
         if overlapped and not trainer.synchronizer.overlaps_backward

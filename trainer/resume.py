@@ -9,6 +9,7 @@ need the model and the synchronizer pass.
 """
 
 import random
+import time
 
 import numpy as np
 import torch
@@ -163,13 +164,18 @@ def resume(trainer, position, state, args, comm, log):
         problem = f"{type(error).__name__}: {detail[:300] or 'no detail'}"
     agree(comm, _misfit(position, args, [problem] if problem else []))
     world = state.get("nworkers") or comm.Get_size()
+    try:  # how much work a failure cost at most: the checkpoint's age, to training again
+        written = trainer.checkpoints.path(position, 0).stat().st_mtime
+        age = f" (written {time.time() - written:.1f} s ago)"
+    except (AttributeError, OSError):
+        age = ""
     if world != comm.Get_size():
         log.note(
             f"resumed iteration {trainer.global_step} of a {world}-rank run on "
-            f"{comm.Get_size()} ranks; residuals resharded"
+            f"{comm.Get_size()} ranks; residuals resharded{age}"
         )
     else:
-        log.note(f"resumed from the checkpoint of {position}")
+        log.note(f"resumed from the checkpoint of {position}{age}")
 
 
 def option_defaults(method):

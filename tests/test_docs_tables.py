@@ -30,6 +30,7 @@ def test_a_number_changed_in_a_document_is_named(tmp_path, capsys, name, page, o
         "runs/convergence",
         "runs/lean-engine",
         "runs/deviations",
+        "runs/elastic",
     ):
         shutil.copytree(ROOT / part, tmp_path / part)
     path = tmp_path / "docs" / page

@@ -120,8 +120,6 @@ class Checkpoints:
         """Every position of which any rank has a checkpoint file, ascending (collective)."""
         return sorted(set().union(*self.comm.allgather(self._positions_with_files())))
 
-    saved_epochs = saved_positions
-
     def load(self, position, rank=None):
         """``rank``'s (default: this rank's) checkpoint at ``position``, on the CPU;
         ``UnsafeCheckpoint`` if the file holds anything but tensors and plain values (nothing

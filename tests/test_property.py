@@ -1,4 +1,4 @@
-"""Random cases (tests/property_check.py): a few hundred seeded ones in CI; the crash they found
+"""Random cases (tests/property_check.py): 80 seeded ones in CI; the crash they found
 (Ok-Topk at a 16-bit wire under one thread, zero gradients) stays covered by name."""
 
 import random
@@ -12,7 +12,7 @@ from tests.property_check import Case, check, draw
 @pytest.mark.timeout(900)
 def test_seeded_random_cases_keep_every_invariant():
     rng = random.Random(0)
-    problems = [(case, check(case)) for case in (draw(rng, seed) for seed in range(150))]
+    problems = [(case, check(case)) for case in (draw(rng, seed) for seed in range(80))]
     assert [pair for pair in problems if pair[1]] == []
 
 

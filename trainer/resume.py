@@ -136,7 +136,7 @@ def resume(trainer, position, state, args, comm, log):
     counters = [
         f"{key} {state.get(key)!r} (a count: a whole number >= 0)"
         for key in ("epoch", "global_step", "epoch_samples")
-        if key in state or key != "epoch_samples"
+        if key in state
         if isinstance(state.get(key), bool)
         or not isinstance(state.get(key), int)
         or state.get(key) < 0

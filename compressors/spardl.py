@@ -407,7 +407,7 @@ class SparDL(Synchronizer):
         self._nnz = (call.tables["final_values"], call.tables["final_columns"], self.teams > 1)
         return result, call.work[: self.numel]
 
-    def _padded_work(self, residual: torch.Tensor) -> torch.Tensor:
+    def padded_work(self, residual: torch.Tensor) -> torch.Tensor:
         """Return the zero-padded buffer of m*B entries whose first n hold ``residual``.
 
         The residual this class returns is a view of that buffer, so from the second call on
@@ -562,7 +562,7 @@ class _Call:
     def __init__(self, sync: SparDL, grad: torch.Tensor, timer) -> None:
         self.sync, self.timer = sync, timer
         with timer("accumulate"):
-            self.work = sync._padded_work(sync._residual)
+            self.work = sync.padded_work(sync.residual)
         m, device = sync.team_size, self.work.device
         self.cpu = device.type == "cpu"
         self.dense = sync._work_array

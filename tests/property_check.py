@@ -10,7 +10,7 @@ torch threads and 1-4 calls, and checks on the in-process group:
 * at density 1 on the fp32 wire the result is the dense average;
 * the same case run twice gives the same bits.
 
-    python tests/property_check.py --cases 10000 --seed 0
+    python -m tests.property_check --cases 10000 --seed 0
 
 prints one line per failing case and a summary, and exits 1 if any case failed.
 tests/test_property.py runs 80 seeded cases in CI.
@@ -157,14 +157,20 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="the first case's seed (default 0)")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
-    failed = 0
-    for number in range(args.cases):
-        case = draw(rng, args.seed + number)
-        problem = check(case)
+    cases = (draw(rng, args.seed + number) for number in range(args.cases))
+    return report((case, check(case)) for case in cases)
+
+
+def report(results) -> int:
+    """Print a line per failing ``(case, problem)`` and the summary; return the exit status."""
+    passed = failed = 0
+    for case, problem in results:
         if problem:
             failed += 1
             print(f"FAIL {case}: {problem}", flush=True)
-    print(f"{args.cases - failed} passed, {failed} failed")
+        else:
+            passed += 1
+    print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 
 

@@ -5,7 +5,7 @@ to P' ranks, and P' ranks created alike load them. The pending update sum(residu
 with momentum correction the velocity's) must be conserved within 1e-6 relative in float64,
 and the next two calls must give the same bits on every rank and conserve mass.
 
-    python tests/reshard_check.py            # every method x wire x P, P' in 1..8
+    python -m tests.reshard_check            # every method x wire x P, P' in 1..8
 
 prints a line per failure and a summary; tests/test_reshard.py runs a sample in CI.
 """
@@ -20,6 +20,7 @@ import torch
 import compressors
 from allreducers.transports import local_group
 from compressors.reshard import pending_update
+from tests.property_check import report
 
 NUMEL = 600
 
@@ -98,17 +99,15 @@ def check(method: str, wire: str, workers: int, size: int, momentum: bool = Fals
 
 
 def main() -> int:
-    failed = total = 0
     sizes = range(1, 9)
-    for method, wire in itertools.product(compressors.available(), ("fp32", "fp16", "bf16")):
-        for workers, size in itertools.product(sizes, sizes):
-            total += 1
-            problem = check(method, wire, workers, size, momentum=(workers + size) % 2 == 0)
-            if problem:
-                failed += 1
-                print(f"FAIL {method} {wire} {workers} -> {size}: {problem}", flush=True)
-    print(f"{total - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    grid = itertools.product(compressors.available(), ("fp32", "fp16", "bf16"), sizes, sizes)
+    return report(
+        (
+            f"{method} {wire} {workers} -> {size}",
+            check(method, wire, workers, size, momentum=(workers + size) % 2 == 0),
+        )
+        for method, wire, workers, size in grid
+    )
 
 
 if __name__ == "__main__":

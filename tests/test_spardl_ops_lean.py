@@ -56,7 +56,7 @@ def _device_path(monkeypatch) -> None:
     """Make SparDL's calls take the path of a GPU on CPU tensors: arrays are the tensors."""
     tables, padded_work, init = (
         spardl.SparDL.tables,
-        spardl.SparDL._padded_work,
+        spardl.SparDL.padded_work,
         spardl._Call.__init__,
     )
 
@@ -73,7 +73,7 @@ def _device_path(monkeypatch) -> None:
         self.cpu, self.grad_array = False, grad
 
     monkeypatch.setattr(spardl.SparDL, "tables", tensors_only)
-    monkeypatch.setattr(spardl.SparDL, "_padded_work", work_itself)
+    monkeypatch.setattr(spardl.SparDL, "padded_work", work_itself)
     monkeypatch.setattr(spardl._Call, "__init__", on_the_device)
 
 

@@ -201,20 +201,32 @@ def mode_mismatch(state, key: str, value, mode: str, method: str) -> str | None:
     return None
 
 
+def numpy_state(state: tuple) -> dict:
+    """A NumPy generator's ``get_state()`` as tensors and plain values (the key array as an
+    int64 tensor), for a checkpoint that loads with ``weights_only=True``."""
+    kind, keys, position, has_gauss, cached_gaussian = state
+    return {
+        "kind": kind,
+        "keys": torch.from_numpy(keys.astype(np.int64)),
+        "position": int(position),
+        "has_gauss": int(has_gauss),
+        "cached_gaussian": float(cached_gaussian),
+    }
+
+
+def numpy_state_tuple(saved: dict) -> tuple:
+    """What :func:`numpy_state` returned, as ``set_state`` takes it."""
+    keys = saved["keys"].numpy().astype(np.uint32)
+    return (saved["kind"], keys, saved["position"], saved["has_gauss"], saved["cached_gaussian"])
+
+
 def rng_state():
     """Every random generator the training touches: torch (CPU and CUDA), python, numpy; as
     tensors and plain values (NumPy's key array as an int64 tensor)."""
-    kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
     state = {
         "torch": torch.get_rng_state(),
         "python": random.getstate(),
-        "numpy": {
-            "kind": kind,
-            "keys": torch.from_numpy(keys.astype(np.int64)),
-            "position": int(position),
-            "has_gauss": int(has_gauss),
-            "cached_gaussian": float(cached_gaussian),
-        },
+        "numpy": numpy_state(np.random.get_state()),
     }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -225,15 +237,6 @@ def restore_rng(state):
     """Restore what ``rng_state`` returned."""
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
-    saved = state["numpy"]
-    np.random.set_state(
-        (
-            saved["kind"],
-            saved["keys"].numpy().astype(np.uint32),
-            saved["position"],
-            saved["has_gauss"],
-            saved["cached_gaussian"],
-        )
-    )
+    np.random.set_state(numpy_state_tuple(state["numpy"]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

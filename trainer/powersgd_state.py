@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+
+from trainer.checkpoint import numpy_state, numpy_state_tuple
 
 _BUFFERS = ("error_dict", "p_memory_dict", "q_memory_dict")
 _COUNTERS = ("iter", "total_numel_before_compression", "total_numel_after_compression")
@@ -107,19 +108,12 @@ def _matrix_sizes(shapes, rank, rate) -> tuple:
 def state_dict(state, layouts: Layouts) -> dict:
     """Return ``state`` (a ``PowerSGDState``) as tensors and plain values, on the CPU, with
     each bucket's parameter order (``layouts``)."""
-    kind, keys, position, has_gauss, cached = state.rng.get_state()
     return {
         "orders": {int(index): list(order) for index, order in layouts.orders.items()},
         **{name: int(getattr(state, name)) for name in _COUNTERS},
         "next_stats_report": int(state.next_stats_report),
         "rank": int(state.matrix_approximation_rank),
-        "rng": {
-            "kind": kind,
-            "keys": torch.from_numpy(keys.astype(np.int64)),
-            "position": int(position),
-            "has_gauss": int(has_gauss),
-            "cached_gaussian": float(cached),
-        },
+        "rng": numpy_state(state.rng.get_state()),
         **{
             name: {int(k): v.detach().cpu().clone() for k, v in getattr(state, name).items()}
             for name in ("error_dict", "p_memory_dict", "q_memory_dict")
@@ -141,16 +135,7 @@ def load_state_dict(state, saved: dict, layouts: Layouts) -> None:
     for name in _COUNTERS:
         setattr(state, name, int(saved[name]))
     state.next_stats_report = int(saved["next_stats_report"])
-    rng = saved["rng"]
-    state.rng.set_state(
-        (
-            rng["kind"],
-            rng["keys"].numpy().astype(np.uint32),
-            rng["position"],
-            rng["has_gauss"],
-            rng["cached_gaussian"],
-        )
-    )
+    state.rng.set_state(numpy_state_tuple(saved["rng"]))
     state.error_dict, state.p_memory_dict, state.q_memory_dict = {}, {}, {}
     layouts.pending = {
         int(index): (

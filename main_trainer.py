@@ -30,7 +30,7 @@ if __name__ == "__main__":
 
 from mpi4py import MPI
 
-from allreducers.transports.mpi import end_interrupted
+from allreducers.transports.lifecycle import end_interrupted
 from trainer.build import build_trainer
 from trainer.distributed import UsageError, abort_on_error
 from trainer.stopping import INTERRUPTED, Stopped

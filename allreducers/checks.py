@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+__all__ = ["check_choice"]
+
 
 def check_choice(name: str, value, valid: Iterable[str], what: str = "invalid") -> str:
     """Return ``value`` if it is one of the names ``valid``.

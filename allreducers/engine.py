@@ -18,6 +18,19 @@ from allreducers.transports import Transport
 from .schedule import Step
 from .wire import codec, device_tensor
 
+__all__ = [
+    "SparseList",
+    "PhaseTimer",
+    "MessageBuffers",
+    "index_add_in_order",
+    "run_schedule",
+    "allgather_lists",
+    "allgather_regions",
+    "allgather_rows",
+    "allgather_rows_in_order",
+    "allgather_joined",
+]
+
 SparseList = tuple  # (indices: int32 1-D tensor, values: float32 1-D tensor)
 
 

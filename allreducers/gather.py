@@ -20,6 +20,8 @@ from collections.abc import Sequence
 
 from .schedule import Step, ceil_log2, check_members, cyclic
 
+__all__ = ["bruck_allgather_schedule"]
+
 
 def bruck_allgather_schedule(position: int, members: Sequence[int]) -> list:
     """Return the Bruck all-gather steps of the worker at ``position`` among ``members``."""

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 
 from .schedule import Step, ceil_log2, check_members
 
+__all__ = ["recursive_halving_schedule"]
+
 
 def _group(position: int, low_bits: int, m: int) -> tuple:
     """Return the positions of ``0 .. m-1`` that agree with ``position`` on its low bits."""

@@ -19,6 +19,8 @@ import functools
 
 import torch
 
+__all__ = ["MIX", "hash_indices", "hash_owner", "partition_lists"]
+
 #: The multiplier of the mix (Mueller's 32-bit integer hash).
 MIX = 0x45D9F3B
 _MASK = 0xFFFFFFFF

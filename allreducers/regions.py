@@ -16,6 +16,8 @@ from .engine import index_add_in_order
 from .rotation import rotation_schedule
 from .wire import codec, device_tensor
 
+__all__ = ["run_windowed", "RegionReducer"]
+
 
 def run_windowed(transport, steps, produce, consume, device, timer, window: int, dtype=None):
     """Run ``steps`` as :func:`allreducers.run_schedule` does, with up to ``window`` in flight.

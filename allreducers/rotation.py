@@ -19,6 +19,8 @@ from collections.abc import Sequence
 
 from .schedule import Step, check_members
 
+__all__ = ["rotation_schedule"]
+
 
 def rotation_schedule(position: int, members: Sequence[int]) -> list:
     """Return the m - 1 split-and-reduce steps of ``members[position]`` (items: regions)."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+__all__ = ["Step", "cyclic", "ceil_log2", "check_members"]
+
 
 @dataclass(frozen=True)
 class Step:

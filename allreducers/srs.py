@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 from .schedule import Step, ceil_log2, check_members, cyclic
 
+__all__ = ["srs_round_shapes", "srs_schedule", "srs_block_schedule"]
+
 
 def srs_round_shapes(m: int) -> list:
     """Return (distance, blocks per message) of every SRS round for ``m`` workers.

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 
 from .schedule import Step, check_members
 
+__all__ = ["binomial_reduce_schedule", "binomial_broadcast_schedule"]
+
 
 def _tree_shape(m: int) -> tuple:
     """Return (p, levels): the largest power of two p <= m and log2 p."""

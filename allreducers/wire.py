@@ -21,6 +21,30 @@ import torch
 
 from .checks import check_choice
 
+__all__ = [
+    "WIRES",
+    "PIECE",
+    "check_wire",
+    "codec",
+    "Codec",
+    "Fp32Codec",
+    "CompactCodec",
+    "Fp16Codec",
+    "Bf16Codec",
+    "device_tensor",
+    "byte_view",
+    "PARTITION_INDEX",
+    "COO",
+    "BITMAP",
+    "bitmap_words",
+    "bitmap_padded",
+    "choose_form",
+    "pack_bits",
+    "unpack_bits",
+    "Partition",
+    "PartitionCodec",
+]
+
 #: The wire formats, by name.
 WIRES = ("fp32", "fp16", "bf16")
 

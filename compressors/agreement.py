@@ -15,6 +15,8 @@ import zlib
 
 import torch
 
+__all__ = ["normal_value", "settings", "check_agreement"]
+
 
 def normal_value(value):
     """``value`` with NumPy's and Python's numbers alike (``np.int64(3)`` is ``3``)."""

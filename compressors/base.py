@@ -24,6 +24,16 @@ from .agreement import check_agreement
 from .sparse_ops import budget, count_nonzero, zero_
 from .state import PARTS, FeedbackState
 
+__all__ = [
+    "check_density",
+    "check_int",
+    "FEEDBACK_OPTIONS",
+    "WARMUP_DENSITIES",
+    "check_feedback",
+    "warmup_density",
+    "Synchronizer",
+]
+
 
 def check_density(density) -> float:
     """Return ``density`` as a float, or raise ``ValueError`` unless it is a number in (0, 1]."""

@@ -27,6 +27,8 @@ import torch
 
 from .pipeline import BucketPipeline
 
+__all__ = ["GradientBuckets"]
+
 
 class GradientBuckets:
     """Synchronizes ``model``'s gradients bucket by bucket while backward goes on.

@@ -22,6 +22,8 @@ from allreducers.transports.torchdist import TorchDistributedTransport
 
 from .pipeline import BucketPipeline
 
+__all__ = ["SparDLState", "spardl_hook"]
+
 
 class SparDLState:
     """State of :func:`spardl_hook`: the method, its options and one synchronizer per bucket layout.

@@ -15,6 +15,8 @@ from .base import Synchronizer
 from .registry import register
 from .sparse_ops import equal_cuts
 
+__all__ = ["Dense"]
+
 
 @register("dense", description="MPI Allreduce (sum) of the whole gradient divided by P")
 class Dense(Synchronizer):

@@ -43,6 +43,16 @@ from allreducers.transports.torchdist import TorchDistributedTransport
 
 from .state import FeedbackState
 
+__all__ = [
+    "ReduceScatter",
+    "RESIDUAL_DTYPES",
+    "SparseReduceScatter",
+    "SparseReplicaHook",
+    "sparse_replica_hook",
+    "host_groups",
+    "attach",
+]
+
 try:  # FSDP2's interface; its module moved between releases
     from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 except ImportError:  # pragma: no cover - older torch: a plain base class

@@ -28,10 +28,12 @@ import torch
 from allreducers import allgather_joined, bruck_allgather_schedule
 
 from .base import Synchronizer, check_int
-from .oktopk import _TINY, check_scale
+from .oktopk import THRESHOLD_FLOOR, check_scale
 from .registry import register
 from .selection import Selector
 from .sparse_ops import budget, entries_at_least, put_, scatter_average_joined
+
+__all__ = ["GaussianK"]
 
 
 @register(
@@ -109,7 +111,8 @@ class GaussianK(Synchronizer):
                 "gaussiank: the gradient plus residual holds NaN or inf (a diverged gradient?)"
             )
         threshold = mean + self.z * std
-        threshold = threshold if math.isfinite(threshold) and threshold > _TINY else _TINY
+        if not (math.isfinite(threshold) and threshold > THRESHOLD_FLOOR):
+            threshold = THRESHOLD_FLOOR
         low, high = math.ceil(3 * self.k / 4), 5 * self.k // 4  # the count must reach 3k/4
         chosen, values = self.selector.at_least(accumulated, threshold)
         count = chosen.numel()
@@ -121,12 +124,12 @@ class GaussianK(Synchronizer):
         if factor < 1:
             lowest = threshold
             for _ in range(self.max_loops):  # the same products as the loop below
-                lowest = max(lowest * factor, _TINY)
+                lowest = max(lowest * factor, THRESHOLD_FLOOR)
             chosen, values = self.selector.at_least(accumulated, lowest)
         candidates = values.abs()
         for _ in range(self.max_loops):
             if (count >= low) if factor < 1 else (count <= high):
                 break
-            threshold = max(threshold * factor, _TINY)
+            threshold = max(threshold * factor, THRESHOLD_FLOOR)
             count = int(torch.count_nonzero(candidates >= threshold))
         return entries_at_least(chosen, values, candidates, threshold)

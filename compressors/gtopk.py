@@ -54,6 +54,8 @@ from .sparse_ops import (
     union_of_rows,
 )
 
+__all__ = ["GTopK"]
+
 
 @register(
     "gtopk", description="gTop-k: binomial-tree merge keeping the top-k at every level, broadcast"

@@ -58,7 +58,10 @@ from .registry import register
 from .selection import Selector
 from .sparse_ops import budget, entries_at_least, equal_cuts, is_member, put_, put_where
 
-_TINY = float(torch.finfo(torch.float32).tiny)
+__all__ = ["THRESHOLD_FLOOR", "check_scale", "OkTopK"]
+
+#: The smallest threshold Ok-Topk (and GaussianK) selects with: float32's smallest normal number.
+THRESHOLD_FLOOR = float(torch.finfo(torch.float32).tiny)
 
 
 def check_scale(name: str, value) -> float:
@@ -203,7 +206,7 @@ class OkTopK(Synchronizer):
             chosen, values = self.selector.select(accumulated, self.k, addend=grad)
             self.local_threshold = float(values.abs().min())
             return chosen, values
-        threshold = max(self.local_threshold, _TINY)
+        threshold = max(self.local_threshold, THRESHOLD_FLOOR)
         chosen, values = self.selector.at_least(accumulated, threshold, addend=grad)
         count = chosen.numel()
         if count > 4 * self.k // 3 and self.raise_limit:
@@ -245,7 +248,7 @@ class OkTopK(Synchronizer):
             own = (candidates, sums)
         else:
             with timer("select"):
-                mine = self.selector.above(sums.abs(), max(self.global_threshold, _TINY))
+                mine = self.selector.above(sums.abs(), max(self.global_threshold, THRESHOLD_FLOOR))
                 own = (candidates.index_select(0, mine), sums.index_select(0, mine))
         if self.codec.compact and self.size > 1:
             with timer("select"):

@@ -44,6 +44,15 @@ from allreducers.transports.tagged import TAG_STRIDE, tag_upper_bound
 
 from .residuals import Layout, ResidualStore
 
+__all__ = [
+    "IDLE_SECONDS",
+    "CommThread",
+    "comm_thread",
+    "side_stream",
+    "require_thread_support",
+    "BucketPipeline",
+]
+
 #: Seconds an idle communication thread waits for work before it ends (a new one starts when
 #: work comes again).
 IDLE_SECONDS = 30.0

@@ -7,17 +7,79 @@ What a command line needs to know about a method comes from here, in one place: 
 gradient of one entry), and the conversion of ``KEY=VALUE`` text to typed options
 (:func:`split_option`, :func:`parse_option`, :func:`parse_options`). ``compressors`` re-exports
 all of it.
+
+Methods of other packages join through the entry-point group ``compressors.methods``
+(:data:`ENTRY_POINTS`): each entry names a module that registers its classes, or a
+:class:`Synchronizer` subclass, which is registered under the entry's name. They load at the
+first lookup (:func:`available`, :func:`resolve`). docs/ADDING_A_METHOD.md shows both ways in.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import inspect
+import warnings
 
 from . import agreement
 from .base import FEEDBACK_OPTIONS, Synchronizer, check_density
 
+__all__ = [
+    "ENTRY_POINTS",
+    "register",
+    "available",
+    "resolve",
+    "options",
+    "option_defaults",
+    "option_choices",
+    "check_known",
+    "check_options",
+    "try_options",
+    "split_option",
+    "parse_option",
+    "convert_option",
+    "parse_options",
+    "create",
+]
+
+#: The entry-point group through which other packages add methods.
+ENTRY_POINTS = "compressors.methods"
+
 _REGISTRY: dict = {}
 _ALIASES: dict = {}
+#: Entry points that failed to load: name -> the one-line reason (resolve names it).
+_BROKEN: dict = {}
+_PLUGINS_LOADED = False
+
+
+def _entry_points() -> list:
+    found = importlib.metadata.entry_points()
+    if hasattr(found, "select"):  # Python 3.10 and later
+        return list(found.select(group=ENTRY_POINTS))
+    return list(found.get(ENTRY_POINTS, ()))  # pragma: no cover - Python 3.9
+
+
+def _load_plugins() -> None:
+    """Load the ``compressors.methods`` entry points once; one that fails is named, not fatal."""
+    global _PLUGINS_LOADED
+    if _PLUGINS_LOADED:
+        return
+    _PLUGINS_LOADED = True
+    for entry in _entry_points():
+        try:
+            loaded = entry.load()
+            if isinstance(loaded, type) and issubclass(loaded, Synchronizer):
+                if loaded not in _REGISTRY.values():
+                    register(entry.name)(loaded)
+            elif entry.name not in _REGISTRY and entry.name not in _ALIASES:
+                raise ValueError(f"{entry.value} registered no method named {entry.name!r}")
+        except Exception as error:  # a broken plugin must not stop the methods that work
+            reason = f"{type(error).__name__}: {error}".splitlines()[0]
+            _BROKEN[entry.name] = f"{entry.value} ({reason})"
+            warnings.warn(
+                f"method {entry.name!r} of entry point group {ENTRY_POINTS} did not load: "
+                f"{_BROKEN[entry.name]}",
+                stacklevel=2,
+            )
 
 
 def register(name: str, *aliases: str, description: str = ""):
@@ -38,13 +100,17 @@ def register(name: str, *aliases: str, description: str = ""):
 
 
 def available() -> list:
-    """The registered method names (aliases excluded), sorted."""
+    """The registered method names (aliases excluded, entry points included), sorted."""
+    _load_plugins()
     return sorted(_REGISTRY)
 
 
 def resolve(name: str) -> type:
     """The class registered as ``name`` or one of its aliases; ``ValueError`` otherwise."""
+    _load_plugins()
     key = _ALIASES.get(name, name)
+    if key not in _REGISTRY and key in _BROKEN:
+        raise ValueError(f"synchronization method {name!r} did not load: {_BROKEN[key]}")
     if key not in _REGISTRY:
         names = ", ".join(available() + sorted(_ALIASES))
         raise ValueError(f"unknown synchronization method {name!r}; valid: {names}")

@@ -24,6 +24,8 @@ from typing import Callable, NamedTuple
 
 import torch
 
+__all__ = ["BUFFERS", "Layout", "layout_key", "ResidualStore"]
+
 #: The per-entry buffers of a synchronizer that belong to parameters: the residual, and with
 #: momentum correction the velocity (``None`` on synchronizers without it).
 BUFFERS = ("residual", "velocity")

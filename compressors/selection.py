@@ -24,6 +24,8 @@ import torch
 
 from .sparse_ops import as_numpy, put_
 
+__all__ = ["Selection", "observe", "Candidates", "Selector"]
+
 _SAMPLE = (1024, 16384)  # fewest and most sample entries per row to estimate the threshold,
 _SAMPLE_SHARE = 128  # ... and between them 1/128 of the row (short rows stay cheap)
 _SIGMAS = 4.0  # safety margin of the estimate, in standard deviations

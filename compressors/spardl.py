@@ -39,6 +39,17 @@ from .sparse_ops import (
 )
 from .teams import AUTO, Candidate, candidates, check_layout, probe, team_groups
 
+__all__ = [
+    "SAG_VARIANTS",
+    "SRS_EXECUTIONS",
+    "RESIDUAL_RULES",
+    "HeightAdapter",
+    "check_teams",
+    "check_residuals",
+    "check_srs",
+    "SparDL",
+]
+
 SAG_VARIANTS = ("bruck", "recursive")
 SRS_EXECUTIONS = {"rounds": srs_schedule, "blocks": srs_block_schedule}
 RESIDUAL_RULES = ("global", "local")

@@ -16,6 +16,25 @@ import torch
 
 from allreducers import index_add_in_order
 
+__all__ = [
+    "as_numpy",
+    "flat_nonzero",
+    "count_nonzero",
+    "put_",
+    "put_where",
+    "budget",
+    "equal_cuts",
+    "zero_",
+    "entries_at_least",
+    "search_sorted",
+    "is_member",
+    "scatter_average_joined",
+    "scatter_average_in_order",
+    "union_of_rows",
+    "first_of_runs",
+    "top_of_union",
+]
+
 
 def as_numpy(array) -> np.ndarray:
     """Return the NumPy view of a CPU tensor (detached, one operation), or ``array`` itself.

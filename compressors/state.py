@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+__all__ = ["STATE_VERSION", "DTYPES", "PARTS", "COMMON_KEYS", "FeedbackState"]
+
 #: The format of a synchronizer's ``state_dict`` (1: before it carried a version).
 STATE_VERSION = 2
 #: The dtypes a residual is kept in, by name.

@@ -25,6 +25,24 @@ import torch
 
 from allreducers import check_choice
 
+__all__ = [
+    "LAYOUTS",
+    "AUTO",
+    "PROBE_WARMUP",
+    "PROBE_FINALISTS",
+    "PROBE_MARGIN",
+    "PROBE_CALLS",
+    "PROBE_SECONDS",
+    "Candidate",
+    "team_count",
+    "check_layout",
+    "layout_differs",
+    "rank_of",
+    "team_groups",
+    "candidates",
+    "probe",
+]
+
 LAYOUTS = ("block", "strided")
 #: The word that asks SparDL to choose its teams, Spar-All-Gather variant and layout itself.
 AUTO = "auto"

@@ -22,6 +22,8 @@ from .registry import register
 from .selection import Selector
 from .sparse_ops import budget, put_, scatter_average_joined
 
+__all__ = ["TopK"]
+
 
 @register("topk", "topkA", description="TopkA: local top-k, all-gather of indices and values, / P")
 class TopK(Synchronizer):

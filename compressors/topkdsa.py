@@ -37,6 +37,8 @@ from .registry import register
 from .selection import Selector
 from .sparse_ops import budget, equal_cuts, put_
 
+__all__ = ["TopkDSA"]
+
 
 @register(
     "topkdsa",

@@ -42,7 +42,13 @@ from __future__ import annotations
 
 import torch
 
-from allreducers import bruck_allgather_schedule, check_choice, rotation_schedule, run_schedule
+from allreducers import (
+    bruck_allgather_schedule,
+    check_choice,
+    index_add_in_order,
+    rotation_schedule,
+    run_schedule,
+)
 from allreducers.hashing import hash_owner, partition_lists
 from allreducers.wire import (
     BITMAP,
@@ -57,7 +63,7 @@ from allreducers.wire import (
 from .base import Synchronizer
 from .registry import register
 from .selection import Selector
-from .sparse_ops import budget, index_add_in_order, put_
+from .sparse_ops import budget, put_
 
 #: The partitions' forms, and the wire's bitmap of bits (re-exported: ``allreducers.wire``).
 __all__ = ["Zen", "COO", "BITMAP", "pack_bits", "unpack_bits"]

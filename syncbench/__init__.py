@@ -24,3 +24,6 @@ The simulator:
 
 :mod:`syncbench.cli` holds the command-line checks both scripts share.
 """
+
+#: The package's surface is its modules, each with its own ``__all__``.
+__all__: list[str] = []

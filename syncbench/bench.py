@@ -35,6 +35,18 @@ from .replay import replay_runs
 from .summary import summarize
 from .timing import MethodRun, mpi_gradients, time_runs
 
+__all__ = [
+    "NETWORK_VARIABLE",
+    "network_label",
+    "runs_to_time",
+    "NotingChoice",
+    "noting_choices",
+    "spardl_columns",
+    "operation_counts",
+    "mpi_rows",
+    "replay_rows",
+]
+
 NETWORK_VARIABLE = "SPARDL_NETWORK_RATE"  # set by scripts/shaped_network.sh to its --rate
 
 
@@ -181,7 +193,8 @@ def mpi_rows(args) -> list:
     apply_launch_defaults()
     from mpi4py import MPI
 
-    from allreducers.transports.mpi import MPITransport, abort_on_uncaught_exception
+    from allreducers.transports.lifecycle import abort_on_uncaught_exception
+    from allreducers.transports.mpi import MPITransport
     from allreducers.transports.placement import place_rank
 
     abort_on_uncaught_exception()

@@ -11,6 +11,24 @@ import os
 
 import compressors
 
+__all__ = [
+    "launched_rank_and_size",
+    "RankZeroParser",
+    "usage_checked",
+    "method_names",
+    "positive_ints",
+    "team_counts",
+    "choices",
+    "output_file",
+    "plot_file",
+    "check_density",
+    "check_seed",
+    "method_options",
+    "local_ranks",
+    "available_memory",
+    "check_numel",
+]
+
 
 def launched_rank_and_size() -> tuple:
     """This process's rank and the job's size, read before MPI starts.

@@ -18,6 +18,15 @@ from .floor import FLOORS
 from .network import TESTBED_ALPHA, parse_network
 from .simulator import simulate_row
 
+__all__ = [
+    "NEEDED",
+    "load_bench_rows",
+    "measured_network",
+    "row_options",
+    "compare",
+    "format_comparison",
+]
+
 NEEDED = ("method", "label", "workers", "numel", "density", "median_ms")
 
 

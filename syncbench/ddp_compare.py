@@ -44,6 +44,21 @@ import torch.nn.functional as functional
 import compressors
 from syncbench.gradients import trainer_package
 
+__all__ = [
+    "TORCH_HOOKS",
+    "DEFAULT_HOOKS",
+    "THREAD_PARTS",
+    "build_parser",
+    "check",
+    "synthetic_batch",
+    "wrap",
+    "measure",
+    "release",
+    "summarize",
+    "format_table",
+    "main",
+]
+
 #: The hooks that are not registered methods of ``compressors``.
 TORCH_HOOKS = ("compute", "ddp", "ddp_fp16", "ddp_bf16", "powersgd")
 DEFAULT_HOOKS = "compute,ddp,ddp_fp16,powersgd,topk,spardl"

@@ -26,6 +26,8 @@ import compressors
 
 from .cli import RankZeroParser
 
+__all__ = ["slowest_seconds", "main"]
+
 
 def slowest_seconds(comm, work) -> float:
     """Seconds ``work()`` took on the slowest rank, every rank starting after a barrier."""

@@ -22,6 +22,8 @@ from compressors.sparse_ops import budget, put_, zero_
 
 from .timing import settle
 
+__all__ = ["FLOOR", "EF_FLOOR", "FLOORS", "FLOOR_RUNS", "FloorRun", "spardl_events"]
+
 FLOOR = "floor"
 EF_FLOOR = "floor+ef"
 FLOORS = {FLOOR: False, EF_FLOOR: True}  # the last rows, after the methods': error feedback?

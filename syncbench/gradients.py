@@ -14,6 +14,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
+__all__ = [
+    "TRAINER_PACKAGES",
+    "SyntheticGradients",
+    "ModelGradients",
+    "OnDevice",
+    "trainer_package",
+    "mix_seed",
+    "gradient_source",
+]
+
 #: The trainer's packages (in the repository folder, not installed) that models may import.
 TRAINER_PACKAGES = ("models", "datasets")
 

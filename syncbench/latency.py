@@ -23,6 +23,8 @@ import time
 
 import torch
 
+__all__ = ["round_seconds", "main"]
+
 
 def round_seconds(transport, rounds: int, numel: int = 2) -> list:
     """Seconds of each of ``rounds`` exchange rounds of ``numel`` int32 entries.

@@ -31,6 +31,16 @@ import torch
 from .gradients import SyntheticGradients
 from .replay import replay_method
 
+__all__ = [
+    "MODES",
+    "FRACTION",
+    "LinearFit",
+    "fit",
+    "replay_seconds",
+    "ReplayedLocalWork",
+    "describe_select",
+]
+
 MODES = ("select", "replay")
 # The smaller replay size is the larger over FRACTION.
 FRACTION = 4

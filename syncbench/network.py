@@ -39,6 +39,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
+__all__ = [
+    "SHARED",
+    "TESTBED_ALPHA",
+    "SHM_ALPHA",
+    "SHM_RATE",
+    "CLUSTER",
+    "Network",
+    "SharedLink",
+    "Cluster",
+    "PRESETS",
+    "parse_rate",
+    "parse_network",
+    "parse_delay",
+    "parse_topology",
+    "cluster_network",
+]
+
 # Units of a rate as tc writes them: bits per second (a bare number too), or bytes per second.
 _RATE_UNITS = {
     "": 1 / 8,

@@ -20,6 +20,16 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+__all__ = [
+    "DATA_DEPENDENT",
+    "OperationCounter",
+    "count_call",
+    "host_syncs",
+    "count_method",
+    "count_table",
+    "main",
+]
+
 #: ATen operations whose output's size (or a host value) comes from the data: a host sync on a GPU.
 DATA_DEPENDENT = frozenset(
     {

@@ -14,6 +14,26 @@ import allreducers
 import compressors
 from compressors.teams import LAYOUTS, layout_differs
 
+__all__ = [
+    "SPARDL",
+    "SRS_DEFAULT",
+    "SAG_DEFAULT",
+    "SRS_CHOICES",
+    "SAG_CHOICES",
+    "LAYOUT_DEFAULT",
+    "LAYOUT_CHOICES",
+    "AUTO",
+    "SWEPT",
+    "WIRES",
+    "WIRE_DEFAULT",
+    "spardl_label",
+    "label",
+    "spardl_skip_reason",
+    "method_runs",
+    "row_wire",
+    "skipped",
+]
+
 SPARDL = "spardl"
 SRS_DEFAULT = compressors.option_defaults(SPARDL)["srs"]
 SAG_DEFAULT = compressors.option_defaults(SPARDL)["sag"]

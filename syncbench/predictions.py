@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["format_tables", "crossovers", "plot"]
+
 
 def format_tables(rows: list, key: str, title: str, models: dict) -> str:
     """The predicted tables, one per network.

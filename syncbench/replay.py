@@ -22,6 +22,8 @@ from allreducers.transports.recording import RecordingTransport, ReplayTransport
 from .floor import FLOORS, FloorRun
 from .timing import MethodRun
 
+__all__ = ["Replayed", "record_call", "replay_method", "replay_runs"]
+
 
 class Replayed:
     """A run on a :class:`ReplayTransport`, started over before every call.

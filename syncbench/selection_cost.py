@@ -22,6 +22,8 @@ from compressors.selection import Selection, Selector, observe
 
 from .gradients import SyntheticGradients
 
+__all__ = ["DEFAULT_SELECT_RATE", "SelectionCounter", "SelectionCost"]
+
 # Entries per second of one selection, the simulator's default: about what this project's
 # selector does on one core of a current x86 server for a top-k of 14.7M entries (15 ms).
 DEFAULT_SELECT_RATE = 1e9

@@ -59,6 +59,25 @@ from .plan import row_wire
 from .selection_cost import SelectionCost, SelectionCounter
 from .summary import summarize_counts
 
+__all__ = [
+    "VGG16_NUMEL",
+    "SharedSumGroup",
+    "SharedSumTransport",
+    "record_calls",
+    "call_weights",
+    "traffic_per_round",
+    "allreduce_steps",
+    "traffic_between",
+    "network_seconds",
+    "predict_call",
+    "predict",
+    "simulated_numel",
+    "held_buffers",
+    "simulate_row",
+    "replayed_local_work",
+    "network_row",
+]
+
 VGG16_NUMEL = 14_728_266
 
 

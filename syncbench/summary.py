@@ -13,6 +13,8 @@ import numpy as np
 
 from .timing import PHASES
 
+__all__ = ["summarize_counts", "summarize", "format_table", "write_csv", "plot"]
+
 
 def summarize_counts(per_rank: list) -> dict:
     """Traffic and nnz over the timed calls; ``per_rank[r][c]`` is rank r's record of call c.

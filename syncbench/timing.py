@@ -13,6 +13,8 @@ import torch
 import compressors
 from compressors.sparse_ops import count_nonzero
 
+__all__ = ["PHASES", "settle", "MethodRun", "time_runs", "mpi_gradients", "cosine"]
+
 PHASES = ("select", "comm", "accumulate")
 
 

@@ -11,7 +11,7 @@ import torch
 from mpi4py import MPI
 
 import compressors
-from allreducers.transports.mpi import abort_on_uncaught_exception
+from allreducers.transports.lifecycle import abort_on_uncaught_exception
 from tests.ranks import import_extra_methods, measuring
 
 abort_on_uncaught_exception()

@@ -11,7 +11,7 @@ import torch
 from mpi4py import MPI
 
 import compressors
-from allreducers.transports.mpi import abort_on_uncaught_exception
+from allreducers.transports.lifecycle import abort_on_uncaught_exception
 
 abort_on_uncaught_exception()
 torch.set_num_threads(1)

@@ -14,7 +14,8 @@ from mpi4py import MPI
 
 import compressors
 from allreducers import WIRES
-from allreducers.transports.mpi import MPITransport, abort_on_uncaught_exception
+from allreducers.transports.lifecycle import abort_on_uncaught_exception
+from allreducers.transports.mpi import MPITransport
 
 abort_on_uncaught_exception()
 torch.set_num_threads(1)

@@ -8,7 +8,7 @@ All of them take an ``mpi4py`` communicator and are called by every rank.
 import traceback
 from contextlib import contextmanager
 
-from allreducers.transports.mpi import report_and_abort
+from allreducers.transports.lifecycle import report_and_abort
 from datasets.split import DataError
 
 _DATA_ERROR = f"{DataError.__module__}.{DataError.__name__}"

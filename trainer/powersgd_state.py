@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 
 import torch
-from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 
 from trainer.checkpoint import numpy_state, numpy_state_tuple
 
@@ -92,6 +91,13 @@ def remap(flat: torch.Tensor, before, order, sizes) -> torch.Tensor:
     return torch.cat([pieces[n] for n in order]) if order else flat
 
 
+def worth_compressing(rows: int, columns: int, rank: int, rate: float) -> bool:
+    """Whether PowerSGD compresses a ``rows`` x ``columns`` matrix at ``rank``: its factors,
+    ``(rows + columns) * rank`` entries, times ``rate`` (``min_compression_rate``) are fewer than
+    its entries. The rule of torch's hook (tests/test_powersgd_state.py compares the two)."""
+    return (rows + columns) * rank * rate < rows * columns
+
+
 def _matrix_sizes(shapes, rank, rate) -> tuple:
     """Per parameter number, the entries of its P and of its Q in PowerSGD's memory (0 for a
     tensor PowerSGD does not compress), as the hook decides it."""
@@ -100,7 +106,7 @@ def _matrix_sizes(shapes, rank, rate) -> tuple:
         n = shape[0] if shape else 1
         m = math.prod(shape) // n if n else 0
         r = min(n, m, rank)
-        compressed = powersgd._should_compress(n, m, r, rate)[0]
+        compressed = worth_compressing(n, m, r, rate)
         ps[number], qs[number] = (n * r, m * r) if compressed else (0, 0)
     return ps, qs
 

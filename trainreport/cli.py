@@ -11,6 +11,8 @@ from trainreport.runs import load_run
 from trainreport.settings import label_runs
 from trainreport.tables import markdown
 
+__all__ = ["DESCRIPTION", "main"]
+
 DESCRIPTION = """Paper-style tables and plots from the metrics.jsonl of several training runs.
 
     scripts/report.py runs/vgg16_spardl runs/vgg16_oktopk runs/vgg16_dense --out report/

@@ -28,6 +28,32 @@ from typing import Callable, NamedTuple
 
 from trainreport import elastic, experiments
 
+__all__ = [
+    "Table",
+    "HOOK_ROW",
+    "hook_momentum_table",
+    "zen_beside_spardl_table",
+    "LEAN",
+    "ops_table",
+    "ops_fp16_table",
+    "ops_lists_fp16_table",
+    "lean_replay_table",
+    "lean_bench_table",
+    "HOOK_NAMES",
+    "lean_ddp_table",
+    "lean_ddp_table_again",
+    "GPU",
+    "gpu_replay_table",
+    "gpu_ops_table",
+    "gpu_bert_table",
+    "zen_bytes_table",
+    "TABLES",
+    "table_lines",
+    "published",
+    "difference",
+    "main",
+]
+
 
 class Table(NamedTuple):
     """One published table: where it is, what it follows, and how it is regenerated."""

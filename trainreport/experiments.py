@@ -22,6 +22,22 @@ import sys
 
 from trainreport.runs import load_run
 
+__all__ = [
+    "ORDER",
+    "DESCRIPTIONS",
+    "CAPPED",
+    "Trial",
+    "rates",
+    "tta_table",
+    "seeds_table",
+    "curves_table",
+    "residuals_table",
+    "sweep_table",
+    "scaling_table",
+    "plot_curves",
+    "main",
+]
+
 #: Method labels of the time-to-accuracy runs, in table order.
 ORDER = (
     "dense",

@@ -13,6 +13,8 @@ from trainreport.runs import Run, accuracy_name
 from trainreport.settings import group_title, groups
 from trainreport.tables import speedups
 
+__all__ = ["FIGURES", "plot"]
+
 #: The figures :func:`plot` writes, in order.
 FIGURES = ("accuracy_vs_epoch.png", "accuracy_vs_time.png", "time_split.png", "speedup.png")
 

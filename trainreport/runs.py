@@ -13,6 +13,17 @@ from dataclasses import dataclass, field
 
 from trainreport.settings import IMPLIED
 
+__all__ = [
+    "REQUIRED",
+    "NUMBERS",
+    "NULLABLE",
+    "MASKED_LM",
+    "Run",
+    "accuracy_name",
+    "load_run",
+    "latest_history",
+]
+
 REQUIRED = (
     "epoch",
     "epoch_seconds",

@@ -13,6 +13,20 @@ settings throughout (repeats, such as seeds: rows do not record the seed) are nu
 
 from __future__ import annotations
 
+__all__ = [
+    "GROUP_KEYS",
+    "SETTINGS",
+    "ALWAYS_SHOWN",
+    "IMPLIED",
+    "MEASURED",
+    "group_key",
+    "group_title",
+    "groups",
+    "shown_settings",
+    "format_setting",
+    "label_runs",
+]
+
 #: (title, row key) of what puts runs into one group.
 GROUP_KEYS = (
     ("model", "model"),

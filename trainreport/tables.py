@@ -16,6 +16,8 @@ from trainreport.settings import (
     shown_settings,
 )
 
+__all__ = ["markdown", "reference_run", "speedups", "time_table", "accuracy_table", "network_sweep"]
+
 
 def markdown(runs: list, reference: str, target: float = None, figures: list = ()) -> str:
     """The tables of every group, the network sweep, and links to the figures.

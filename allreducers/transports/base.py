@@ -16,6 +16,8 @@ from typing import NamedTuple
 
 import torch
 
+__all__ = ["Traffic", "PendingReceive", "PendingSizedReceive", "PostedReceive", "Transport"]
+
 
 @dataclass
 class Traffic:

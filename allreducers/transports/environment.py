@@ -19,6 +19,16 @@ import json
 import os
 import sys
 
+__all__ = [
+    "LOCAL_RANK_COUNTS",
+    "YIELD",
+    "local_ranks",
+    "launch_defaults",
+    "apply_launch_defaults",
+    "CLUSTER_VARIABLE",
+    "cluster_topology",
+]
+
 #: Launcher variables holding the number of ranks on this host, most specific first.
 LOCAL_RANK_COUNTS = (
     "MPI_LOCALNRANKS",

@@ -20,6 +20,15 @@ import traceback
 
 from mpi4py import MPI
 
+__all__ = [
+    "report_and_abort",
+    "end_interrupted",
+    "abort_on_uncaught_exception",
+    "install_abort_hook",
+    "thread_level_name",
+    "require_thread_level",
+]
+
 #: How long a failing rank waits between writing its report and aborting the job.
 _FORWARD_SECONDS = 1.0
 

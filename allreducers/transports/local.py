@@ -18,6 +18,8 @@ from typing import Callable
 
 from .base import Transport
 
+__all__ = ["GroupAborted", "LocalGroup", "local_group", "LocalTransport"]
+
 
 class GroupAborted(RuntimeError):
     """Raised on the ranks of an in-process group after another rank failed."""

@@ -22,13 +22,23 @@ import torch
 from mpi4py import MPI
 
 from .base import PendingSizedReceive, PostedReceive, Transport
-from .lifecycle import (  # noqa: F401 - the policy's old home: callers import it from here
+from .lifecycle import (  # noqa: F401 - re-exported: the policy's old home
     abort_on_uncaught_exception,
     end_interrupted,
     install_abort_hook,
     report_and_abort,
     require_thread_level,
 )
+
+__all__ = [
+    "cuda_aware",
+    "MPITransport",
+    "abort_on_uncaught_exception",
+    "end_interrupted",
+    "install_abort_hook",
+    "report_and_abort",
+    "require_thread_level",
+]
 
 _MPI_TYPES = {
     torch.int32: MPI.INT32_T,

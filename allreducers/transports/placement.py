@@ -13,6 +13,8 @@ import os
 import torch
 from mpi4py import MPI
 
+__all__ = ["host_ranks", "thread_count", "place_rank"]
+
 
 def host_ranks(comm, host=None):
     """Return ``(local_rank, local_size)`` of this rank among the ranks of ``comm`` on its host.

@@ -22,6 +22,8 @@ import torch
 
 from .base import Transport
 
+__all__ = ["Event", "RecordingTransport", "ReplayTransport"]
+
 
 @dataclass(frozen=True)
 class Event:

@@ -20,6 +20,8 @@ import torch
 
 from .base import Transport
 
+__all__ = ["TAG_STRIDE", "tag_upper_bound", "TaggedTransport"]
+
 #: Tags per space: a schedule's steps are numbered from 0 (at most about 2 P + log2 P of them).
 TAG_STRIDE = 4096
 

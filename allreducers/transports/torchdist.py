@@ -16,6 +16,8 @@ import torch.distributed as dist
 from ..wire import device_tensor
 from .base import PostedReceive, Transport
 
+__all__ = ["TorchDistributedTransport"]
+
 
 class TorchDistributedTransport(Transport):
     """One rank of a ``torch.distributed`` process group (``None``: the default group)."""

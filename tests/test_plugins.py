@@ -30,7 +30,7 @@ class Unregistered(TopK):
     """TopkA, registered under its entry point's name."""
 '''
 
-CHECK = '''
+CHECK = """
 import warnings
 import torch
 import compressors
@@ -54,7 +54,7 @@ try:
     compressors.create("brokentopk", None, numel=10)
 except ValueError as error:
     print("broken", error)
-'''
+"""
 
 
 @pytest.fixture(scope="module")

@@ -2,13 +2,15 @@
 one rank aborts the job; every flag is documented."""
 
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.mpirun import ROOT, mpiexec
+from tests.mpirun import ROOT, command, environment, mpiexec
 
 pytestmark = pytest.mark.mpi
 
@@ -59,6 +61,7 @@ MESSAGE = "main_trainer.py: error:"
         (["--checkpoint-dir", "/etc/passwd/ckpt"], "--checkpoint-dir /etc/passwd/ckpt: "),
         (["--seed", "-1"], "--seed must lie in [0, 2^32), got -1"),
         (["--lr-milestones", "-3"], "--lr-milestones must be epochs >= 0"),
+        (["--batch-size", "100000"], "batch size 100000 per rank is more than the "),
     ],
 )
 def test_bad_input_exits_2_with_one_message(tmp_path, flags, fragment):
@@ -73,6 +76,27 @@ def test_bad_input_exits_2_with_one_message(tmp_path, flags, fragment):
     assert fragment in result.stderr
     assert "Traceback" not in output
     assert elapsed < 60
+
+
+@pytest.mark.parametrize(
+    "first,second,fragment",
+    [
+        (["--dnn", "cnn"], ["--dnn", "mlp"], "--dnn is 'cnn' on rank 0 but 'mlp' on rank 1"),
+        (["--density", "0.01"], ["--density", "0.1"], "--density is 0.01 on rank 0 but 0.1"),
+    ],
+)
+def test_ranks_started_with_different_settings_stop_in_one_line(first, second, fragment):
+    """An MPMD launch (``mpiexec -n 1 A : -n 1 B``): compared before any other collective."""
+    launch = command(1, "main_trainer.py", "--method", "spardl", *first)
+    launch += [":", "-n", "1", sys.executable, "main_trainer.py", "--method", "spardl", *second]
+    result = subprocess.run(
+        launch, cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=120
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output
+    assert output.count(MESSAGE) == 1 and "Traceback" not in output, output
+    assert "the ranks were started with different settings" in result.stderr, output
+    assert fragment in result.stderr, output
 
 
 def test_a_model_state_that_fails_on_one_rank_ends_every_rank_in_one_line(tmp_path):

@@ -33,6 +33,8 @@ def test_fsdp_sparse_reduce_scatter_at_density_one_trains_as_native_fsdp(tmp_pat
     assert first["compressor"] == "dense" and second["compressor"] == "spardl"
     assert abs(first["test_loss"] - second["test_loss"]) < 1e-4
     assert first["bytes_sent_per_rank"] > 0 and second["bytes_sent_per_rank"] > 0
+    # The sparse method's phases come from its synchronizers; FSDP's own is all communication.
+    assert second["select_seconds"] > 0 and first["select_seconds"] == 0
 
 
 def test_hsdp_native_and_with_the_sparse_replica_hook(tmp_path, monkeypatch):
@@ -43,6 +45,7 @@ def test_hsdp_native_and_with_the_sparse_replica_hook(tmp_path, monkeypatch):
         assert result.returncode == 0, result.stderr
         assert row(tmp_path, name)["sharding"] == "hsdp"
         assert row(tmp_path, name)["ranks_per_host"] == 2
+    assert row(tmp_path, "sparse")["select_seconds"] > 0  # the replica hook's selection
 
 
 @pytest.mark.parametrize(

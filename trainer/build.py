@@ -8,6 +8,7 @@ blocking, overlapped buckets, a PyTorch DDP method, or FSDP.
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import warnings
@@ -24,7 +25,7 @@ from allreducers.transports.placement import host_ranks, place_rank
 from trainer.checkpoint import Checkpoints
 from trainer.cli import DEFAULT_DATA_DIR, note, parse_settings
 from trainer.data import make_loaders, smallest_training_batch
-from trainer.distributed import agree, broadcast_tensors
+from trainer.distributed import UsageError, agree, broadcast_tensors
 from trainer.flat import FlatSync
 from trainer.loop import Trainer
 from trainer.metrics import MetricsLog
@@ -51,6 +52,19 @@ def loader_workers(settings, comm):
             f"more than the {cpus} CPU(s) this process may use; using {cpus}",
         )
     return min(settings["loader_workers"], cpus)
+
+
+def _check_batch_fits(batch_size, num_samples, size):
+    """Refuse a per-rank batch larger than a rank's shard of the training set: every batch
+    would be the shard, smaller than the header and the learning rate assume. The same on every
+    rank (the shards have equal sizes), so no collective."""
+    shard = math.ceil(num_samples / size)
+    if batch_size > shard:
+        raise UsageError(
+            f"batch size {batch_size} per rank is more than the {shard} training examples each "
+            f"of the {size} rank(s) holds ({num_samples} in all); give --batch-size {shard} or "
+            "less"
+        )
 
 
 def load_data(args, settings, comm):
@@ -206,6 +220,7 @@ def build_trainer(argv, comm):
     random.seed(args.seed)
     np.random.seed(args.seed)
     split = load_data(args, settings, comm)
+    _check_batch_fits(settings["batch_size"], len(split.train), size)
     model = build_model(args, split, settings["batch_size"], comm, device)
     synchronizer = build_synchronization(args, settings, model, device, run_info, comm)
     train_loader, test_loader = make_loaders(

@@ -391,6 +391,9 @@ def parse_settings(argv, comm):
         settings = merge(DEFAULTS, vars(args))
         if args.dnn in models.available():
             problems.append(str(error))
+    # Collective, and first: ranks started with different settings (an MPMD launch) would
+    # otherwise meet in collectives that do not match.
+    agree(comm, settings_differ(comm, vars(args), settings))
     if settings["dataset"] not in datasets.available():
         problems.append(
             f"unknown data set {settings['dataset']!r}; choose one of: "
@@ -448,6 +451,28 @@ def parse_settings(argv, comm):
     if args.compressor == "dense" or ddp:
         args.density = 1.0  # what a dense run keeps, and what its metrics report
     return args, settings
+
+
+#: Settings that may differ between ranks: where each host keeps its files, and its devices.
+PER_HOST = ("data_dir", "cache_dir", "config", "log_dir", "device", "loader_workers")
+
+
+def settings_differ(comm, flags: dict, settings: dict):
+    """The first setting (a flag, or a config file's entry) that differs between ranks, as a
+    message, or None. Collective: one allgather of each rank's settings."""
+    mine = {key: repr(value) for key, value in {**settings, **flags}.items() if key not in PER_HOST}
+    everyone = comm.allgather(mine)
+    for key in sorted(set().union(*everyone)):
+        values = [ranks.get(key, "(not set)") for ranks in everyone]
+        other = next((rank for rank, value in enumerate(values) if value != values[0]), None)
+        if other is not None:
+            name = f"--{key.replace('_', '-')}" if key in flags else f"the config's {key}"
+            return (
+                f"the ranks were started with different settings: {name} is {values[0]} on "
+                f"rank 0 but {values[other]} on rank {other}; start every rank with the same "
+                "command line"
+            )
+    return None
 
 
 def _sharding_problems(args, size, comm):

@@ -45,18 +45,31 @@ from trainer.torch_ddp import allreduce_bytes, start_group
 
 
 class _Clock:
-    """Seconds and bytes of one step's gradient reductions."""
+    """Seconds and bytes of one step's gradient reductions, and their phases."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
         self.seconds = 0.0
         self.bytes_sent = 0.0
+        self.phases = {"select": 0.0, "comm": 0.0, "accumulate": 0.0}
 
-    def timed(self, action, sent):
-        """Run ``action()``, adding its time and ``sent()``'s bytes."""
+    def timed(self, action, sent, phases=None):
+        """Run ``action()``, adding its time and ``sent()``'s bytes. ``phases()``: the call's
+        seconds by phase (a synchronizer's ``stats["seconds"]``); without it, all of the call
+        is communication (FSDP's own reduction)."""
         started = time.perf_counter()
         result = action()
-        self.seconds += time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+        self.seconds += elapsed
         self.bytes_sent += sent()
+        if phases is None:
+            self.phases["comm"] += elapsed
+        else:
+            for key, seconds in phases().items():
+                if key in self.phases:
+                    self.phases[key] += seconds
         return result
 
 
@@ -89,9 +102,11 @@ class _TimedReduceScatter(_NativeReduceScatter):
     def __call__(
         self, output_tensor, input_tensor, group=None, op=dist.ReduceOp.AVG, async_op=False
     ):
+        stats = lambda: self.inner.synchronizers[input_tensor.numel()].stats  # noqa: E731
         self.clock.timed(
             lambda: self.inner(output_tensor, input_tensor, group, op),
-            lambda: self.inner.synchronizers[input_tensor.numel()].stats["bytes_sent"],
+            lambda: stats()["bytes_sent"],
+            lambda: stats()["seconds"],
         )
 
 
@@ -99,9 +114,11 @@ def _timed_hook(hook, clock: _Clock):
     """A sparse replica hook, timed and counted."""
 
     def timed(reduce_output):
+        stats = lambda: hook.synchronizers[reduce_output.numel()].stats  # noqa: E731
         clock.timed(
             lambda: hook(reduce_output),
-            lambda: hook.synchronizers[reduce_output.numel()].stats["bytes_sent"],
+            lambda: stats()["bytes_sent"],
+            lambda: stats()["seconds"],
         )
 
     return timed
@@ -202,7 +219,7 @@ class FSDPSync:
         clock = self._clock
         return {
             "bytes_sent": clock.bytes_sent,
-            "seconds": {"select": 0.0, "comm": clock.seconds, "accumulate": 0.0},
+            "seconds": dict(clock.phases),
             "sync_seconds": clock.seconds,
             "compute_end": compute_end,
         }
@@ -215,7 +232,7 @@ class FSDPSync:
         shards differ per rank)."""
         now = time.perf_counter()
         self.stats = self._stats(now - self._clock.seconds)
-        self._clock.seconds, self._clock.bytes_sent = 0.0, 0.0
+        self._clock.reset()
         grads = [p.grad.to_local() for p in self._parameters if p.grad is not None]
         finite = torch.tensor(
             [float(all(bool(torch.isfinite(g).all()) for g in grads))], dtype=torch.float32

@@ -46,11 +46,16 @@ else
   else
     say "no NVIDIA GPU: installing torch's CPU build where PyTorch's CPU index is reachable"
     torch_pins=$(grep -E '^(torch|torchvision)==' requirements.txt | sed 's/[[:space:]]*#.*//')
+    cpu_log=$VENV/.quickstart-cpu-index.log
     # shellcheck disable=SC2086  # the pins are separate words
-    "${pip[@]}" --retries 0 --timeout 30 $torch_pins --index-url https://download.pytorch.org/whl/cpu \
-      >"$VENV/.quickstart-cpu-index.log" 2>&1 \
-      || say "the CPU index was not reachable (see $VENV/.quickstart-cpu-index.log):" \
-        "the default torch wheel comes with requirements.txt"
+    if ! "${pip[@]}" --retries 0 --timeout 30 $torch_pins --index-url https://download.pytorch.org/whl/cpu \
+      >"$cpu_log" 2>&1; then
+      # pip's own reason (an unreachable index, a dependency it could not resolve), not a guess.
+      reason=$(grep -E '^ERROR:' "$cpu_log" | tail -n 2 | tr '\n' ' ' | sed 's/[[:space:]]*$//')
+      say "torch's CPU build did not install: ${reason:-pip gave no ERROR line} (pip's output: $cpu_log)"
+      say "installing the default torch build of requirements.txt instead: it brings NVIDIA's CUDA" \
+        "libraries, several GB more to download, which this machine cannot use"
+    fi
   fi
   say "installing requirements.txt and the library into $VENV (the first time takes a few minutes)"
   "${pip[@]}" -r requirements.txt 2>&1 | grep -v '^WARNING: Location .* is ignored' || true

@@ -111,3 +111,47 @@ def test_help_shows_the_trainer_s_flags_and_reads_no_old_metrics(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "--log-dir" in result.stdout and "final test accuracy" not in result.stdout
     assert (log_dir / "metrics.jsonl").read_text() == OLD_ROWS
+
+
+def test_a_cpu_build_that_fails_to_install_is_reported_with_pips_own_reason(tmp_path):
+    """No GPU, and the CPU wheel's dependency cannot be resolved: the script says pip's reason
+    and that the default (CUDA) build comes instead, then installs requirements.txt."""
+    root = _fake_checkout(tmp_path, 'echo "mpiexec must not run for --help" >&2\nexit 96\n')
+    (root / ".venv" / ".quickstart-installed").write_text("another install\n")
+    (root / "requirements.txt").write_text("torch==2.14.1\n")
+    installs = tmp_path / "installs"
+    _executable(
+        root / ".venv" / "bin" / "python",
+        "#!/bin/sh\n"
+        'case "$1" in\n'
+        "  -c) exit 0 ;;\n"
+        f'  -m) echo "$*" >> "{installs}"\n'
+        '      case "$*" in *index-url*)\n'
+        '        echo "ERROR: Could not find a version that satisfies the requirement '
+        'cuda-bindings (from torch)" >&2\n'
+        '        echo "ERROR: No matching distribution found for cuda-bindings" >&2\n'
+        "        exit 1 ;;\n"
+        "      esac\n"
+        "      exit 0 ;;\n"
+        "esac\n"
+        f'exec "{sys.executable}" "$@"\n',
+    )
+    no_gpu = tmp_path / "no-gpu"
+    no_gpu.mkdir()
+    _executable(no_gpu / "nvidia-smi", "#!/bin/sh\nexit 9\n")
+    env = dict(os.environ, PATH=f"{no_gpu}{os.pathsep}{os.environ['PATH']}")
+    result = subprocess.run(
+        ["bash", str(root / "scripts" / "quickstart.sh"), "--help"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    said = result.stdout
+    assert "torch's CPU build did not install: ERROR: Could not find a version" in said, said
+    assert "No matching distribution found for cuda-bindings" in said, said
+    assert "not reachable" not in said
+    assert "the default torch build of requirements.txt instead" in said, said
+    assert "-r requirements.txt" in installs.read_text()

@@ -1,6 +1,7 @@
 """The command line: bad input ends every rank with status 2 and one message, fast; a failure on
 one rank aborts the job; every flag is documented."""
 
+import json
 import re
 import subprocess
 import sys
@@ -17,65 +18,88 @@ pytestmark = pytest.mark.mpi
 MESSAGE = "main_trainer.py: error:"
 
 
-@pytest.mark.parametrize(
-    "flags,fragment",
-    [
-        (["--dnn", "lenet"], "unknown model 'lenet'; choose one of: alexnet"),
-        (["--dataset", "svhn"], "unknown data set 'svhn'"),
-        (["--compression", "--compressor", "nope"], "unknown synchronization method 'nope'"),
-        (["--compressor", "nope"], "unknown synchronization method 'nope'"),
-        (["--compression", "--density", "0"], "--density must lie in (0, 1]"),
-        (["--density", "1.5"], "--density must lie in (0, 1]"),
-        (["--nworkers", "3"], "--nworkers 3 does not match the 2 MPI process(es)"),
-        (
-            ["--dataset", "mnist", "--data-dir", "/nonexistent/data"],
-            "data directory /nonexistent/data does not exist",
-        ),
-        (["--dataset", "cifar10", "--data-dir", "{tmp}"], "cifar-10-batches-py lacks data_batch_1"),
-        (
-            ["--dataset", "cifar10", "--data-dir", "{tmp}"],
-            "--data-dir {tmp} is an empty directory: CIFAR-10 not found",
-        ),
-        (["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
-        (
-            ["--compression", "--compressor", "oktopk", "--method-option", "nope=1"],
-            "--method-option nope=1: oktopk has no option 'nope'; valid keys: local_interval, ",
-        ),
-        (
-            ["--compression", "--compressor", "oktopk", "--method-option", "in_flight=0"],
-            "--method-option: in_flight must be an integer >= 1, got 0",
-        ),
-        (["--compression", "--teams", "3"], "--teams 3 must divide the number of workers 2"),
-        (
-            ["--dnn", "vgg16", "--dataset", "digits"],
-            "vgg16 cannot train on batches of 1x8x8 images",
-        ),
-        (["--resume"], "--resume needs --checkpoint-dir"),
-        (["--config", "{tmp}/absent.json"], "absent.json does not exist"),
-        (["--batch-size", "many"], "invalid int value: 'many'"),
-        (["--lr", "inf"], "--lr must be a positive number"),
-        (["--lr-gamma", "-1"], "--lr-gamma must be a positive number"),
-        (["--momentum", "-0.5"], "--momentum must be a number >= 0"),
-        (["--weight-decay", "-1"], "--weight-decay must be a number >= 0"),
-        (["--log-dir", "/etc/passwd"], "--log-dir /etc/passwd: "),
-        (["--checkpoint-dir", "/etc/passwd/ckpt"], "--checkpoint-dir /etc/passwd/ckpt: "),
-        (["--seed", "-1"], "--seed must lie in [0, 2^32), got -1"),
-        (["--lr-milestones", "-3"], "--lr-milestones must be epochs >= 0"),
-        (["--batch-size", "100000"], "batch size 100000 per rank is more than the "),
-    ],
-)
-def test_bad_input_exits_2_with_one_message(tmp_path, flags, fragment):
-    flags = [flag.replace("{tmp}", str(tmp_path)) for flag in flags]
-    fragment = fragment.replace("{tmp}", str(tmp_path))
+#: Bad command lines and a fragment of the one message each gives ({tmp}: a fresh folder).
+BAD_INPUT = [
+    (["--dnn", "lenet"], "unknown model 'lenet'; choose one of: alexnet"),
+    (["--dataset", "svhn"], "unknown data set 'svhn'"),
+    (["--compression", "--compressor", "nope"], "unknown synchronization method 'nope'"),
+    (["--compressor", "nope"], "unknown synchronization method 'nope'"),
+    (["--compression", "--density", "0"], "--density must lie in (0, 1]"),
+    (["--density", "1.5"], "--density must lie in (0, 1]"),
+    (["--nworkers", "3"], "--nworkers 3 does not match the 2 MPI process(es)"),
+    (
+        ["--dataset", "mnist", "--data-dir", "/nonexistent/data"],
+        "data directory /nonexistent/data does not exist",
+    ),
+    (["--dataset", "cifar10", "--data-dir", "{tmp}"], "cifar-10-batches-py lacks data_batch_1"),
+    (
+        ["--dataset", "cifar10", "--data-dir", "{tmp}"],
+        "--data-dir {tmp} is an empty directory: CIFAR-10 not found",
+    ),
+    (["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
+    (
+        ["--compression", "--compressor", "oktopk", "--method-option", "nope=1"],
+        "--method-option nope=1: oktopk has no option 'nope'; valid keys: local_interval, ",
+    ),
+    (
+        ["--compression", "--compressor", "oktopk", "--method-option", "in_flight=0"],
+        "--method-option: in_flight must be an integer >= 1, got 0",
+    ),
+    (["--compression", "--teams", "3"], "--teams 3 must divide the number of workers 2"),
+    (
+        ["--dnn", "vgg16", "--dataset", "digits"],
+        "vgg16 cannot train on batches of 1x8x8 images",
+    ),
+    (["--resume"], "--resume needs --checkpoint-dir"),
+    (["--config", "{tmp}/absent.json"], "absent.json does not exist"),
+    (["--batch-size", "many"], "invalid int value: 'many'"),
+    (["--lr", "inf"], "--lr must be a positive number"),
+    (["--lr-gamma", "-1"], "--lr-gamma must be a positive number"),
+    (["--momentum", "-0.5"], "--momentum must be a number >= 0"),
+    (["--weight-decay", "-1"], "--weight-decay must be a number >= 0"),
+    (["--log-dir", "/etc/passwd"], "--log-dir /etc/passwd: "),
+    (["--checkpoint-dir", "/etc/passwd/ckpt"], "--checkpoint-dir /etc/passwd/ckpt: "),
+    (["--seed", "-1"], "--seed must lie in [0, 2^32), got -1"),
+    (["--lr-milestones", "-3"], "--lr-milestones must be epochs >= 0"),
+    (["--batch-size", "100000"], "batch size 100000 per rank is more than the "),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_input_results(tmp_path_factory):
+    """Every command line of ``BAD_INPUT`` in one ``mpiexec -n 2`` job (one torch import)."""
+    folder = tmp_path_factory.mktemp("bad-input")
+    cases = []
+    for number, (flags, _) in enumerate(BAD_INPUT):
+        tmp = folder / str(number)
+        tmp.mkdir()
+        cases.append([flag.replace("{tmp}", str(tmp)) for flag in flags])
+    (folder / "cases.json").write_text(json.dumps(cases))
     started = time.monotonic()
-    result = mpiexec(2, "main_trainer.py", *flags, timeout=120)
+    run = mpiexec(
+        2,
+        "tests/trainer_bad_input_check.py",
+        str(folder / "cases.json"),
+        str(folder / "results.json"),
+        timeout=600,
+    )
     elapsed = time.monotonic() - started
-    output = result.stdout + result.stderr
-    assert result.returncode == 2, output
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "Traceback" not in run.stdout + run.stderr
+    assert elapsed < 30 * len(cases)
+    return folder, json.loads((folder / "results.json").read_text())
+
+
+@pytest.mark.parametrize("number", range(len(BAD_INPUT)), ids=lambda n: " ".join(BAD_INPUT[n][0]))
+def test_bad_input_exits_2_with_one_message(bad_input_results, number):
+    folder, results = bad_input_results
+    fragment = BAD_INPUT[number][1].replace("{tmp}", str(folder / str(number)))
+    result = results[number]
+    output = result["stdout"] + result["stderr"]
+    assert result["statuses"] == [2, 2], output
     assert output.count(MESSAGE) == 1, output
-    assert fragment in result.stderr
+    assert fragment in result["stderr"], output
     assert "Traceback" not in output
-    assert elapsed < 60
 
 
 @pytest.mark.parametrize(

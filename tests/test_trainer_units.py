@@ -274,13 +274,14 @@ def test_an_older_checkpoint_is_checked_against_the_built_synchronizer(tmp_path)
     recursive = compressors.create(
         "spardl", local_group(1).rank(0), numel=numel, density=0.05, sag="recursive"
     )
-    for synchronizer, reason in (
-        ({"numel": 5}, f"parameters 5 (this run: {numel})"),
-        (recursive.state_dict(), "sag 'recursive' (here 'bruck')"),
+    for synchronizer, extra, reason in (
+        ({"numel": 5}, {}, f"parameters 5 (this run: {numel})"),
+        (recursive.state_dict(), {}, "sag 'recursive' (here 'bruck')"),
+        ({"numel": numel}, {"epoch": -7}, "epoch -7 (a count: a whole number >= 0)"),
     ):
         (tmp_path / "epoch-0001").mkdir(exist_ok=True)
         torch.save(
-            {"nworkers": 1, "run_info": run_info, "synchronizer": synchronizer},
+            {"nworkers": 1, "run_info": run_info, "synchronizer": synchronizer, **extra},
             tmp_path / "epoch-0001" / "rank-0000.pt",
         )
         with pytest.raises(UsageError, match=re.escape(reason)):

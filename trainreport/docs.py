@@ -10,6 +10,9 @@ raw rows. ``check`` compares every published table's rows with the regenerated o
 line, and names the tables and the first line that differ. Paths are relative to the
 repository root (``--root``).
 
+``check`` also compares the figures that prose quotes from these tables, where the claim
+names its table with the marker ``(rows: `NAME`)`` (:mod:`trainreport.citations`).
+
 A published table whose raw rows were not kept is not in :data:`TABLES`; its document says so
 under it, in a line that begins "Raw rows not kept" (``grep -rn "Raw rows not kept" docs
 README.md`` lists them).
@@ -26,7 +29,7 @@ import re
 import sys
 from typing import Callable, NamedTuple
 
-from trainreport import elastic, experiments
+from trainreport import citations, elastic, experiments
 
 __all__ = [
     "Table",
@@ -751,7 +754,15 @@ def main(argv=None) -> int:
     for problem in problems:
         print(problem, file=sys.stderr)
     print(f"{len(TABLES) - len(problems)} of {len(TABLES)} tables match their raw rows")
-    return 1 if problems else 0
+    quoted, figures = citations.problems(args.root, TABLES)
+    for problem in quoted:
+        print(problem, file=sys.stderr)
+    claims = len(citations.citations(args.root))
+    print(
+        f"{figures - len(quoted)} of {figures} figures quoted in prose ({claims} claims citing "
+        "a table) match their tables"
+    )
+    return 1 if problems or quoted else 0
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import re
 __all__ = ["MARKER", "DOCUMENTS", "Citation", "citations", "problems"]
 
 #: The marker that ends a claim: ``(rows: `NAME`)``.
-MARKER = re.compile(r"\(rows: `([A-Za-z0-9-]+)`\)")
+MARKER = re.compile(r"\(rows:\s+`([A-Za-z0-9-]+)`\)")
 #: The documents whose prose is checked.
 DOCUMENTS = ("README.md", "docs")
 _FIGURE = re.compile(r"(?<![\w.])\d[\d,]*\.\d+(?![\d])")

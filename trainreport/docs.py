@@ -29,7 +29,7 @@ import re
 import sys
 from typing import Callable, NamedTuple
 
-from trainreport import citations, elastic, experiments
+from trainreport import citations, elastic, experiments, headline
 
 __all__ = [
     "Table",
@@ -649,6 +649,24 @@ TABLES = {
         "**1 Gbit/s, P = 4, n = 14,728,266, density 0.01**",
         "runs/lean-engine/bench_1gbit_p4_*.json",
         lean_bench_table,
+    ),
+    "headline-1gbit": Table(
+        "README.md",
+        "The paper's setting, a network that is slow against the machine",
+        headline.RUNS,
+        lambda root: headline.summary_table(root, "1gbit"),
+    ),
+    "headline-1gbit-detail": Table(
+        "docs/PERFORMANCE.md",
+        "**1 Gbit/s, 2026-12-07**",
+        headline.RUNS,
+        lambda root: headline.detail_table(root, "1gbit"),
+    ),
+    "headline-10gbit-detail": Table(
+        "docs/PERFORMANCE.md",
+        "**10 Gbit/s, 2026-12-07**",
+        headline.RUNS,
+        lambda root: headline.detail_table(root, "10gbit"),
     ),
     "elastic-torchrun": Table(
         "docs/ELASTIC.md",

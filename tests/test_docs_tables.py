@@ -31,8 +31,10 @@ def test_a_number_changed_in_a_document_is_named(tmp_path, capsys, name, page, o
         "runs/lean-engine",
         "runs/deviations",
         "runs/elastic",
+        "runs/headline",
     ):
         shutil.copytree(ROOT / part, tmp_path / part)
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")  # the headline table
     path = tmp_path / "docs" / page
     assert old in path.read_text()
     path.write_text(path.read_text().replace(old, new))

@@ -391,9 +391,7 @@ def parse_settings(argv, comm):
         settings = merge(DEFAULTS, vars(args))
         if args.dnn in models.available():
             problems.append(str(error))
-    # Collective, and first: ranks started with different settings (an MPMD launch) would
-    # otherwise meet in collectives that do not match.
-    agree(comm, settings_differ(comm, vars(args), settings))
+    agree(comm, settings_differ(comm, vars(args), settings))  # collective, and the first
     if settings["dataset"] not in datasets.available():
         problems.append(
             f"unknown data set {settings['dataset']!r}; choose one of: "
@@ -459,7 +457,9 @@ PER_HOST = ("data_dir", "cache_dir", "config", "log_dir", "device", "loader_work
 
 def settings_differ(comm, flags: dict, settings: dict):
     """The first setting (a flag, or a config file's entry) that differs between ranks, as a
-    message, or None. Collective: one allgather of each rank's settings."""
+    message, or None. Collective: one allgather of each rank's settings. It runs before any
+    other collective: ranks started with different settings (an MPMD launch) would otherwise
+    meet in collectives that do not match."""
     mine = {key: repr(value) for key, value in {**settings, **flags}.items() if key not in PER_HOST}
     everyone = comm.allgather(mine)
     for key in sorted(set().union(*everyone)):

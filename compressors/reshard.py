@@ -22,7 +22,10 @@ states unchanged (copies), so a resume at the same P stays bit-identical.
     sync.load_state_dict(mine)
 
 It takes the states of one synchronizer, of one :class:`~compressors.ddp.SparDLState` (the DDP
-hook, per bucket layout) and of the bucket pipeline the trainer saves.
+hook, per bucket layout), of the bucket pipeline the trainer saves, and of
+:class:`~compressors.diloco.DiLoCo` (its round's start and outer momentum are the same on every
+rank and carry over; its synchronizer's error feedback is resharded; a state taken within a
+round makes the loading ranks start that round again, see ``DiLoCo.load_state_dict``).
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ def reshard(states, size: int) -> list:
 
     Args:
         states: the P ranks' ``state_dict()``s in rank order: of one synchronizer, of one
-            ``SparDLState`` (``compressors.ddp``), or a bucket pipeline's (``{"buckets": ...}``).
+            ``SparDLState`` (``compressors.ddp``), a bucket pipeline's (``{"buckets": ...}``) or
+            a ``DiLoCo``'s (``compressors.diloco``).
         size: the new number of ranks, at least 1.
 
     Returns:
@@ -72,6 +76,8 @@ def reshard(states, size: int) -> list:
         )
     if "buckets" in first:
         return _reshard_buckets(states, size)
+    if "diloco" in first:
+        return _reshard_outer(states, size)
     return _reshard_synchronizer(states, size)
 
 
@@ -166,3 +172,14 @@ def _reshard_buckets(states: list, size: int) -> list:
             state["size"] = size
         resharded.append(state)
     return resharded
+
+
+def _reshard_outer(states: list, size: int) -> list:
+    """Reshard :class:`~compressors.diloco.DiLoCo` states.
+
+    Rank 0's round start, outer momentum and counts go to every new rank (they are the same on
+    every old one), the synchronizer's error feedback is resharded, and ``resharded_from`` is
+    recorded.
+    """
+    inner = _reshard_synchronizer([state["synchronizer"] for state in states], size)
+    return [dict(states[0], synchronizer=mine, resharded_from=len(states)) for mine in inner]

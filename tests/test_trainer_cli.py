@@ -62,6 +62,16 @@ BAD_INPUT = [
     (["--seed", "-1"], "--seed must lie in [0, 2^32), got -1"),
     (["--lr-milestones", "-3"], "--lr-milestones must be epochs >= 0"),
     (["--batch-size", "100000"], "batch size 100000 per rank is more than the "),
+    (["--local-steps", "0"], "--local-steps must be at least 1, got 0"),
+    (["--local-steps", "5", "--outer-lr", "0"], "--outer-lr must be > 0, got 0.0"),
+    (["--local-steps", "5", "--outer-momentum", "1"], "--outer-momentum must lie in [0, 1)"),
+    (["--outer-lr", "0.5"], "--outer-lr only act with --local-steps H > 1"),
+    (["--local-steps", "5", "--fsdp"], "--local-steps with --fsdp: local steps need every rank"),
+    (["--local-steps", "5", "--method", "powersgd"], "--local-steps with powersgd: a DDP method"),
+    (
+        ["--local-steps", "5", "--method", "spardl", "--method-option", "momentum=0.9"],
+        "--local-steps with momentum correction",
+    ),
 ]
 
 

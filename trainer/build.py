@@ -3,7 +3,7 @@
 :func:`build_trainer` parses and checks the flags (``trainer.cli``), reads a checkpoint to
 resume from (``trainer.resume``), and builds everything collectively: every rank gets the same
 model (rank 0's weights) and a synchronizer of the protocol the loop speaks (``trainer.flat``):
-blocking, overlapped buckets, a PyTorch DDP method, or FSDP.
+blocking, overlapped buckets, a PyTorch DDP method, FSDP, or local steps (DiLoCo).
 """
 
 from __future__ import annotations
@@ -22,11 +22,13 @@ import datasets
 import models
 from allreducers.transports.environment import cluster_topology
 from allreducers.transports.placement import host_ranks, place_rank
+from compressors.diloco import DiLoCo
 from trainer.checkpoint import Checkpoints
 from trainer.cli import DEFAULT_DATA_DIR, note, parse_settings
 from trainer.data import make_loaders, smallest_training_batch
 from trainer.distributed import UsageError, agree, broadcast_tensors
 from trainer.flat import FlatSync
+from trainer.local import LocalSync
 from trainer.loop import Trainer
 from trainer.metrics import MetricsLog
 from trainer.overlap import OverlappedSync
@@ -356,6 +358,8 @@ def build_synchronization(args, settings, model, device, run_info, comm):
         args, sum(p.numel() for p in model.parameters() if p.requires_grad), comm
     )
     run_info["effective_density"] = effective_density(flat, comm)
+    if args.local_steps > 1:
+        return _local_sync(args, flat, model, device, run_info, comm)
     overlap = not args.no_overlap
     if overlap and settings["clip_grad_norm"]:
         note(
@@ -372,6 +376,29 @@ def build_synchronization(args, settings, model, device, run_info, comm):
     return FlatSync(flat, model, device)
 
 
+def _local_sync(args, synchronizer, model, device, run_info, comm):
+    """``--local-steps`` H > 1: DiLoCo with ``synchronizer`` as its outer synchronization
+    (collective: every rank starts from rank 0's weights, which it already holds)."""
+    outer = DiLoCo(
+        model,
+        comm=synchronizer.transport,
+        local_steps=args.local_steps,
+        outer_lr=args.outer_lr,
+        outer_momentum=args.outer_momentum,
+        nesterov=args.outer_optimizer == "nesterov",
+        synchronizer=synchronizer,
+    )
+    run_info.update(
+        overlap=False,
+        bucket_mb=None,
+        local_steps=args.local_steps,
+        outer_optimizer=args.outer_optimizer,
+        outer_lr=args.outer_lr,
+        outer_momentum=args.outer_momentum,
+    )
+    return LocalSync(outer, model, device)
+
+
 def _announce(args, settings, trainer, size, device):
     """The run's first lines: what trains where, and the flags that do less than they say."""
     log = trainer.log
@@ -381,6 +408,12 @@ def _announce(args, settings, trainer, size, device):
         f"batch {settings['batch_size']} per worker, "
         f"{_plural(trainer.iters_per_epoch, 'iteration')} per epoch"
     )
+    if args.local_steps > 1:
+        log.note(
+            f"local steps: {args.local_steps} optimizer steps per worker, then the "
+            f"pseudo-gradient synchronized by {args.compressor} and an outer "
+            f"{args.outer_optimizer} step (lr {args.outer_lr:g}, momentum {args.outer_momentum:g})"
+        )
     early = [m for m in settings["lr_milestones"] if m < settings["warmup_epochs"]]
     if early:
         log.note(

@@ -87,6 +87,7 @@ def build_parser(rank=0):
     _sync_flags(sync)
     _method_option_flags(parser, sync)
     _overlap_and_sharding_flags(sync)
+    _local_flags(parser.add_argument_group("local SGD and DiLoCo (synchronizing less often)"))
     _output_flags(parser.add_argument_group("output and devices"))
     return parser
 
@@ -335,6 +336,76 @@ def _overlap_and_sharding_flags(sync):
     )
 
 
+#: DiLoCo's outer optimizer (Douillard et al.): Nesterov, learning rate 0.7, momentum 0.9.
+OUTER_DEFAULTS = {"outer_optimizer": "nesterov", "outer_lr": 0.7, "outer_momentum": 0.9}
+
+
+def _local_flags(local):
+    local.add_argument(
+        "--local-steps",
+        type=int,
+        default=1,
+        metavar="H",
+        help="take H optimizer steps on each worker's own gradient, then synchronize the "
+        "pseudo-gradient (the start of the H steps minus their end) with the run's method and "
+        "take an outer step (DiLoCo, docs/LOCAL_SGD.md); 1: synchronize every step's gradient "
+        "(default: 1)",
+    )
+    local.add_argument(
+        "--outer-optimizer",
+        choices=("sgd", "nesterov"),
+        help="with --local-steps H > 1: the outer step, nesterov (DiLoCo's) or sgd (heavy-ball "
+        "momentum; local SGD is sgd with --outer-lr 1 --outer-momentum 0) (default: nesterov)",
+    )
+    local.add_argument(
+        "--outer-lr",
+        type=float,
+        metavar="LR",
+        help="with --local-steps H > 1: the outer learning rate, > 0 (default: 0.7)",
+    )
+    local.add_argument(
+        "--outer-momentum",
+        type=float,
+        metavar="M",
+        help="with --local-steps H > 1: the outer momentum, in [0, 1) (default: 0.9)",
+    )
+
+
+def _local_problems(args):
+    """What ``--local-steps`` and the outer flags cannot be; fills in the outer defaults."""
+    given = [
+        f"--{key.replace('_', '-')}" for key in OUTER_DEFAULTS if getattr(args, key) is not None
+    ]
+    for key, value in OUTER_DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.local_steps < 1:
+        return [f"--local-steps must be at least 1, got {args.local_steps}"]
+    if args.local_steps == 1:
+        return [f"{', '.join(given)} only act with --local-steps H > 1"] if given else []
+    problems = []
+    if not args.outer_lr > 0:
+        problems.append(f"--outer-lr must be > 0, got {args.outer_lr}")
+    if not 0 <= args.outer_momentum < 1:
+        problems.append(f"--outer-momentum must lie in [0, 1), got {args.outer_momentum}")
+    if args.fsdp or args.hsdp:
+        problems.append(
+            f"--local-steps with --{'fsdp' if args.fsdp else 'hsdp'}: local steps need every "
+            "rank to hold the whole model"
+        )
+    if is_ddp_method(args.compressor):
+        problems.append(
+            f"--local-steps with {args.compressor}: a DDP method averages every step inside "
+            "backward; give a registered method (--method dense, spardl, ...)"
+        )
+    if getattr(args, "method_options", {}).get("momentum"):
+        problems.append(
+            "--local-steps with momentum correction (the method's momentum option): the outer "
+            "step's momentum is --outer-momentum, and the inner SGD keeps --momentum"
+        )
+    return problems
+
+
 def _output_flags(run):
     run.add_argument(
         "--log-dir", metavar="DIR", help="write metrics.jsonl and TensorBoard events here"
@@ -439,7 +510,7 @@ def parse_settings(argv, comm):
         args.method_options, found, said = _method_options(args, parser.method_flags, size)
         problems += found
         notes += said
-    problems += _sharding_problems(args, size, comm)
+    problems += _sharding_problems(args, size, comm) + _local_problems(args)
     # Collective: a config file or data directory may be missing on one host only.
     agree(comm, "; ".join(problems) or None)
     if args.data_dir and not datasets.reads_files(settings["dataset"]):

@@ -15,6 +15,11 @@ relies on and nothing else:
   synchronization's time, 0 where it is all exposed) and ``compute_end`` (where backward's
   compute ended, when the synchronization knows better than the loop; else None);
 - ``numel``, ``name``, ``density``;
+- ``after_step()``: after the optimizer's step, what the synchronization does then, returning
+  its seconds, which count as the step's (exposed) synchronization: local SGD's outer step
+  (:class:`trainer.local.LocalSync`), nothing for the others;
+- ``evaluation()``: a context within which the model is the one to evaluate (local SGD's outer
+  parameters, the same on every rank; the model itself for the others);
 - ``state_dict()``, ``load_state_dict(state)`` and ``state_mismatch(state)``: the
   synchronization's own state (residuals);
 - ``training_state(model, optimizer)`` and ``load_training_state(model, optimizer, model_state,
@@ -22,10 +27,13 @@ relies on and nothing else:
   tensors, whole: :class:`WholeState`; FSDP gathers its shards).
 
 :class:`FlatSync` wraps a ``compressors`` synchronizer; :class:`trainer.overlap.OverlappedSync`,
-:class:`trainer.torch_ddp.DDPSync` and :class:`trainer.sharded.FSDPSync` are the others.
+:class:`trainer.torch_ddp.DDPSync`, :class:`trainer.sharded.FSDPSync` and
+:class:`trainer.local.LocalSync` are the others.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -44,6 +52,14 @@ class WholeState:
         """Restore :meth:`training_state`'s states."""
         model.load_state_dict(model_state)
         optimizer.load_state_dict(optimizer_state)
+
+    def after_step(self) -> float:
+        """Nothing after the optimizer's step (the protocol's ``after_step``): 0 seconds."""
+        return 0.0
+
+    def evaluation(self):
+        """The model as it is is the one to evaluate (the protocol's ``evaluation``)."""
+        return contextlib.nullcontext()
 
 
 class FlatSync(WholeState):

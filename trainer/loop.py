@@ -163,7 +163,8 @@ class Trainer:
         # Batch-norm statistics drift apart per rank (each sees its own data): use rank 0's.
         broadcast_tensors(list(self.model.buffers()), self.comm)
         started = time.perf_counter()
-        test_loss, test_acc = evaluate(self.model, self.test_loader, self.device, self.comm)
+        with self.synchronizer.evaluation():  # local SGD: the outer parameters
+            test_loss, test_acc = evaluate(self.model, self.test_loader, self.device, self.comm)
         row = {
             "epoch": epoch,
             "max_epochs": self.max_epochs,
@@ -179,9 +180,12 @@ class Trainer:
             row["within_epoch"] = True
         if self.run_info.get("task") == "masked-lm":
             row["test_perplexity"] = math.exp(test_loss)
-        auto = self.synchronizer.stats.get("auto")
-        if auto is not None:  # teams="auto": what SparDL chose (per bucket when overlapped)
-            row["auto"] = auto
+        stats = self.synchronizer.stats
+        if stats.get("auto") is not None:  # teams="auto": SparDL's choice (per bucket, overlapped)
+            row["auto"] = stats["auto"]
+        if stats.get("outer_steps") is not None:  # --local-steps: outer steps, bytes per step
+            row["outer_steps"] = stats["outer_steps"]
+            row["bytes_per_iter_per_rank"] = row["bytes_sent_per_rank"] / max(row["epoch_iters"], 1)
         self.log.log(row)
         if saved is not None:
             restore_rng(saved)
@@ -217,6 +221,8 @@ class Trainer:
             last_lr = self.optimizer.param_groups[0]["lr"]
             self.optimizer.step()
             self.scheduler.step()
+            outer = self.synchronizer.after_step()  # local SGD's outer step: exposed
+            sync_seconds, exposed = sync_seconds + outer, exposed + outer
             self.global_step += 1
             ran = done + meter.iterations + 1  # this run's iterations of the epoch
             if (

@@ -25,6 +25,7 @@ for every method, are not counted.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -150,6 +151,14 @@ class FSDPSync:
         numel, name, density, stats: as the trainer's other synchronizers.
         residual_dtype: the residuals' storage (``"fp32"`` natively).
     """
+
+    def after_step(self) -> float:
+        """Nothing after the optimizer's step (the protocol's ``after_step``): 0 seconds."""
+        return 0.0
+
+    def evaluation(self):
+        """The model as it is is the one to evaluate (the protocol's ``evaluation``)."""
+        return contextlib.nullcontext()
 
     def __init__(
         self, comm, model, method, density, options, device, per_host=None, residual_dtype="fp32"

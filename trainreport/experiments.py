@@ -53,6 +53,7 @@ ORDER = (
     "spardl_mc",
     "spardl_fp16_mc",
     "spardl_local",
+    *(f"diloco_{outer}_h{h}" for h in (10, 50) for outer in ("dense", "spardl", "topk")),
 )
 #: What each label ran, for the table.
 DESCRIPTIONS = {
@@ -69,6 +70,11 @@ DESCRIPTIONS = {
     "spardl_mc": "SparDL, momentum correction 0.9",
     "spardl_fp16_mc": "SparDL, fp16 wire, momentum correction 0.9",
     "spardl_local": "SparDL, local residuals",
+    **{
+        f"diloco_{outer}_h{h}": f"DiLoCo, H = {h}, {name} outer synchronization"
+        for h in (10, 50)
+        for outer, name in (("dense", "dense"), ("spardl", "SparDL's"), ("topk", "TopkA's"))
+    },
 }
 #: The exit status of ``timeout``: the run was stopped at its time cap.
 CAPPED = 124

@@ -1,0 +1,215 @@
+"""``compressors.diloco.DiLoCo``: H = 1 local SGD is per-step data parallelism, every rank holds
+the same parameters after every outer step for every method and wire, error feedback conserves
+the pseudo-gradient's mass across outer steps, a checkpoint between outer steps resumes
+bit-identically, a reshard keeps the pending update, and bad settings are refused."""
+
+import pytest
+import torch
+
+import compressors
+from allreducers.transports import local_group
+from compressors.diloco import DiLoCo, outer_update
+from compressors.reshard import pending_update
+
+SIZES = (7, 5)  # a 7 x 5 linear layer and its bias: 40 entries, not divisible by P
+
+
+def _model(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Linear(*SIZES)
+
+
+def _loss(model, rank, step):
+    data = torch.Generator().manual_seed(1000 * rank + step)
+    inputs = torch.randn(4, SIZES[0], generator=data)
+    targets = torch.randn(4, SIZES[1], generator=data)
+    return torch.nn.functional.mse_loss(model(inputs), targets)
+
+
+def _flat(model):
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def _inner(model, optimizer, rank, step):
+    optimizer.zero_grad()
+    _loss(model, rank, step).backward()
+    optimizer.step()
+
+
+def test_one_local_step_with_plain_outer_sgd_is_per_step_data_parallelism():
+    def body(transport):
+        rank = transport.rank
+        local, reference = _model(rank), _model(rank)  # each rank its own start: rank 0's wins
+        outer = DiLoCo(local, comm=transport, local_steps=1, outer_lr=1.0, outer_momentum=0.0)
+        dense = compressors.create("dense", transport, numel=40, density=1.0)
+        reference.load_state_dict(local.state_dict())
+        inner = torch.optim.SGD(local.parameters(), lr=0.1)
+        plain = torch.optim.SGD(reference.parameters(), lr=0.1)
+        for step in range(5):
+            _inner(local, inner, rank, step)
+            assert outer.step()
+            plain.zero_grad()
+            _loss(reference, rank, step).backward()
+            flat = torch.cat([p.grad.reshape(-1) for p in reference.parameters()])
+            average, offset = dense.allreduce(flat), 0
+            for p in reference.parameters():
+                p.grad.copy_(average[offset : offset + p.numel()].view_as(p))
+                offset += p.numel()
+            plain.step()
+        return _flat(local), _flat(reference)
+
+    results = local_group(3).run(body)
+    for local, reference in results:
+        torch.testing.assert_close(local, reference, rtol=1e-5, atol=1e-6)
+        assert torch.equal(local, results[0][0])
+
+
+@pytest.mark.parametrize("wire", ["fp32", "fp16"])
+@pytest.mark.parametrize("method", compressors.available())
+def test_every_rank_holds_the_same_parameters_after_every_outer_step(method, wire):
+    def body(transport):
+        model = _model(transport.rank)
+        outer = DiLoCo(model, comm=transport, method=method, density=0.2, local_steps=2, wire=wire)
+        inner = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        after = []
+        for step in range(6):
+            _inner(model, inner, transport.rank, step)
+            if outer.step():
+                after.append(_flat(model))
+        assert outer.outer_steps == 3 and outer.steps == 6
+        return after
+
+    results = local_group(3).run(body)
+    for rank in results[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(rank, results[0]))
+    assert not torch.equal(results[0][0], results[0][-1])
+
+
+FEEDBACK = [m for m in compressors.available() if m not in ("dense", "gtopk")]
+
+
+@pytest.mark.parametrize("method", FEEDBACK)
+def test_error_feedback_conserves_the_pseudo_gradients_mass_across_outer_steps(method):
+    """Summed over the ranks and the outer steps, every Δ_r sent equals P x every average plus
+    what the residuals still hold (gTop-k's tree drops values by design; dense keeps none).
+    Local SGD (outer lr 1, no momentum) moves θ_0 by the average itself."""
+    workers = 3
+
+    def body(transport):
+        model = _model(transport.rank)
+        outer = DiLoCo(
+            model,
+            comm=transport,
+            method=method,
+            density=0.1,
+            local_steps=3,
+            outer_lr=1.0,
+            outer_momentum=0.0,
+        )
+        inner = torch.optim.SGD(model.parameters(), lr=0.05)
+        sent = torch.zeros(40, dtype=torch.float64)
+        averaged = torch.zeros(40, dtype=torch.float64)
+        for step in range(9):
+            _inner(model, inner, transport.rank, step)
+            delta, before = outer.start - _flat(model), outer.start.clone()
+            if outer.step():
+                sent += delta.double()
+                averaged += (before - outer.start).double()
+        return sent, averaged, outer.synchronizer.state_dict()
+
+    results = local_group(workers).run(body)
+    sent = sum(result[0] for result in results)
+    averaged = results[0][1] * workers
+    residual = pending_update([result[2] for result in results]) * workers
+    assert residual.abs().sum() > 0  # something was held back
+    torch.testing.assert_close(sent, averaged + residual, rtol=0, atol=1e-5)
+
+
+def test_nesterov_and_heavy_ball_outer_steps_follow_the_formula():
+    delta, momentum = torch.tensor([1.0, -2.0]), torch.tensor([0.5, 0.5])
+    nesterov = outer_update(delta, momentum.clone(), 0.7, 0.9, True)
+    torch.testing.assert_close(nesterov, 0.7 * (delta + 0.9 * (0.9 * momentum + delta)))
+    heavy = outer_update(delta, momentum.clone(), 0.7, 0.9, False)
+    torch.testing.assert_close(heavy, 0.7 * (0.9 * momentum + delta))
+    torch.testing.assert_close(outer_update(delta, None, 0.7, 0.0, True), 0.7 * delta)
+
+
+def test_a_checkpoint_between_outer_steps_resumes_bit_identically():
+    def run(transport, stop=None, state=None):
+        rank = transport.rank
+        model = _model(rank)
+        outer = DiLoCo(model, comm=transport, method="spardl", density=0.2, local_steps=3)
+        inner = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        first = 0
+        if state is not None:
+            model.load_state_dict(state["model"])
+            inner.load_state_dict(state["inner"])
+            outer.load_state_dict(state["outer"])
+            first = outer.steps
+        for step in range(first, 8):
+            if step == stop:
+                return {
+                    "model": model.state_dict(),
+                    "inner": inner.state_dict(),
+                    "outer": outer.state_dict(),
+                }
+            _inner(model, inner, rank, step)
+            outer.step()
+        return _flat(model)
+
+    straight = local_group(2).run(run)
+    saved = local_group(2).run(run, stop=4)
+    resumed = local_group(2).run(lambda t: run(t, state=saved[t.rank]))
+    assert all(torch.equal(a, b) for a, b in zip(straight, resumed))
+
+
+def test_a_reshard_keeps_the_pending_update_and_restarts_the_round():
+    def body(transport, steps):
+        model = _model(transport.rank)
+        outer = DiLoCo(model, comm=transport, method="topk", density=0.1, local_steps=2)
+        inner = torch.optim.SGD(model.parameters(), lr=0.05)
+        for step in range(steps):
+            _inner(model, inner, transport.rank, step)
+            outer.step()
+        return outer.state_dict()
+
+    states = local_group(4).run(body, 5)  # 2 outer steps and one inner step of the third round
+    mapped = compressors.reshard(states, 3)
+    assert len(mapped) == 3
+    before = pending_update([s["synchronizer"] for s in states])
+    after = pending_update([s["synchronizer"] for s in mapped])
+    torch.testing.assert_close(before, after, rtol=0, atol=1e-6)
+
+    def load(transport):
+        model = _model(10 + transport.rank)
+        outer = DiLoCo(model, comm=transport, method="topk", density=0.1, local_steps=2)
+        outer.load_state_dict(mapped[transport.rank])
+        return outer.steps, _flat(model)
+
+    for steps, params in local_group(3).run(load):
+        assert steps == 4 and torch.equal(params, states[0]["start"])
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"local_steps": 0}, "local_steps must be an integer >= 1"),
+        ({"outer_lr": 0.0}, "outer_lr must be > 0"),
+        ({"outer_momentum": 1.0}, "outer_momentum must lie in [0, 1)"),
+        ({"method": "nosuch"}, "nosuch"),
+    ],
+)
+def test_bad_settings_are_refused(options, message):
+    group = local_group(1)
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace(")", r"\)")):
+        group.run(lambda transport: DiLoCo(_model(), comm=transport, **options))
+
+
+def test_a_state_of_another_model_is_refused():
+    def body(transport):
+        small = DiLoCo(_model(), comm=transport, local_steps=2).state_dict()
+        other = DiLoCo(torch.nn.Linear(3, 2), comm=transport, local_steps=2)
+        with pytest.raises(ValueError, match="does not fit"):
+            other.load_state_dict(small)
+
+    local_group(1).run(body)

@@ -15,8 +15,17 @@ SIZES = (7, 5)  # a 7 x 5 linear layer and its bias: 40 entries, not divisible b
 
 
 def _model(seed=0):
-    torch.manual_seed(seed)
-    return torch.nn.Linear(*SIZES)
+    """A linear layer with weights from its own generator: the in-process ranks are threads,
+    which would race for torch's global one."""
+    return _seeded(torch.nn.Linear(*SIZES), seed)
+
+
+def _seeded(model, seed):
+    draws = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=draws) * 0.3)
+    return model
 
 
 def _loss(model, rank, step):
@@ -208,8 +217,17 @@ def test_bad_settings_are_refused(options, message):
 def test_a_state_of_another_model_is_refused():
     def body(transport):
         small = DiLoCo(_model(), comm=transport, local_steps=2).state_dict()
-        other = DiLoCo(torch.nn.Linear(3, 2), comm=transport, local_steps=2)
+        other = DiLoCo(_seeded(torch.nn.Linear(3, 2), 0), comm=transport, local_steps=2)
         with pytest.raises(ValueError, match="does not fit"):
             other.load_state_dict(small)
 
     local_group(1).run(body)
+
+
+@pytest.mark.mpi
+def test_over_torch_distributed_the_ranks_agree_and_match_the_in_process_bits():
+    from tests.mpirun import torchrun
+
+    run = torchrun(2, "tests/diloco_torchrun_check.py", timeout=180)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "diloco over torch.distributed: ok" in run.stdout

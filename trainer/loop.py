@@ -59,6 +59,12 @@ class Trainer:
     so the wait inside backward counts as exposed synchronization, not compute. With
     ``clip_grad_norm`` it clips the average.
 
+    With local steps (:class:`trainer.local.LocalSync`, ``--local-steps`` H > 1) ``finish``
+    averages nothing; every H-th step the synchronizer's ``after_step``, after the optimizer's
+    step, synchronizes the pseudo-gradient and takes the outer step (its time counts as that
+    step's exposed synchronization), and evaluations run within its ``evaluation()``: on the
+    outer parameters, the same on every rank.
+
     ``run_info`` (compressor, density, ...) is copied into every logged row.
     """
 

@@ -502,6 +502,9 @@ def zen_bytes_table(root: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: Experiment e's rows (scripts/experiments/local_sgd.sh).
+LOCAL_SGD = "runs/local-sgd/epyc2-2026-12-07"
+
 TABLES = {
     "tta-1gbit": Table(
         "docs/EXPERIMENTS.md", "### 1 Gbit/s", "runs/experiments/1gbit", _tta("1gbit")
@@ -550,6 +553,15 @@ TABLES = {
         "### With momentum correction and the unsharded reference, 100 Mbit/s",
         "runs/experiments/sharding-mc/100mbit",
         _tta("100mbit", "sharding-mc", (0.7,)),
+    ),
+    "local-sgd-100mbit": Table(
+        "docs/EXPERIMENTS.md",
+        "### e at 100 Mbit/s",
+        f"{LOCAL_SGD}/100mbit",
+        lambda root: _section(
+            _quiet(lambda: experiments.seeds_table(os.path.join(root, LOCAL_SGD), [0.8, 0.85])),
+            "100mbit",
+        ),
     ),
     "tta-seeds-100mbit": Table(
         "docs/EXPERIMENTS.md",

@@ -6,6 +6,14 @@ counts traffic exactly as the MPI transport does (the accounting lives in :class
     >>> from allreducers.transports import local_group
     >>> local_group(4).run(lambda t: t.rank * 10)
     [0, 10, 20, 30]
+
+By default a send completes at once (the message is buffered, as MPI's eager sends are).
+``local_group(P, rendezvous=True)`` models the libraries that buffer nothing, NCCL's
+point-to-point and MPI's large messages: a send completes (:meth:`Transport.waitall` returns
+for it) only once its receive has been posted (``irecv``, or ``recv``), so a schedule whose
+ranks each wait for a send before posting the receive that matches the other's fails with a
+``TimeoutError`` naming the send, instead of working by luck of buffering. The data and the
+bits are the same in both modes.
 """
 
 from __future__ import annotations
@@ -28,11 +36,16 @@ class GroupAborted(RuntimeError):
 class LocalGroup:
     """Shared state of an in-process group; :meth:`run` executes a function on every rank."""
 
-    def __init__(self, size: int, timeout: float = 300.0) -> None:
+    def __init__(self, size: int, timeout: float = 300.0, rendezvous: bool = False) -> None:
         if size < 1:
             raise ValueError(f"group size must be >= 1, got {size}")
         self.size = size
         self.timeout = timeout
+        self.rendezvous = rendezvous
+        # Rendezvous mode: per (source, dest, tag), messages sent and receives posted so far.
+        self._sent: dict = defaultdict(int)
+        self._posted: dict = defaultdict(int)
+        self._matched = threading.Condition()
         self._mailboxes: dict = defaultdict(queue.Queue)
         self._lock = threading.Lock()
         self._aborted = threading.Event()
@@ -51,6 +64,27 @@ class LocalGroup:
         """Make every pending and future receive or barrier on this group fail."""
         self._aborted.set()
         self._barrier.abort()
+        with self._matched:
+            self._matched.notify_all()
+
+    def sent(self, key: tuple) -> int:
+        """Count one more message on ``key`` (source, dest, tag); return its number (from 1)."""
+        with self._matched:
+            self._sent[key] += 1
+            return self._sent[key]
+
+    def post(self, key: tuple) -> None:
+        """Count one more receive posted on ``key``: it matches the next message sent there."""
+        with self._matched:
+            self._posted[key] += 1
+            self._matched.notify_all()
+
+    def wait_posted(self, key: tuple, number: int, timeout: float) -> bool:
+        """Wait until ``number`` receives are posted on ``key``; False after ``timeout`` s."""
+        with self._matched:
+            return self._matched.wait_for(
+                lambda: self._posted[key] >= number or self.aborted, timeout
+            )
 
     @property
     def aborted(self) -> bool:
@@ -91,9 +125,13 @@ class LocalGroup:
         return results
 
 
-def local_group(size: int, timeout: float = 300.0) -> LocalGroup:
-    """Create an in-process group of ``size`` ranks (see :class:`LocalGroup`)."""
-    return LocalGroup(size, timeout)
+def local_group(size: int, timeout: float = 300.0, rendezvous: bool = False) -> LocalGroup:
+    """Create an in-process group of ``size`` ranks (see :class:`LocalGroup`).
+
+    ``timeout``: seconds a receive, a barrier or (``rendezvous``) a send waits before the group
+    fails. ``rendezvous``: a send completes only once its receive is posted (the module).
+    """
+    return LocalGroup(size, timeout, rendezvous)
 
 
 class LocalTransport(Transport):
@@ -111,10 +149,34 @@ class LocalTransport(Transport):
         self._check_peer(dest)
         # The copy is the "wire": the sender may reuse its buffer once isend returns.
         self.group.mailbox(self.rank, dest, tag).put(tensor.detach().clone())
-        return None
+        if not self.group.rendezvous:
+            return None
+        key = (self.rank, dest, tag)
+        return key, self.group.sent(key)
+
+    def _irecv(self, source, tag, dtype, device):
+        self._posted(source, tag)
+        return super()._irecv(source, tag, dtype, device)
+
+    def _irecv_sized(self, source, tag, dtype, device, numel, out=None):
+        self._posted(source, tag)
+        return super()._irecv_sized(source, tag, dtype, device, numel, out)
+
+    def _wait_recv(self, handle):
+        return self._take(handle.source, handle.tag, handle.dtype, handle.device)
 
     def _recv(self, source, tag, dtype, device):
+        self._posted(source, tag)
+        return self._take(source, tag, dtype, device)
+
+    def _posted(self, source, tag):
+        """Rendezvous mode: a receive from ``source`` with ``tag`` is posted now."""
         self._check_peer(source)
+        if self.group.rendezvous:
+            self.group.post((source, self.rank, tag))
+
+    def _take(self, source, tag, dtype, device):
+        """The next message from ``source`` with ``tag``, once it is there."""
         box = self.group.mailbox(source, self.rank, tag)
         deadline = time.monotonic() + self.group.timeout
         while True:
@@ -137,7 +199,20 @@ class LocalTransport(Transport):
         return message.to(device)
 
     def _waitall(self, handles):
-        return None
+        for handle in handles:
+            if handle is None:  # buffered: complete once sent
+                continue
+            (source, dest, tag), number = handle
+            if not self.group.wait_posted((source, dest, tag), number, self.group.timeout):
+                self.group.abort()
+                raise TimeoutError(
+                    f"rank {self.rank}: send {number} to rank {dest} (tag {tag}) not received "
+                    f"within {self.group.timeout:.0f} s; under rendezvous semantics (NCCL, MPI's "
+                    "large messages) this schedule waits for a send before posting the receive "
+                    "its peer's send needs"
+                )
+            if self.group.aborted:
+                raise GroupAborted(f"rank {self.rank}: another rank of the group failed")
 
     def _allreduce_sum(self, tensor):
         tag = -1  # reserved: never produced by schedules, which use tags >= 0
@@ -145,7 +220,7 @@ class LocalTransport(Transport):
             if peer != self.rank:
                 self.group.mailbox(self.rank, peer, tag).put(tensor.detach().clone())
         parts = [
-            tensor if peer == self.rank else self._recv(peer, tag, tensor.dtype, tensor.device)
+            tensor if peer == self.rank else self._take(peer, tag, tensor.dtype, tensor.device)
             for peer in range(self.size)
         ]
         # Summing in rank order on every rank gives the same bits everywhere.

@@ -46,15 +46,15 @@ def check_agreement(transport, settings: dict) -> None:
     """Raise ``ValueError`` on every rank unless all ranks pass equal ``settings``.
 
     A collective over ``transport`` (nothing on one rank, nor on transports that replay a
-    recorded call: ``checks_agreement`` false). ``settings`` maps names to values; every rank
-    must pass the same names in the same order (the method's option names may differ: they go
-    into one entry, ``options``).
+    recorded call: ``capabilities.checks_agreement`` false). ``settings`` maps names to values;
+    every rank must pass the same names in the same order (the method's option names may differ:
+    they go into one entry, ``options``).
     """
     size = transport.size
-    if size == 1 or not getattr(transport, "checks_agreement", True):
+    if size == 1 or not transport.capabilities.checks_agreement:
         return
     names = list(settings)
-    device = transport.agreement_device() if hasattr(transport, "agreement_device") else None
+    device = transport.agreement_device()
     table = torch.zeros(size, len(names), dtype=torch.float64, device=device)
     table[transport.rank] = torch.tensor([_fingerprint(settings[name]) for name in names])
     table = transport.allreduce_sum_(table).cpu()

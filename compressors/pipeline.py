@@ -39,7 +39,6 @@ import torch
 
 import compressors
 from allreducers.transports import TaggedTransport, Transport
-from allreducers.transports.local import LocalTransport
 from allreducers.transports.tagged import TAG_STRIDE, tag_upper_bound
 
 from .residuals import Layout, ResidualStore
@@ -116,10 +115,7 @@ _threads_lock = threading.Lock()
 
 def _group_key(transport: Transport):
     """Return what identifies ``transport``'s rank of its group within this process."""
-    base = transport.base if isinstance(transport, TaggedTransport) else transport
-    if isinstance(base, LocalTransport):  # ranks of an in-process group are threads of one process
-        return ("local", id(base.group), base.rank)
-    return ("process",)
+    return transport.process_key()
 
 
 def comm_thread(transport: Transport) -> CommThread:
@@ -172,11 +168,7 @@ def require_thread_support(transport: Transport) -> None:
         RuntimeError: an MPI transport whose library was started below
             ``MPI_THREAD_SERIALIZED`` (one clear message).
     """
-    base = transport.base if isinstance(transport, TaggedTransport) else transport
-    if getattr(base, "comm", None) is not None:
-        from allreducers.transports.lifecycle import require_thread_level
-
-        require_thread_level(what="the overlapped bucket pipeline")
+    transport.check_threads("the overlapped bucket pipeline")
 
 
 class BucketPipeline:

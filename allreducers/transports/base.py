@@ -16,7 +16,40 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["Traffic", "PendingReceive", "PendingSizedReceive", "PostedReceive", "Transport"]
+__all__ = [
+    "Traffic",
+    "Capabilities",
+    "PendingReceive",
+    "PendingSizedReceive",
+    "PostedReceive",
+    "Transport",
+]
+
+
+class Capabilities(NamedTuple):
+    """What a transport can do: the layers above ask it this, never test its type.
+
+    Attributes:
+        tag_bound: the largest tag its library accepts (``None``: no bound known).
+        device_memory: it moves device (CUDA) tensors itself, without staging them through the
+            host (a CUDA-aware MPI, NCCL, the in-process transport's references).
+        posted_receives: ``irecv`` posts the receive at once, so a sender that waits for its
+            receiver (a rendezvous) is not held back until the receive is waited for.
+        grouped_rounds: it posts a round's sends and receives as one group (none does yet).
+        checks_agreement: a synchronizer created on it runs the one small collective that
+            compares the ranks' settings (``compressors.agreement``); a recording or a replay of
+            one rank's calls does not.
+        rendezvous: a send completes only once its receive is posted (the in-process
+            transport's ``rendezvous=True``; NCCL and MPI's large messages behave so too, but
+            their transports say nothing they cannot promise for every message).
+    """
+
+    tag_bound: int | None = None
+    device_memory: bool = False
+    posted_receives: bool = False
+    grouped_rounds: bool = False
+    checks_agreement: bool = True
+    rendezvous: bool = False
 
 
 @dataclass
@@ -96,8 +129,30 @@ class Transport(abc.ABC):
     rank: int
     size: int
 
+    #: What this transport can do (see :class:`Capabilities`).
+    capabilities = Capabilities()
+
     def __init__(self) -> None:
         self.traffic = Traffic()
+
+    def process_key(self) -> tuple:
+        """Return what identifies this rank among the transports of this process.
+
+        One communication thread serves each key. Ranks of separate processes (MPI,
+        ``torch.distributed``) share one per process, whatever the communicator: one thread
+        keeps their calls in one order.
+        """
+        return ("process",)
+
+    def check_threads(self, what: str) -> None:  # noqa: B027 - optional, a no-op by default
+        """Raise ``RuntimeError`` where this transport may not be called from a second thread.
+
+        ``what`` names what needs it, for the message. Nothing by default.
+        """
+
+    def agreement_device(self) -> torch.device | None:
+        """Where this group's small collectives run (``None``: on the host)."""
+        return None
 
     def isend(self, tensor: torch.Tensor, dest: int, tag: int, sized: bool = False):
         """Start sending the contiguous 1-D ``tensor`` to ``dest``; return a handle.

@@ -24,7 +24,7 @@ import time
 from collections import defaultdict
 from typing import Callable
 
-from .base import Transport
+from .base import Capabilities, Transport
 
 __all__ = ["GroupAborted", "LocalGroup", "local_group", "LocalTransport"]
 
@@ -144,6 +144,17 @@ class LocalTransport(Transport):
         self.group = group
         self.rank = rank
         self.size = group.size
+        # Device tensors go by reference; a receive is posted when started (rendezvous mode).
+        self.capabilities = Capabilities(
+            device_memory=True, posted_receives=True, rendezvous=group.rendezvous
+        )
+
+    def process_key(self) -> tuple:
+        """Return this rank's own key: the ranks of a group are threads of one process.
+
+        Each gets a communication thread of its own.
+        """
+        return ("local", id(self.group), self.rank)
 
     def _isend(self, tensor, dest, tag):
         self._check_peer(dest)

@@ -21,7 +21,7 @@ import os
 import torch
 from mpi4py import MPI
 
-from .base import PendingSizedReceive, PostedReceive, Transport
+from .base import Capabilities, PendingSizedReceive, PostedReceive, Transport
 from .lifecycle import (  # noqa: F401 - re-exported: the policy's old home
     abort_on_uncaught_exception,
     end_interrupted,
@@ -108,8 +108,18 @@ class MPITransport(Transport):
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.device_buffers_ok = cuda_aware()
+        bound = comm.Get_attr(MPI.TAG_UB)
+        self.capabilities = Capabilities(
+            tag_bound=int(bound) if bound is not None else 32767,
+            device_memory=self.device_buffers_ok,
+            posted_receives=True,
+        )
         self._queued: list = []  # device sends not handed to MPI yet (their stream not waited for)
         self._unmatched: list = []  # started receives whose message was not announced yet
+
+    def check_threads(self, what: str) -> None:
+        """Raise ``RuntimeError`` unless MPI was started with ``MPI_THREAD_SERIALIZED`` or more."""
+        require_thread_level(what=what)
 
     def _direct(self, device: torch.device) -> bool:
         """Whether MPI reads and writes tensors on ``device`` itself (the host, or CUDA-aware)."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .base import Transport
+from .base import Capabilities, Transport
 
 __all__ = ["Event", "RecordingTransport", "ReplayTransport"]
 
@@ -54,7 +54,7 @@ class RecordingTransport(Transport):
     """
 
     #: Records or replays one rank's calls: no creation-time collective (compressors.agreement).
-    checks_agreement = False
+    capabilities = Capabilities(checks_agreement=False)
 
     def __init__(self, inner: Transport, keep_payloads: bool = False) -> None:
         super().__init__()
@@ -197,7 +197,7 @@ class ReplayTransport(Transport):
     """
 
     #: Records or replays one rank's calls: no creation-time collective (compressors.agreement).
-    checks_agreement = False
+    capabilities = Capabilities(checks_agreement=False)
 
     def __init__(self, events: list, rank: int, size: int) -> None:
         super().__init__()

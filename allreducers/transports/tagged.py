@@ -29,18 +29,10 @@ TAG_STRIDE = 4096
 def tag_upper_bound(transport: Transport) -> int | None:
     """Return the largest tag ``transport``'s library accepts (``None``: no known bound).
 
-    MPI's is the communicator's ``MPI_TAG_UB`` (at least 32767); Gloo's and NCCL's are int32.
+    Its ``capabilities.tag_bound``: MPI's is the communicator's ``MPI_TAG_UB`` (at least
+    32767); Gloo's and NCCL's are int32.
     """
-    base = transport.base if isinstance(transport, TaggedTransport) else transport
-    comm = getattr(base, "comm", None)
-    if comm is not None:
-        from mpi4py import MPI
-
-        bound = comm.Get_attr(MPI.TAG_UB)
-        return int(bound) if bound is not None else 32767
-    if type(base).__name__ == "TorchDistributedTransport":
-        return 2**31 - 1
-    return None
+    return transport.capabilities.tag_bound
 
 
 class TaggedTransport(Transport):
@@ -77,6 +69,23 @@ class TaggedTransport(Transport):
         self.offset = space * stride
         self.rank = base.rank
         self.size = base.size
+
+    @property
+    def capabilities(self):
+        """The underlying transport's."""
+        return self.base.capabilities
+
+    def process_key(self) -> tuple:
+        """The underlying transport's."""
+        return self.base.process_key()
+
+    def check_threads(self, what: str) -> None:
+        """The underlying transport's."""
+        self.base.check_threads(what)
+
+    def agreement_device(self):
+        """The underlying transport's."""
+        return self.base.agreement_device()
 
     def _tag(self, tag: int) -> int:
         if not 0 <= tag < self.stride:

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from ..wire import device_tensor
-from .base import PostedReceive, Transport
+from .base import Capabilities, PostedReceive, Transport
 
 __all__ = ["TorchDistributedTransport"]
 
@@ -29,6 +29,11 @@ class TorchDistributedTransport(Transport):
         self.group = group
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
+        self.capabilities = Capabilities(
+            tag_bound=2**31 - 1,  # Gloo's and NCCL's tags are int32
+            device_memory=dist.get_backend(group) == "nccl",
+            posted_receives=True,
+        )
         self._global = [
             dist.get_global_rank(group, r) if group is not None else r for r in range(self.size)
         ]

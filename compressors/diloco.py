@@ -205,7 +205,12 @@ class DiLoCo:
     def state_mismatch(self, state) -> str | None:
         """Why ``state`` (a :meth:`state_dict`) cannot be loaded here, or ``None``."""
         if not isinstance(state, dict) or state.get("diloco") != FORMAT:
-            return f"not a DiLoCo state of format {FORMAT}"
+            return (
+                f"not a DiLoCo state of format {FORMAT} (a synchronizer's of per-step "
+                "synchronization, without local steps?)"
+            )
+        if state.get("local_steps") != self.local_steps:
+            return f"local_steps {state.get('local_steps')} (here {self.local_steps})"
         start = state.get("start")
         if not isinstance(start, torch.Tensor) or start.shape != self.start.shape:
             shape = tuple(getattr(start, "shape", ()))

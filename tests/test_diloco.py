@@ -231,3 +231,18 @@ def test_over_torch_distributed_the_ranks_agree_and_match_the_in_process_bits():
     run = torchrun(2, "tests/diloco_torchrun_check.py", timeout=180)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "diloco over torch.distributed: ok" in run.stdout
+
+
+def test_a_state_of_other_local_steps_or_of_a_plain_synchronizer_is_refused():
+    def body(transport):
+        outer = DiLoCo(_model(), comm=transport, local_steps=2)
+        other = DiLoCo(_model(), comm=transport, local_steps=3)
+        plain = compressors.create("dense", transport, numel=40, density=1.0)
+        return (
+            other.state_mismatch(outer.state_dict()),
+            outer.state_mismatch(plain.state_dict()),
+        )
+
+    steps, plain = local_group(1).run(body)[0]
+    assert steps == "local_steps 2 (here 3)"
+    assert "without local steps?" in plain

@@ -28,6 +28,7 @@ Like DDP, it starts every rank from rank 0's parameters (one exact all-reduce at
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 
 import torch
@@ -248,7 +249,7 @@ def check_outer(local_steps, outer_lr, outer_momentum) -> None:
     """Raise ``ValueError`` for H < 1, η_out <= 0 or μ outside [0, 1)."""
     if isinstance(local_steps, bool) or not isinstance(local_steps, int) or local_steps < 1:
         raise ValueError(f"local_steps must be an integer >= 1, got {local_steps!r}")
-    if not outer_lr > 0:
-        raise ValueError(f"outer_lr must be > 0, got {outer_lr!r}")
+    if not (outer_lr > 0 and math.isfinite(outer_lr)):
+        raise ValueError(f"outer_lr must be a number > 0, got {outer_lr!r}")
     if not 0 <= outer_momentum < 1:
         raise ValueError(f"outer_momentum must lie in [0, 1), got {outer_momentum!r}")

@@ -203,7 +203,8 @@ def test_a_reshard_keeps_the_pending_update_and_restarts_the_round():
     "options, message",
     [
         ({"local_steps": 0}, "local_steps must be an integer >= 1"),
-        ({"outer_lr": 0.0}, "outer_lr must be > 0"),
+        ({"outer_lr": 0.0}, "outer_lr must be a number > 0"),
+        ({"outer_lr": float("inf")}, "outer_lr must be a number > 0"),
         ({"outer_momentum": 1.0}, "outer_momentum must lie in [0, 1)"),
         ({"method": "nosuch"}, "nosuch"),
     ],

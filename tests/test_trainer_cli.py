@@ -63,7 +63,7 @@ BAD_INPUT = [
     (["--lr-milestones", "-3"], "--lr-milestones must be epochs >= 0"),
     (["--batch-size", "100000"], "batch size 100000 per rank is more than the "),
     (["--local-steps", "0"], "--local-steps must be at least 1, got 0"),
-    (["--local-steps", "5", "--outer-lr", "0"], "--outer-lr must be > 0, got 0.0"),
+    (["--local-steps", "5", "--outer-lr", "0"], "--outer-lr must be a number > 0, got 0.0"),
     (["--local-steps", "5", "--outer-momentum", "1"], "--outer-momentum must lie in [0, 1)"),
     (["--outer-lr", "0.5"], "--outer-lr only act with --local-steps H > 1"),
     (["--local-steps", "5", "--fsdp"], "--local-steps with --fsdp: local steps need every rank"),

@@ -384,8 +384,8 @@ def _local_problems(args):
     if args.local_steps == 1:
         return [f"{', '.join(given)} only act with --local-steps H > 1"] if given else []
     problems = []
-    if not args.outer_lr > 0:
-        problems.append(f"--outer-lr must be > 0, got {args.outer_lr}")
+    if not (args.outer_lr > 0 and math.isfinite(args.outer_lr)):
+        problems.append(f"--outer-lr must be a number > 0, got {args.outer_lr}")
     if not 0 <= args.outer_momentum < 1:
         problems.append(f"--outer-momentum must lie in [0, 1), got {args.outer_momentum}")
     if args.fsdp or args.hsdp:
@@ -398,7 +398,7 @@ def _local_problems(args):
             f"--local-steps with {args.compressor}: a DDP method averages every step inside "
             "backward; give a registered method (--method dense, spardl, ...)"
         )
-    if getattr(args, "method_options", {}).get("momentum"):
+    if args.method_options.get("momentum"):
         problems.append(
             "--local-steps with momentum correction (the method's momentum option): the outer "
             "step's momentum is --outer-momentum, and the inner SGD keeps --momentum"

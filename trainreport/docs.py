@@ -505,6 +505,17 @@ def zen_bytes_table(root: str) -> str:
 #: Experiment e's rows (scripts/experiments/local_sgd.sh).
 LOCAL_SGD = "runs/local-sgd/epyc2-2026-12-07"
 
+
+def _local_sgd(rate: str) -> Callable[[str], str]:
+    """Experiment e's table of ``rate`` (local SGD and DiLoCo against per-step rows)."""
+
+    def make(root: str) -> str:
+        folder = os.path.join(root, LOCAL_SGD)
+        return _section(_quiet(lambda: experiments.seeds_table(folder, [0.8, 0.85])), rate)
+
+    return make
+
+
 TABLES = {
     "tta-1gbit": Table(
         "docs/EXPERIMENTS.md", "### 1 Gbit/s", "runs/experiments/1gbit", _tta("1gbit")
@@ -555,13 +566,10 @@ TABLES = {
         _tta("100mbit", "sharding-mc", (0.7,)),
     ),
     "local-sgd-100mbit": Table(
-        "docs/EXPERIMENTS.md",
-        "### e at 100 Mbit/s",
-        f"{LOCAL_SGD}/100mbit",
-        lambda root: _section(
-            _quiet(lambda: experiments.seeds_table(os.path.join(root, LOCAL_SGD), [0.8, 0.85])),
-            "100mbit",
-        ),
+        "docs/EXPERIMENTS.md", "### e at 100 Mbit/s", f"{LOCAL_SGD}/100mbit", _local_sgd("100mbit")
+    ),
+    "local-sgd-10mbit": Table(
+        "docs/EXPERIMENTS.md", "### e at 10 Mbit/s", f"{LOCAL_SGD}/10mbit", _local_sgd("10mbit")
     ),
     "tta-seeds-100mbit": Table(
         "docs/EXPERIMENTS.md",

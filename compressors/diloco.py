@@ -43,17 +43,19 @@ __all__ = ["DiLoCo", "outer_update", "check_outer", "FORMAT"]
 FORMAT = 1
 
 
-def outer_update(delta, momentum, lr: float, mu: float, nesterov: bool) -> torch.Tensor:
+def outer_update(delta, momentum, lr: float, mu: float, nesterov: bool, out=None) -> torch.Tensor:
     """Return the step to subtract from θ_0 for the averaged pseudo-gradient ``delta``.
 
     It is ``lr`` times Δ + μ m (Nesterov) or m, with ``momentum`` m updated in place first
-    (``None`` when μ = 0: ``lr`` Δ).
+    (``None`` when μ = 0: ``lr`` Δ). ``out``: where to write it (may be ``delta``; default new).
     """
+    if momentum is not None:
+        momentum.mul_(mu).add_(delta)
     if momentum is None:
-        return delta.mul(lr)
-    momentum.mul_(mu).add_(delta)
-    direction = delta.add(momentum, alpha=mu) if nesterov else momentum.clone()
-    return direction.mul_(lr)
+        return torch.mul(delta, lr, out=out)
+    if nesterov:
+        return torch.add(delta, momentum, alpha=mu, out=out).mul_(lr)
+    return torch.mul(momentum, lr, out=out)
 
 
 class DiLoCo:
@@ -126,9 +128,9 @@ class DiLoCo:
         self.steps = self.outer_steps = 0
         self.seconds = 0.0
 
-    def _flat(self) -> torch.Tensor:
-        """The parameters as one new float32 vector."""
-        return torch.cat([p.detach().reshape(-1).float() for p in self.params])
+    def _flat(self, out=None) -> torch.Tensor:
+        """The parameters as one float32 vector (into ``out``, else a new one)."""
+        return torch.cat([p.detach().reshape(-1).float() for p in self.params], out=out)
 
     @torch.no_grad()
     def _write(self, flat: torch.Tensor) -> None:
@@ -170,11 +172,10 @@ class DiLoCo:
         if self.steps % self.local_steps:
             return False
         started = time.perf_counter()
-        torch.sub(self.start, self._flat(), out=self._delta)
-        average = self.synchronizer.allreduce(self._delta, out=self._average)
-        self.start.sub_(
-            outer_update(average, self.momentum, self.outer_lr, self.outer_momentum, self.nesterov)
-        )
+        delta = torch.sub(self.start, self._flat(out=self._delta), out=self._delta)
+        average = self.synchronizer.allreduce(delta, out=self._average)
+        mu, nesterov = self.outer_momentum, self.nesterov
+        self.start.sub_(outer_update(average, self.momentum, self.outer_lr, mu, nesterov, average))
         self._write(self.start)
         self.outer_steps += 1
         self.seconds = time.perf_counter() - started

@@ -40,7 +40,19 @@ import torch
 from trainer.gradients import GradientBuffer
 
 
-class WholeState:
+class StepDefaults:
+    """The protocol's optional parts, as every synchronization but local SGD's has them."""
+
+    def after_step(self) -> float:
+        """Nothing after the optimizer's step (the protocol's ``after_step``): 0 seconds."""
+        return 0.0
+
+    def evaluation(self):
+        """The model as it is is the one to evaluate (the protocol's ``evaluation``)."""
+        return contextlib.nullcontext()
+
+
+class WholeState(StepDefaults):
     """Saving and restoring the model and the optimizer as their ``state_dict`` gives them:
     every synchronization whose ranks each hold the whole model (all but FSDP's)."""
 
@@ -52,14 +64,6 @@ class WholeState:
         """Restore :meth:`training_state`'s states."""
         model.load_state_dict(model_state)
         optimizer.load_state_dict(optimizer_state)
-
-    def after_step(self) -> float:
-        """Nothing after the optimizer's step (the protocol's ``after_step``): 0 seconds."""
-        return 0.0
-
-    def evaluation(self):
-        """The model as it is is the one to evaluate (the protocol's ``evaluation``)."""
-        return contextlib.nullcontext()
 
 
 class FlatSync(WholeState):

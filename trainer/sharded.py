@@ -25,7 +25,6 @@ for every method, are not counted.
 
 from __future__ import annotations
 
-import contextlib
 import time
 
 import torch
@@ -42,6 +41,7 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from compressors.fsdp import ReduceScatter, SparseReduceScatter, host_groups, sparse_replica_hook
 from trainer.checkpoint import mode_mismatch
+from trainer.flat import StepDefaults
 from trainer.torch_ddp import allreduce_bytes, start_group
 
 
@@ -134,7 +134,7 @@ def ranks_per_host(comm, topology) -> int:
     return comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
 
 
-class FSDPSync:
+class FSDPSync(StepDefaults):
     """The model sharded by FSDP2, natively or with a sparse method; the trainer's synchronizer.
 
     Args:
@@ -151,14 +151,6 @@ class FSDPSync:
         numel, name, density, stats: as the trainer's other synchronizers.
         residual_dtype: the residuals' storage (``"fp32"`` natively).
     """
-
-    def after_step(self) -> float:
-        """Nothing after the optimizer's step (the protocol's ``after_step``): 0 seconds."""
-        return 0.0
-
-    def evaluation(self):
-        """The model as it is is the one to evaluate (the protocol's ``evaluation``)."""
-        return contextlib.nullcontext()
 
     def __init__(
         self, comm, model, method, density, options, device, per_host=None, residual_dtype="fp32"

@@ -14,6 +14,9 @@
 # It stops at success (exit 0), at bad input (exit 2: a relaunch would fail alike), at an
 # interrupt (exit 130: Ctrl-C is not a crash), or after RESTARTS relaunches. Environment:
 #   RESTARTS  most relaunches (default 5)
+#   ATTEMPT_TIMEOUT  seconds after which an attempt that has not ended is ended (SIGTERM, then
+#             SIGKILL 10 s later) and counted as failed: a launcher that does not end the job
+#             after a lost rank then cannot hold the loop (default: no limit)
 #   MPIEXEC   launcher (default .venv/bin/mpiexec if present, else mpiexec on PATH)
 #   PYTHON    interpreter (default .venv/bin/python if present, else python3)
 #   MPIEXEC_FLAGS  extra launcher flags (a hostfile, for instance), split on spaces
@@ -43,14 +46,28 @@ python=${PYTHON:-$([ -x "$here/.venv/bin/python" ] && echo "$here/.venv/bin/pyth
 restarts=${RESTARTS:-5}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MPIR_CVAR_POLLS_BEFORE_YIELD=1 MPIR_CVAR_ENABLE_HEAVY_YIELD=1
 read -r -a launcher_flags <<<"${MPIEXEC_FLAGS:-}"
+limit=()
+if [ -n "${ATTEMPT_TIMEOUT:-}" ]; then
+  if ! [[ $ATTEMPT_TIMEOUT =~ ^[1-9][0-9]*$ ]]; then
+    echo "$0: ATTEMPT_TIMEOUT must be a positive number of seconds, got '$ATTEMPT_TIMEOUT'" >&2
+    exit 2
+  fi
+  limit=(timeout --kill-after=10 "$ATTEMPT_TIMEOUT")
+fi
 attempt=0
 resume=()
 while :; do
   index=$((attempt < ${#sizes[@]} ? attempt : ${#sizes[@]} - 1))
   size=${sizes[$index]}
-  "$mpiexec" "${launcher_flags[@]}" -n "$size" "$python" "$here/main_trainer.py" "$@" "${resume[@]}"
+  started=$(date +%s)
+  "${limit[@]}" "$mpiexec" "${launcher_flags[@]}" -n "$size" "$python" "$here/main_trainer.py" \
+    "$@" "${resume[@]}"
   status=$?
   ended=$(date +%s.%N)
+  if [ ${#limit[@]} -gt 0 ] && [ $(($(date +%s) - started)) -ge "$ATTEMPT_TIMEOUT" ] &&
+    { [ "$status" = 124 ] || [ "$status" = 137 ]; }; then
+    echo "$0: attempt $((attempt + 1)) had not ended after ATTEMPT_TIMEOUT=$ATTEMPT_TIMEOUT s; ended it" >&2
+  fi
   case $status in
   0 | 2 | 130) exit "$status" ;;
   esac

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -124,11 +125,10 @@ def test_checkpoint_every_needs_a_checkpoint_directory():
     assert result.returncode == 2 and "--checkpoint-every needs --checkpoint-dir" in result.stderr
 
 
-@pytest.mark.skip(
-    reason="hangs in CI since 2026-12-07 (the first attempt does not end after its killed rank; "
-    "cause not found): to be fixed, see the closing note of that day"
-)
 def test_the_mpi_relaunch_loop_goes_on_on_fewer_ranks_after_a_killed_rank(tmp_path):
+    # ATTEMPT_TIMEOUT: in two CI runs of 2026-12-07 the first attempt did not end after its
+    # killed rank (not reproduced alone or under load). The loop now ends such an attempt and
+    # goes on; the test still reports it, as a warning, so that it stays visible.
     env = dict(
         environment(),
         PYTHON=os.path.join(ROOT, "tests", "dying_python.sh"),
@@ -136,6 +136,7 @@ def test_the_mpi_relaunch_loop_goes_on_on_fewer_ranks_after_a_killed_rank(tmp_pa
         MPIEXEC=command(1)[0],
         DYING_MARKER=str(tmp_path / "killed"),
         DYING_CHECKPOINTS=str(tmp_path / "ckpt"),
+        ATTEMPT_TIMEOUT="90",
     )
     result = subprocess.run(
         [os.path.join(ROOT, "scripts", "elastic_mpi.sh"), "3 2"]
@@ -148,6 +149,8 @@ def test_the_mpi_relaunch_loop_goes_on_on_fewer_ranks_after_a_killed_rank(tmp_pa
         timeout=240,
     )
     assert result.returncode == 0, result.stderr
+    if "had not ended after ATTEMPT_TIMEOUT" in result.stderr:
+        warnings.warn("the relaunch loop had to end an attempt that hung after its killed rank")
     assert (tmp_path / "killed").exists()
     assert "attempt 1 failed" in result.stderr and "relaunching on 2 ranks" in result.stderr
     assert "of a 3-rank run on 2 ranks; residuals resharded" in result.stdout
@@ -160,6 +163,32 @@ def test_the_mpi_relaunch_loop_refuses_bad_input():
         ([], "usage"),
         (["4 x"], "positive integers"),
         (["2"], "needs --checkpoint-dir"),
+        (["2", "--checkpoint-dir", "x", "ATTEMPT_TIMEOUT=-1"], "ATTEMPT_TIMEOUT must be"),
     ):
-        result = subprocess.run([script, *argv], capture_output=True, text=True, timeout=30)
+        env = dict(os.environ, ATTEMPT_TIMEOUT="-1") if "ATTEMPT_TIMEOUT=-1" in argv else None
+        result = subprocess.run(
+            [script, *argv], capture_output=True, text=True, timeout=30, env=env
+        )
         assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+def test_the_mpi_relaunch_loop_ends_an_attempt_that_hangs(tmp_path):
+    """A launcher that never returns (here a fake one, the first time) is ended and relaunched."""
+    fake = tmp_path / "mpiexec"
+    fake.write_text(
+        f"#!/usr/bin/env bash\n[ -e {tmp_path}/once ] && exit 0\ntouch {tmp_path}/once\n"
+        "exec sleep 60\n"
+    )
+    fake.chmod(0o755)
+    env = dict(os.environ, MPIEXEC=str(fake), ATTEMPT_TIMEOUT="1", RESTARTS="1")
+    script = os.path.join(ROOT, "scripts", "elastic_mpi.sh")
+    result = subprocess.run(
+        [script, "2", "--checkpoint-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "attempt 1 had not ended after ATTEMPT_TIMEOUT=1 s; ended it" in result.stderr
+    assert "attempt 1 failed (exit 124); relaunching on 2 ranks" in result.stderr

@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from allreducers.transports import Transport
+from allreducers.transports import Incoming, Outgoing, Transport
 
 from .schedule import Step
 from .wire import codec, device_tensor
@@ -113,8 +113,9 @@ def run_schedule(
 ) -> None:
     """Run ``steps`` over ``transport``, one message out and one in per step.
 
-    Per step the send of ``produce(step)`` is posted before the receive, so symmetric exchanges
-    cannot deadlock; the received message goes to ``consume(step, message)``. Every step counts
+    Per step the send of ``produce(step)`` and the receive are posted together, as one round
+    (:meth:`Transport.start_round`), so symmetric exchanges cannot deadlock, under NCCL's
+    ordering either; the received message goes to ``consume(step, message)``. Every step counts
     as one round, also when this rank idles.
 
     Args:
@@ -137,31 +138,27 @@ def run_schedule(
             buffer from them too (``"send"``).
     """
     timer = timer if timer is not None else PhaseTimer()
+    sized = recv_numel is not None
     for number, step in enumerate(steps):
-        handles = []
+        send = receive = None
         if step.send_to is not None:
-            message = produce(step)
-            with timer("comm"):
-                if recv_numel is None:  # (transports of other code may not take ``sized``)
-                    handles.append(transport.isend(message, step.send_to, number))
-                else:
-                    handles.append(transport.isend(message, step.send_to, number, sized=True))
-        posted = None
-        if step.recv_from is not None and recv_numel is not None:
-            # Posted before ``meanwhile``: a library that moves a message only once its receive
-            # is posted (Gloo; MPI's large messages) then moves it during that work.
-            numel = recv_numel(step)
-            out = None if buffers is None else buffers.get("recv", numel, dtype, device)
-            with timer("comm"):
-                posted = transport.irecv(step.recv_from, number, dtype, device, numel, out)
+            send = Outgoing(produce(step), step.send_to, number, sized)
+        if step.recv_from is not None:
+            numel = recv_numel(step) if sized else None
+            out = (
+                None if buffers is None or not sized else buffers.get("recv", numel, dtype, device)
+            )
+            receive = Incoming(step.recv_from, number, dtype, device, numel, out)
+        with timer("comm"):
+            # One group: the receive is posted with the send (a library that moves a message
+            # only once its receive is posted, Gloo or MPI's large messages, then moves it
+            # during ``meanwhile``), and neither waits behind the other (NCCL).
+            handles, posted = transport.start_round(send, receive)
         if meanwhile is not None:
             meanwhile(step)
-        if step.recv_from is not None:
+        if posted is not None:
             with timer("comm"):
-                if posted is not None:
-                    received = transport.wait_recv(posted)
-                else:
-                    received = transport.recv(step.recv_from, number, dtype, device)
+                received = transport.wait_recv(posted)
             consume(step, received)
         with timer("comm"):
             transport.waitall(handles)

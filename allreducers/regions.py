@@ -14,6 +14,7 @@ import torch
 
 from .engine import index_add_in_order
 from .rotation import rotation_schedule
+from .transports import Incoming, Outgoing
 from .wire import codec, device_tensor
 
 __all__ = ["run_windowed", "RegionReducer"]
@@ -36,13 +37,12 @@ def run_windowed(transport, steps, produce, consume, device, timer, window: int,
     def post(number):
         step = steps[number]
         message = produce(step) if step.send_to is not None else None
+        outgoing = Outgoing(message, step.send_to, number) if message is not None else None
+        incoming = None
+        if step.recv_from is not None:
+            incoming = Incoming(step.recv_from, number, dtype, device)
         with timer("comm"):
-            send = [transport.isend(message, step.send_to, number)] if message is not None else []
-            receive = (
-                transport.irecv(step.recv_from, number, dtype, device)
-                if step.recv_from is not None
-                else None
-            )
+            send, receive = transport.start_round(outgoing, incoming)
         posted.append((step, send, receive))
 
     for number in range(min(window, len(steps))):

@@ -23,6 +23,8 @@ import time
 
 import torch
 
+from allreducers.transports import Incoming, Outgoing
+
 __all__ = ["round_seconds", "main"]
 
 
@@ -38,9 +40,11 @@ def round_seconds(transport, rounds: int, numel: int = 2) -> list:
         if number % 10 == 0:
             transport.barrier()
         start = time.perf_counter()
-        handle = transport.isend(message, right, number)
-        transport.recv(left, number, torch.int32, message.device)
-        transport.waitall([handle])
+        sends, posted = transport.start_round(
+            Outgoing(message, right, number), Incoming(left, number, torch.int32, message.device)
+        )
+        transport.wait_recv(posted)
+        transport.waitall(sends)
         seconds.append(time.perf_counter() - start)
     return seconds
 

@@ -110,8 +110,10 @@ def test_at_most_in_flight_exchanges_are_outstanding(workers, in_flight):
 
     for most, at_wait, left in local_group(workers).run(body):
         assert most == window and left == (0, 0)
-        # While step j's region is reduced, steps j+1 .. j+window are under way.
-        assert at_wait == [min(window, workers - 1 - step) for step in range(workers - 1)]
+        # While step j's region is reduced, steps j+1 .. j+window are under way; then the
+        # all-gather's ceil(log2 P) rounds, one receive each.
+        windowed = [min(window, workers - 1 - step) for step in range(workers - 1)]
+        assert at_wait == windowed + [1] * allreducers.ceil_log2(workers)
 
 
 def test_in_flight_must_be_a_positive_integer():

@@ -22,10 +22,10 @@ def own_list(rank: int) -> tuple:
 
 
 def logged(transport, log: list):
-    """``transport`` with its sends and receives appended to ``log`` as they happen."""
-    isend, recv = transport.isend, transport.recv
-    transport.isend = lambda *args: (log.append("send"), isend(*args))[1]
-    transport.recv = lambda *args: (log.append("recv"), recv(*args))[1]
+    """``transport`` with its rounds posted and its receives waited for appended to ``log``."""
+    start, wait = transport.start_round, transport.wait_recv
+    transport.start_round = lambda *args: (log.append("post"), start(*args))[1]
+    transport.wait_recv = lambda *args: (log.append("recv"), wait(*args))[1]
     return transport
 
 
@@ -57,7 +57,7 @@ def test_meanwhile_runs_between_each_send_and_its_receive_with_the_lists_held_so
             return steps, log, seen, gathered, plain
 
         for rank, (steps, log, seen, gathered, plain) in enumerate(local_group(size).run(body)):
-            assert log == ["send", "meanwhile", "recv"] * len(steps)
+            assert log == ["post", "meanwhile", "recv"] * len(steps)
             earlier = {rank}
             for step, items in zip(steps, seen):
                 assert items == sorted(earlier), "meanwhile sees the lists of earlier steps only"

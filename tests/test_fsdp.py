@@ -12,8 +12,11 @@ from tests.ranks import heavy_tailed
 METHODS = compressors.available()
 
 
-def reduce_scatter(method, grads, density, **options):
-    """Every rank's shards per call for ``grads`` (calls, P, n), with residuals before/after."""
+def reduce_scatter(method, grads, density, group=local_group, **options):
+    """Every rank's shards per call for ``grads`` (calls, P, n), with residuals before/after.
+
+    ``group(P)`` makes the in-process group.
+    """
     calls, workers, numel = grads.shape
 
     def body(transport):
@@ -25,7 +28,7 @@ def reduce_scatter(method, grads, density, **options):
             rows.append((before, shard, sync.residual.clone()))
         return rows
 
-    return local_group(workers).run(body)
+    return group(workers).run(body)
 
 
 @pytest.mark.parametrize("method", METHODS)

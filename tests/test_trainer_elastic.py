@@ -150,7 +150,9 @@ def test_the_mpi_relaunch_loop_goes_on_on_fewer_ranks_after_a_killed_rank(tmp_pa
     )
     assert result.returncode == 0, result.stderr
     if "had not ended after ATTEMPT_TIMEOUT" in result.stderr:
-        warnings.warn("the relaunch loop had to end an attempt that hung after its killed rank")
+        warnings.warn(
+            "the relaunch loop had to end an attempt that hung after its killed rank", stacklevel=1
+        )
     assert (tmp_path / "killed").exists()
     assert "attempt 1 failed" in result.stderr and "relaunching on 2 ranks" in result.stderr
     assert "of a 3-rank run on 2 ranks; residuals resharded" in result.stdout

@@ -4,7 +4,7 @@
 transport) into a :class:`Transport`. Nothing here knows any synchronization method.
 """
 
-from .base import Traffic, Transport
+from .base import Incoming, Outgoing, Traffic, Transport
 from .local import GroupAborted, LocalGroup, LocalTransport, local_group
 from .tagged import TAG_STRIDE, TaggedTransport
 
@@ -43,6 +43,8 @@ def as_transport(comm) -> Transport:
 __all__ = [
     "Traffic",
     "Transport",
+    "Outgoing",
+    "Incoming",
     "LocalGroup",
     "LocalTransport",
     "GroupAborted",

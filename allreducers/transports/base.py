@@ -19,6 +19,8 @@ import torch
 __all__ = [
     "Traffic",
     "Capabilities",
+    "Outgoing",
+    "Incoming",
     "PendingReceive",
     "PendingSizedReceive",
     "PostedReceive",
@@ -35,7 +37,9 @@ class Capabilities(NamedTuple):
             host (a CUDA-aware MPI, NCCL, the in-process transport's references).
         posted_receives: ``irecv`` posts the receive at once, so a sender that waits for its
             receiver (a rendezvous) is not held back until the receive is waited for.
-        grouped_rounds: it posts a round's sends and receives as one group (none does yet).
+        grouped_rounds: :meth:`Transport.start_round` hands a round's send and receive to the
+            library as one group (torch.distributed's ``batch_isend_irecv``: NCCL's grouped
+            point-to-point), so that neither waits behind the other on the peer's stream.
         checks_agreement: a synchronizer created on it runs the one small collective that
             compares the ranks' settings (``compressors.agreement``); a recording or a replay of
             one rank's calls does not.
@@ -70,6 +74,26 @@ class Traffic:
     def reset(self) -> None:
         """Zero every counter (called at the start of each synchronization)."""
         self.bytes_sent = self.messages = self.rounds = self.host_syncs = 0
+
+
+class Outgoing(NamedTuple):
+    """The send of one round (:meth:`Transport.start_round`): as :meth:`Transport.isend`'s."""
+
+    tensor: torch.Tensor
+    dest: int
+    tag: int
+    sized: bool = False
+
+
+class Incoming(NamedTuple):
+    """The receive of one round (:meth:`Transport.start_round`): as :meth:`Transport.irecv`'s."""
+
+    source: int
+    tag: int
+    dtype: torch.dtype
+    device: torch.device
+    numel: int | None = None
+    out: torch.Tensor | None = None
 
 
 class PendingReceive(NamedTuple):
@@ -162,11 +186,58 @@ class Transport(abc.ABC):
         a transport that must frame messages (torch.distributed) sends no length header and
         its receiver reads none back from the device.
         """
-        self.traffic.bytes_sent += tensor.numel() * tensor.element_size()
-        self.traffic.messages += 1
+        self._count_send(tensor)
         if sized:
             return self._isend_sized(tensor, dest, tag)
         return self._isend(tensor, dest, tag)
+
+    def _count_send(self, tensor: torch.Tensor) -> None:
+        self.traffic.bytes_sent += tensor.numel() * tensor.element_size()
+        self.traffic.messages += 1
+
+    def start_round(self, send: Outgoing | None = None, receive: Incoming | None = None):
+        """Post one round's send and receive together; return ``(sends, posted)``.
+
+        ``sends``: the handles :meth:`waitall` takes (none without ``send``); ``posted``: the
+        handle :meth:`wait_recv` takes (``None`` without ``receive``). The send and the receive
+        are as :meth:`isend`'s and :meth:`irecv`'s, and counted the same. A transport with
+        ``capabilities.grouped_rounds`` hands both to its library as one group
+        (:meth:`_start_round`), so neither waits behind the other: two ranks that exchange with
+        each other cannot block each other, whatever their messages' size and the library's
+        buffering (NCCL orders the operations between two ranks). Elsewhere this is
+        :meth:`isend`, then :meth:`irecv`.
+        """
+        if not self.capabilities.grouped_rounds:  # (only what was given: a subclass's
+            sends, posted = [], None  # isend or irecv may take no more)
+            if send is not None:
+                sends.append(self.isend(*(send if send.sized else send[:3])))
+            if receive is not None:
+                posted = self.irecv(*(receive[:4] if receive.numel is None else receive))
+            return sends, posted
+        if send is not None:
+            self._count_send(send.tensor)
+        sends, posted = self._start_round(send, receive)
+        if receive is not None and receive.numel is not None:
+            posted = _Sized(posted, receive.source, receive.numel)
+        return sends, posted
+
+    def _start_round(self, send: Outgoing | None, receive: Incoming | None):
+        """Post a round as one group (transports with ``grouped_rounds``; nothing counted here).
+
+        This default starts the send, then the receive.
+        """
+        sends = []
+        if send is not None:
+            start = self._isend_sized if send.sized else self._isend
+            sends.append(start(send.tensor, send.dest, send.tag))
+        posted = None
+        if receive is not None:
+            source, tag, dtype, device, numel, out = receive
+            if numel is None:
+                posted = self._irecv(source, tag, dtype, device)
+            else:
+                posted = self._irecv_sized(source, tag, dtype, device, numel, out)
+        return sends, posted
 
     def recv(
         self,

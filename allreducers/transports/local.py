@@ -14,6 +14,13 @@ for it) only once its receive has been posted (``irecv``, or ``recv``), so a sch
 ranks each wait for a send before posting the receive that matches the other's fails with a
 ``TimeoutError`` naming the send, instead of working by luck of buffering. The data and the
 bits are the same in both modes.
+
+``local_group(P, ordered=True)`` adds NCCL's ordering to the rendezvous: the operations of a rank
+with one peer run in the order they were posted, each once the one before it is complete, unless
+they were posted as one group (:meth:`Transport.start_round`). Two ranks that each post a send
+to the other and then, apart from it, the receive, wait for each other forever under NCCL once
+messages outgrow its buffers; here that fails with a ``TimeoutError``. (A rank here waits on its
+thread where NCCL would wait on its stream: a stricter model, never a looser one.)
 """
 
 from __future__ import annotations
@@ -36,12 +43,15 @@ class GroupAborted(RuntimeError):
 class LocalGroup:
     """Shared state of an in-process group; :meth:`run` executes a function on every rank."""
 
-    def __init__(self, size: int, timeout: float = 300.0, rendezvous: bool = False) -> None:
+    def __init__(
+        self, size: int, timeout: float = 300.0, rendezvous: bool = False, ordered: bool = False
+    ) -> None:
         if size < 1:
             raise ValueError(f"group size must be >= 1, got {size}")
         self.size = size
         self.timeout = timeout
-        self.rendezvous = rendezvous
+        self.rendezvous = rendezvous or ordered
+        self.ordered = ordered
         # Rendezvous mode: per (source, dest, tag), messages sent and receives posted so far.
         self._sent: dict = defaultdict(int)
         self._posted: dict = defaultdict(int)
@@ -71,19 +81,31 @@ class LocalGroup:
         """Count one more message on ``key`` (source, dest, tag); return its number (from 1)."""
         with self._matched:
             self._sent[key] += 1
+            self._matched.notify_all()
             return self._sent[key]
 
-    def post(self, key: tuple) -> None:
-        """Count one more receive posted on ``key``: it matches the next message sent there."""
+    def post(self, key: tuple) -> int:
+        """Count one more receive posted on ``key``; return its number (from 1).
+
+        It matches the next message sent there.
+        """
         with self._matched:
             self._posted[key] += 1
             self._matched.notify_all()
+            return self._posted[key]
 
     def wait_posted(self, key: tuple, number: int, timeout: float) -> bool:
         """Wait until ``number`` receives are posted on ``key``; False after ``timeout`` s."""
         with self._matched:
             return self._matched.wait_for(
                 lambda: self._posted[key] >= number or self.aborted, timeout
+            )
+
+    def wait_sent(self, key: tuple, number: int, timeout: float) -> bool:
+        """Wait until ``number`` messages are sent on ``key``; False after ``timeout`` s."""
+        with self._matched:
+            return self._matched.wait_for(
+                lambda: self._sent[key] >= number or self.aborted, timeout
             )
 
     @property
@@ -125,13 +147,17 @@ class LocalGroup:
         return results
 
 
-def local_group(size: int, timeout: float = 300.0, rendezvous: bool = False) -> LocalGroup:
+def local_group(
+    size: int, timeout: float = 300.0, rendezvous: bool = False, ordered: bool = False
+) -> LocalGroup:
     """Create an in-process group of ``size`` ranks (see :class:`LocalGroup`).
 
     ``timeout``: seconds a receive, a barrier or (``rendezvous``) a send waits before the group
     fails. ``rendezvous``: a send completes only once its receive is posted (the module).
+    ``ordered``: a rendezvous in which a rank's operations with one peer also run in order,
+    as NCCL's do, unless posted as one round (the module).
     """
-    return LocalGroup(size, timeout, rendezvous)
+    return LocalGroup(size, timeout, rendezvous, ordered)
 
 
 class LocalTransport(Transport):
@@ -146,8 +172,15 @@ class LocalTransport(Transport):
         self.size = group.size
         # Device tensors go by reference; a receive is posted when started (rendezvous mode).
         self.capabilities = Capabilities(
-            device_memory=True, posted_receives=True, rendezvous=group.rendezvous
+            device_memory=True,
+            posted_receives=True,
+            grouped_rounds=group.ordered,
+            rendezvous=group.rendezvous,
         )
+        # Ordered mode: per peer, this rank's operations not known to be complete, and whether
+        # the operations being posted form one round (they then do not wait for each other).
+        self._unfinished: dict = defaultdict(list)
+        self._grouped = False
 
     def process_key(self) -> tuple:
         """Return this rank's own key: the ranks of a group are threads of one process.
@@ -158,12 +191,48 @@ class LocalTransport(Transport):
 
     def _isend(self, tensor, dest, tag):
         self._check_peer(dest)
+        self._in_order(dest)
         # The copy is the "wire": the sender may reuse its buffer once isend returns.
         self.group.mailbox(self.rank, dest, tag).put(tensor.detach().clone())
         if not self.group.rendezvous:
             return None
         key = (self.rank, dest, tag)
-        return key, self.group.sent(key)
+        handle = key, self.group.sent(key)
+        self._begun(dest, "send", handle)
+        return handle
+
+    def _start_round(self, send, receive):
+        """Ordered mode: the round's operations wait for those before them, not for each other."""
+        if not self.group.ordered:
+            return super()._start_round(send, receive)
+        for peer in {part[i] for part, i in ((send, 1), (receive, 0)) if part is not None}:
+            self._in_order(peer)
+        self._grouped = True
+        try:  # the receive first: posted with the send, never behind it
+            _, posted = super()._start_round(None, receive)
+            sends, _ = super()._start_round(send, None)
+        finally:
+            self._grouped = False
+        return sends, posted
+
+    def _in_order(self, peer: int) -> None:
+        """Ordered mode: wait until this rank's earlier operations with ``peer`` are complete."""
+        if not self.group.ordered or self._grouped:
+            return
+        for kind, (key, number) in self._unfinished.pop(peer, []):
+            wait = self.group.wait_posted if kind == "send" else self.group.wait_sent
+            if not wait(key, number, self.group.timeout):
+                self.group.abort()
+                raise TimeoutError(
+                    f"rank {self.rank}: its {kind} {number} with rank {peer} (tag {key[2]}) did "
+                    f"not complete within {self.group.timeout:.0f} s, and under NCCL's ordering "
+                    "the next operation with that rank waits for it: post a round's send and "
+                    "receive together (Transport.start_round)"
+                )
+
+    def _begun(self, peer: int, kind: str, handle) -> None:
+        if self.group.ordered:
+            self._unfinished[peer].append((kind, handle))
 
     def _irecv(self, source, tag, dtype, device):
         self._posted(source, tag)
@@ -183,8 +252,10 @@ class LocalTransport(Transport):
     def _posted(self, source, tag):
         """Rendezvous mode: a receive from ``source`` with ``tag`` is posted now."""
         self._check_peer(source)
+        self._in_order(source)
         if self.group.rendezvous:
-            self.group.post((source, self.rank, tag))
+            key = (source, self.rank, tag)
+            self._begun(source, "receive", (key, self.group.post(key)))
 
     def _take(self, source, tag, dtype, device):
         """The next message from ``source`` with ``tag``, once it is there."""

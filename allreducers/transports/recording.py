@@ -53,9 +53,6 @@ class RecordingTransport(Transport):
         keep_payloads: log a copy of what each receive and all-reduce gave this rank.
     """
 
-    #: Records or replays one rank's calls: no creation-time collective (compressors.agreement).
-    capabilities = Capabilities(checks_agreement=False)
-
     def __init__(self, inner: Transport, keep_payloads: bool = False) -> None:
         super().__init__()
         self.inner = inner
@@ -64,6 +61,15 @@ class RecordingTransport(Transport):
         self.keep_payloads = keep_payloads
         self.events: list = []
 
+    @property
+    def capabilities(self) -> Capabilities:
+        """It records one rank's calls: no creation-time collective (``compressors.agreement``).
+
+        Its rounds are grouped where the wrapped transport's are.
+        """
+        grouped = self.inner.capabilities.grouped_rounds
+        return Capabilities(checks_agreement=False, grouped_rounds=grouped)
+
     def take(self) -> list:
         """Return the events logged so far and start a new log."""
         events, self.events = self.events, []
@@ -71,16 +77,26 @@ class RecordingTransport(Transport):
 
     def isend(self, tensor, dest, tag, sized=False):
         """Log the send, then send as the base class does."""
-        self.events.append(
-            Event(
-                "send",
-                self.traffic.rounds,
-                dest,
-                tensor.numel() * tensor.element_size(),
-                tensor.dtype,
-            )
-        )
+        self._log_send(tensor, dest)
         return super().isend(tensor, dest, tag, sized)
+
+    def _log_send(self, tensor, dest):
+        nbytes = tensor.numel() * tensor.element_size()
+        self.events.append(Event("send", self.traffic.rounds, dest, nbytes, tensor.dtype))
+
+    def start_round(self, send=None, receive=None):
+        """Log the send and start the round as the base class does.
+
+        The receive is logged when :meth:`wait_recv` hands its message over.
+        """
+        if not self.capabilities.grouped_rounds:  # isend and irecv, logged there
+            return super().start_round(send, receive)
+        if send is not None:
+            self._log_send(send.tensor, send.dest)
+        sends, posted = super().start_round(send, receive)
+        if posted is not None:
+            posted = posted, receive.source, receive.dtype
+        return sends, posted
 
     def recv(self, source, tag, dtype, device, numel=None, out=None):
         """Receive as the base class does, and log the message."""
@@ -153,6 +169,9 @@ class RecordingTransport(Transport):
 
     def _isend_sized(self, tensor, dest, tag):
         return self.inner._isend_sized(tensor, dest, tag)
+
+    def _start_round(self, send, receive):
+        return self.inner._start_round(send, receive)
 
     def _recv_sized(self, source, tag, dtype, device, numel, out=None):
         return self.inner._recv_sized(source, tag, dtype, device, numel, out)

@@ -101,6 +101,18 @@ class TaggedTransport(Transport):
         self._tag(tag)
         return super().isend(tensor, dest, tag, sized)
 
+    def start_round(self, send=None, receive=None):
+        """Start a round with this view's tags (as :meth:`isend` checks them)."""
+        for part in (send, receive):
+            if part is not None:
+                self._tag(part.tag)
+        return super().start_round(send, receive)
+
+    def _start_round(self, send, receive):
+        send = send._replace(tag=self._tag(send.tag)) if send is not None else None
+        receive = receive._replace(tag=self._tag(receive.tag)) if receive is not None else None
+        return self._counted(self.base._start_round, send, receive)
+
     def _counted(self, method, *args):
         """Call ``base``'s ``method``; count in this view the host synchronizations it made."""
         before = self.base.traffic.host_syncs

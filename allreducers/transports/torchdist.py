@@ -3,6 +3,13 @@
 torch.distributed has no probe, so a message of a size the receiver cannot know is preceded by a
 one-element length header. The header is framing, not payload: it is not counted, so traffic
 accounting stays identical to the MPI and in-process transports.
+
+A schedule's round (:meth:`Transport.start_round`) goes to the library as one group,
+``dist.batch_isend_irecv``: under NCCL the operations between two ranks run in the order they
+were posted, so a send posted alone before the receive its peer's send needs would wait for a
+receive queued behind it, once messages outgrow NCCL's buffers. A round whose receive has no
+known length exchanges the length headers as one group first and waits for them (a read of one
+number, as every such receive does), then the data as a second group.
 """
 
 from __future__ import annotations
@@ -19,6 +26,23 @@ from .base import Capabilities, PostedReceive, Transport
 __all__ = ["TorchDistributedTransport"]
 
 
+class _Works:
+    """Works of one group, each waited for once however often this is.
+
+    Gloo's send work blocks on a second wait. The round's receive and its send share one under
+    NCCL, whose group gives one work for all its operations.
+    """
+
+    __slots__ = ("works",)
+
+    def __init__(self, works) -> None:
+        self.works = list(works)
+
+    def wait(self) -> None:
+        while self.works:
+            self.works.pop(0).wait()
+
+
 class TorchDistributedTransport(Transport):
     """One rank of a ``torch.distributed`` process group (``None``: the default group)."""
 
@@ -33,6 +57,7 @@ class TorchDistributedTransport(Transport):
             tag_bound=2**31 - 1,  # Gloo's and NCCL's tags are int32
             device_memory=dist.get_backend(group) == "nccl",
             posted_receives=True,
+            grouped_rounds=True,
         )
         self._global = [
             dist.get_global_rank(group, r) if group is not None else r for r in range(self.size)
@@ -82,6 +107,56 @@ class TorchDistributedTransport(Transport):
             handle.request.wait()
             return handle.out
         return super()._wait_recv(handle)
+
+    def _start_round(self, send, receive):
+        """Post the round's send and receive as one group (two: headers, then the data)."""
+        if send is None and receive is None:
+            return [], None
+        if (send is not None and not send.sized) or (receive is not None and receive.numel is None):
+            return self._start_framed_round(send, receive)
+        ops = []
+        if send is not None:
+            ops.append(
+                dist.P2POp(dist.isend, send.tensor, self._global[send.dest], self.group, send.tag)
+            )
+        out = None
+        if receive is not None:
+            out = receive.out
+            if out is None:
+                out = torch.empty(receive.numel, dtype=receive.dtype, device=receive.device)
+            ops.append(
+                dist.P2POp(dist.irecv, out, self._global[receive.source], self.group, receive.tag)
+            )
+        works = dist.batch_isend_irecv(ops)
+        if len(works) == len(ops):  # a work per operation (Gloo)
+            parts = [_Works([work]) for work in works]
+        else:  # one for the group (NCCL)
+            parts = [_Works(works)] * len(ops)
+        sends = [([parts[0]], None, send.tensor)] if send is not None else []
+        return sends, (PostedReceive(parts[-1], out) if receive is not None else None)
+
+    def _start_framed_round(self, send, receive):
+        """A round of messages whose lengths travel first: headers, then the data, as groups."""
+        ops, header = [], None
+        if send is not None:
+            header = device_tensor([send.tensor.numel()], torch.int64, send.tensor.device)
+            ops.append(
+                dist.P2POp(dist.isend, header, self._global[send.dest], self.group, send.tag)
+            )
+        if receive is not None:
+            length = torch.empty(1, dtype=torch.int64, device=receive.device)
+            ops.append(
+                dist.P2POp(
+                    dist.irecv, length, self._global[receive.source], self.group, receive.tag
+                )
+            )
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()  # (each once)
+        sized = send._replace(sized=True) if send is not None else None
+        if receive is not None:
+            receive = receive._replace(numel=int(length.item()), out=None)
+        sends, posted = self._start_round(sized, receive)
+        return [(pair, header, tensor) for pair, _, tensor in sends], posted
 
     def _recv(self, source, tag, dtype, device):
         peer = self._global[source]

@@ -23,6 +23,7 @@ from allreducers.transports import Transport, as_transport
 from .agreement import check_agreement
 from .sparse_ops import budget, count_nonzero, zero_
 from .state import PARTS, FeedbackState
+from .stats import call_record
 
 __all__ = [
     "check_density",
@@ -216,13 +217,7 @@ class Synchronizer(abc.ABC):
         self._scratch = None  # v before the call (to mask u by); Nesterov's direction, the mask
         self._rebuild = None  # builds the synchronizer of a density warm-up stage
         self._stage = None  # (density, synchronizer) of the current warm-up stage
-        self.stats: dict = {
-            "bytes_sent": 0,
-            "messages": 0,
-            "rounds": 0,
-            "nnz": 0,
-            "seconds": {"select": 0.0, "comm": 0.0, "accumulate": 0.0, "total": 0.0},
-        }
+        self.stats: dict = call_record({}, 0, {"total": 0.0})
 
     @property
     def stats(self) -> dict:
@@ -365,7 +360,7 @@ class Synchronizer(abc.ABC):
         """Count the call and set :attr:`stats` from the transport's traffic and ``timer``."""
         self.calls += 1
         timer["total"] = time.perf_counter() - start
-        self.stats = {**self.traffic_counts(), "nnz": nnz, "seconds": dict(timer)}
+        self.stats = call_record(self.traffic_counts(), nnz, dict(timer))
         self._after_call()
 
     def reset_traffic(self) -> None:

@@ -42,6 +42,7 @@ from allreducers.transports import TaggedTransport, Transport
 from allreducers.transports.tagged import TAG_STRIDE, tag_upper_bound
 
 from .residuals import Layout, ResidualStore
+from .stats import call_record, summed
 
 __all__ = [
     "IDLE_SECONDS",
@@ -319,35 +320,28 @@ class BucketPipeline:
             return self._in_flight == 0
 
     def take_stats(self) -> dict:
-        """Return the traffic and seconds of the buckets done since the last call, and reset.
+        """Return the record of the buckets done since the last call, and reset.
 
         Returns:
-            ``{"buckets": [...]}``, per bucket its ``space``, ``numel``, ``bytes_sent``,
-            ``messages``, ``rounds``, ``nnz`` (``None`` unless counted), ``seconds`` (the
-            bucket's time on the communication thread), ``cpu_seconds`` (the CPU time that
-            thread spent on it: ``seconds`` less the waits, and less the time other threads
-            held the cores) and ``phases`` (its synchronizer's seconds per phase, as
-            ``Synchronizer.stats["seconds"]``) and, where its synchronizer chose its
-            configuration itself (SparDL's ``teams="auto"``), ``auto``; plus ``bytes_sent``,
-            ``messages``, ``rounds``, ``host_syncs``, ``seconds``, ``cpu_seconds`` and
-            ``phases`` summed over the buckets (a step's when taken once per step).
+            The sum of the buckets' records (:func:`compressors.stats.summed`: traffic, ``nnz``
+            and ``seconds`` per phase, ``parts`` the buckets' records), with ``buckets`` (the
+            same list, its name before 2026-12-07), ``thread_seconds`` and ``cpu_seconds``
+            summed. A bucket's record is its synchronizer's call's
+            (:func:`compressors.stats.call_record`) with its ``space``, ``numel``,
+            ``thread_seconds`` (its time on the communication thread), ``cpu_seconds`` (the
+            CPU time that thread spent on it: ``thread_seconds`` less the waits, and less the
+            time other threads held the cores) and, where its synchronizer chose its
+            configuration itself (SparDL's ``teams="auto"``), ``auto``. A step's when taken
+            once per step.
         """
         with self._lock:
             done, self._stats = self._stats, []
-        phases: dict = {}
-        for bucket in done:
-            for phase, seconds in bucket["phases"].items():
-                phases[phase] = phases.get(phase, 0.0) + seconds
-        return {
-            "buckets": done,
-            "bytes_sent": sum(b["bytes_sent"] for b in done),
-            "messages": sum(b["messages"] for b in done),
-            "rounds": sum(b["rounds"] for b in done),
-            "host_syncs": sum(b["host_syncs"] for b in done),
-            "seconds": sum(b["seconds"] for b in done),
-            "cpu_seconds": sum(b["cpu_seconds"] for b in done),
-            "phases": phases,
-        }
+        return summed(
+            done,
+            buckets=done,
+            thread_seconds=sum(b["thread_seconds"] for b in done),
+            cpu_seconds=sum(b["cpu_seconds"] for b in done),
+        )
 
     # -- the communication thread -----------------------------------------------------------
 
@@ -445,17 +439,15 @@ class BucketPipeline:
         return averaged if flat.dtype == torch.float32 else averaged.to(flat.dtype)
 
     def _note(self, space, numel, traffic: dict, start, stats) -> None:
+        record = call_record(traffic, None, {}) if stats is None else dict(stats)
+        record.update(traffic)  # (the call's, and a skipped bucket's finiteness check)
         with self._lock:
             self._stats.append(
                 {
+                    **record,
                     "space": space,
                     "numel": numel,
-                    **traffic,
-                    "nnz": None if stats is None else stats["nnz"],
-                    "seconds": time.perf_counter() - start[0],
+                    "thread_seconds": time.perf_counter() - start[0],
                     "cpu_seconds": time.thread_time() - start[1],
-                    "phases": {} if stats is None else dict(stats["seconds"]),
-                    # SparDL's teams="auto": the configuration its probe chose, and why
-                    **({"auto": stats["auto"]} if stats is not None and "auto" in stats else {}),
                 }
             )

@@ -303,7 +303,7 @@ def _iterate(args, runs: dict, inputs, labels) -> tuple:
             if states[name] is not None:
                 stats = states[name].take_stats()  # this step's buckets (and resets)
                 if iteration >= args.warmup:
-                    shares = stats["seconds"], stats["cpu_seconds"], stats["phases"].get("comm", 0)
+                    shares = stats["thread_seconds"], stats["cpu_seconds"], stats["seconds"]["comm"]
                     for part, seconds in zip(THREAD_PARTS, shares):
                         threads[name][part].append(seconds)
     return times, exposed, threads

@@ -9,6 +9,7 @@ import torch
 import compressors
 from allreducers.transports import TAG_STRIDE, TaggedTransport, local_group
 from compressors.pipeline import BucketPipeline, comm_thread
+from compressors.stats import call_record
 
 # Three buckets of parameters of uneven sizes, as a model's backward would produce them.
 BUCKETS = [(["w2", "b2"], [300, 7]), (["w1"], [1000]), (["b1", "e"], [13, 1])]
@@ -297,25 +298,28 @@ def test_gradient_buckets_refuse_a_bad_size_or_a_frozen_model():
         GradientBuckets(_net().requires_grad_(False), pipeline)
 
 
-def test_stats_are_per_bucket_and_summed_per_step():
+def test_stats_are_per_bucket_and_summed_per_step_in_the_one_record():
     def body(transport):
         pipeline = BucketPipeline(transport, "topk", 0.1, count_nnz=True)
         for index, (keys, sizes) in enumerate(BUCKETS):
             pipeline.submit(keys, sizes, torch.randn(sum(sizes)), index)
         pipeline.wait()
         stats = pipeline.take_stats()
-        assert pipeline.take_stats()["buckets"] == []  # taken once
+        assert pipeline.take_stats()["parts"] == []  # taken once
         return stats
 
     for stats in local_group(2).run(body):
-        assert [b["numel"] for b in stats["buckets"]] == [sum(s) for _, s in BUCKETS]
-        assert all(b["nnz"] is not None and b["phases"]["total"] > 0 for b in stats["buckets"])
-        for key in ("bytes_sent", "messages", "rounds", "seconds", "cpu_seconds"):
-            assert stats[key] == sum(b[key] for b in stats["buckets"])
-        assert all(0 < b["cpu_seconds"] for b in stats["buckets"])
-        assert stats["phases"]["total"] == pytest.approx(
-            sum(b["phases"]["total"] for b in stats["buckets"])
-        )
+        parts = stats["parts"]
+        assert stats["buckets"] is parts  # (its name before)
+        assert [b["numel"] for b in parts] == [sum(s) for _, s in BUCKETS]
+        # each bucket's record is its synchronizer's call's: the same fields
+        assert all(set(call_record({}, 0, {})) <= set(b) for b in parts)
+        assert all(b["nnz"] is not None and b["seconds"]["total"] > 0 for b in parts)
+        for key in ("bytes_sent", "messages", "rounds", "nnz", "thread_seconds", "cpu_seconds"):
+            assert stats[key] == sum(b[key] for b in parts)
+        assert all(0 < b["cpu_seconds"] for b in parts)
+        for phase in ("select", "comm", "accumulate", "total"):
+            assert stats["seconds"][phase] == pytest.approx(sum(b["seconds"][phase] for b in parts))
 
 
 def test_finish_tells_every_rank_alike_when_an_average_is_not_finite():

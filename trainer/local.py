@@ -10,10 +10,9 @@ step's synchronization, all of it exposed.
 
 from __future__ import annotations
 
+from compressors.stats import call_record
 from trainer.flat import WholeState
 from trainer.gradients import GradientBuffer
-
-_IDLE = {"bytes_sent": 0, "messages": 0, "rounds": 0, "host_syncs": 0, "nnz": None}
 
 
 class LocalSync(WholeState):
@@ -46,11 +45,8 @@ class LocalSync(WholeState):
     @property
     def stats(self) -> dict:
         """This step's statistics (see the class)."""
-        if self.synchronized:
-            taken = self.outer.stats
-        else:
-            zero = dict.fromkeys(("select", "comm", "accumulate", "total"), 0.0)
-            taken = {**_IDLE, "seconds": zero}
+        # an inner step's: nothing sent (the one record, compressors.stats)
+        taken = self.outer.stats if self.synchronized else call_record({}, None, {"total": 0.0})
         return {
             **taken,
             "sync_seconds": 0.0,

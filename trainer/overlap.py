@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from compressors.buckets import GradientBuckets
 from compressors.pipeline import BucketPipeline
+from compressors.stats import summed
 from trainer.checkpoint import mode_mismatch
 from trainer.flat import WholeState
 
@@ -30,9 +31,9 @@ class OverlappedSync(WholeState):
 
     Attributes:
         numel: the number of synchronized entries (every trainable parameter's).
-        stats: the last step's ``bytes_sent`` and ``seconds`` per phase, summed over the
-            buckets (the shape of a synchronizer's ``stats``), plus ``sync_seconds``: the
-            buckets' time on the communication thread.
+        stats: the last step's record, summed over the buckets (``compressors.stats``: the
+            shape of a synchronizer's ``stats``), plus ``sync_seconds``: the buckets' time on
+            the communication thread.
     """
 
     def __init__(self, comm, model, name, density, options, bucket_mb) -> None:
@@ -43,7 +44,7 @@ class OverlappedSync(WholeState):
         self.name, self.density = self.pipeline.method, density
         self.numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
         self.forward_model = model
-        self.stats = _stats({"bytes_sent": 0, "host_syncs": 0, "seconds": 0.0, "phases": {}})
+        self.stats = _stats(summed([], thread_seconds=0.0))
 
     overlaps_backward = True
 
@@ -74,17 +75,13 @@ class OverlappedSync(WholeState):
 
 
 def _stats(taken: dict) -> dict:
-    phases = dict(taken["phases"])
+    """The protocol's stats from a step's record (:meth:`BucketPipeline.take_stats`)."""
     return {
-        "bytes_sent": taken["bytes_sent"],
-        "host_syncs": taken["host_syncs"],
-        "seconds": {phase: phases.get(phase, 0.0) for phase in ("select", "comm", "accumulate")},
-        "sync_seconds": taken["seconds"],
+        **taken,
+        "sync_seconds": taken["thread_seconds"],
         "compute_end": None,
         # teams="auto": per bucket, the configuration SparDL's probe chose and its times
         **(
-            {"auto": autos}
-            if (autos := [b["auto"] for b in taken.get("buckets", ()) if "auto" in b])
-            else {}
+            {"auto": autos} if (autos := [b["auto"] for b in taken["parts"] if "auto" in b]) else {}
         ),
     }

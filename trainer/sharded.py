@@ -40,38 +40,39 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from compressors.fsdp import ReduceScatter, SparseReduceScatter, host_groups, sparse_replica_hook
+from compressors.stats import call_record, summed
 from trainer.checkpoint import mode_mismatch
 from trainer.flat import StepDefaults
 from trainer.torch_ddp import allreduce_bytes, start_group
 
 
 class _Clock:
-    """Seconds and bytes of one step's gradient reductions, and their phases."""
+    """One step's gradient reductions: their records (``compressors.stats``) and seconds."""
 
     def __init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
         self.seconds = 0.0
-        self.bytes_sent = 0.0
-        self.phases = {"select": 0.0, "comm": 0.0, "accumulate": 0.0}
+        self.records: list = []
 
-    def timed(self, action, sent, phases=None):
-        """Run ``action()``, adding its time and ``sent()``'s bytes. ``phases()``: the call's
-        seconds by phase (a synchronizer's ``stats["seconds"]``); without it, all of the call
-        is communication (FSDP's own reduction)."""
+    def timed(self, action, sent, record=None):
+        """Run ``action()`` and keep its record: ``record()`` (a synchronizer's ``stats``, read
+        after the call), else one of ``sent()`` bytes, all of its time communication (FSDP's
+        own reduction)."""
         started = time.perf_counter()
         result = action()
         elapsed = time.perf_counter() - started
         self.seconds += elapsed
-        self.bytes_sent += sent()
-        if phases is None:
-            self.phases["comm"] += elapsed
-        else:
-            for key, seconds in phases().items():
-                if key in self.phases:
-                    self.phases[key] += seconds
+        if record is None:
+            record = lambda: _native_record(sent(), {"comm": elapsed, "total": elapsed})  # noqa: E731
+        self.records.append(record())
         return result
+
+
+def _native_record(nbytes: float, seconds: dict | None = None) -> dict:
+    """The record of a reduction this rank sent ``nbytes`` in (its traffic known, not counted)."""
+    return call_record({"bytes_sent": nbytes}, None, seconds or {})
 
 
 class _NativeReduceScatter(ReduceScatter):
@@ -104,11 +105,7 @@ class _TimedReduceScatter(_NativeReduceScatter):
         self, output_tensor, input_tensor, group=None, op=dist.ReduceOp.AVG, async_op=False
     ):
         stats = lambda: self.inner.synchronizers[input_tensor.numel()].stats  # noqa: E731
-        self.clock.timed(
-            lambda: self.inner(output_tensor, input_tensor, group, op),
-            lambda: stats()["bytes_sent"],
-            lambda: stats()["seconds"],
-        )
+        self.clock.timed(lambda: self.inner(output_tensor, input_tensor, group, op), None, stats)
 
 
 def _timed_hook(hook, clock: _Clock):
@@ -116,11 +113,7 @@ def _timed_hook(hook, clock: _Clock):
 
     def timed(reduce_output):
         stats = lambda: hook.synchronizers[reduce_output.numel()].stats  # noqa: E731
-        clock.timed(
-            lambda: hook(reduce_output),
-            lambda: stats()["bytes_sent"],
-            lambda: stats()["seconds"],
-        )
+        clock.timed(lambda: hook(reduce_output), None, stats)
 
     return timed
 
@@ -210,17 +203,16 @@ class FSDPSync(StepDefaults):
         """Count native HSDP's all-reduce across the hosts (it runs inside FSDP, untimed)."""
 
         def count(reduce_output):
-            self._clock.bytes_sent += allreduce_bytes(
-                reduce_output.numel(), reduce_output.element_size(), hosts
-            )
+            nbytes = allreduce_bytes(reduce_output.numel(), reduce_output.element_size(), hosts)
+            self._clock.records.append(_native_record(nbytes))
 
         return count
 
     def _stats(self, compute_end) -> dict:
+        """The protocol's stats: the step's reductions summed (``compressors.stats``)."""
         clock = self._clock
         return {
-            "bytes_sent": clock.bytes_sent,
-            "seconds": dict(clock.phases),
+            **summed(list(clock.records)),
             "sync_seconds": clock.seconds,
             "compute_end": compute_end,
         }

@@ -38,6 +38,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersg
 from torch.nn.parallel import DistributedDataParallel
 
 from compressors import convert_option, split_option
+from compressors.stats import call_record
 from trainer import powersgd_state
 from trainer.checkpoint import mode_mismatch
 from trainer.flat import WholeState
@@ -343,9 +344,8 @@ class DDPSync(WholeState):
         if self.name == "ddp":  # no hook: what Python sees is the wait after compute
             sent = allreduce_bytes(self.numel, 4, self.size)
             sync = time.perf_counter() - compute_end if compute_end else 0.0
-        return {
-            "bytes_sent": sent,
-            "seconds": {"select": 0.0, "comm": sync, "accumulate": 0.0},
+        return {  # the one record (compressors.stats): DDP's own reductions, timed as a whole
+            **call_record({"bytes_sent": sent}, None, {"comm": sync, "total": sync}),
             "sync_seconds": sync,
             "compute_end": compute_end,
             "buckets": measure.buckets,

@@ -40,6 +40,10 @@ __all__ = [
     "ops_table",
     "ops_fp16_table",
     "ops_lists_fp16_table",
+    "SEVENTH",
+    "early_post_table",
+    "BENCH_NAMES",
+    "fixed_rows_table",
     "lean_replay_table",
     "lean_bench_table",
     "HOOK_NAMES",
@@ -290,6 +294,65 @@ def ops_lists_fp16_table(root: str) -> str:
 def _previous(sequence: tuple, item):
     """The element of ``sequence`` before ``item``."""
     return sequence[sequence.index(item) - 1]
+
+
+SEVENTH = os.path.join("runs", "lean-engine", "2026-11-28-seventh")
+
+
+def early_post_table(root: str) -> str:
+    """Return docs/PERFORMANCE.md's table of receives posted before the work meanwhile.
+
+    Six pairs of SparDL runs, before and after (``early_post/{before,after}_N.json``): median ms
+    at fp32 and fp16, and fp16's ratio to fp32 computed from the unrounded medians.
+    """
+    lines = [
+        "| pair | fp32 before | fp32 after | fp16 before | fp16 after "
+        "| fp16 / fp32 before | after |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for pair in range(1, 7):
+        ms = {}
+        for when in ("before", "after"):
+            path = os.path.join(SEVENTH, "early_post", f"{when}_{pair}.json")
+            for row in _load(root, path):
+                if row["method"] == "spardl":
+                    ms[(when, row["wire"])] = row["median_ms"]
+        times = [ms[(w, wire)] for wire in ("fp32", "fp16") for w in ("before", "after")]
+        ratios = [ms[(w, "fp16")] / ms[(w, "fp32")] for w in ("before", "after")]
+        cells = [f"{t:.1f}" for t in times] + [f"{r:.3f}" for r in ratios]
+        lines.append(f"| {pair} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+BENCH_NAMES = {"spardl": "SparDL", "gtopk": "gTop-k", "topk": "TopkA", "oktopk": "Ok-Topk"}
+
+
+def fixed_rows_table(root: str) -> str:
+    """Return docs/PERFORMANCE.md's table "with fixed-size rows at the fp16 wire" (2026-11-27).
+
+    ``runs/lean-engine/bench_1gbit_p4_rows.json``: median ms at fp32 / fp16 per method, the
+    floor rows left out, by the fp32 time, the least in bold; SparDL's row adds its operations
+    per call and its data-dependent reads.
+    """
+    cells: dict = {}
+    for row in _load(root, os.path.join(LEAN, "bench_1gbit_p4_rows.json")):
+        if not row["method"].startswith("floor"):
+            cells.setdefault(row["method"], {})[row["wire"]] = row
+    least = min(row["median_ms"] for wires in cells.values() for row in wires.values())
+    lines = ["| method | fp32 / fp16 ms |", "|---|---|"]
+    for method, wires in sorted(cells.items(), key=lambda item: item[1]["fp32"]["median_ms"]):
+        shown = [
+            f"**{w['median_ms']:.1f}**" if w["median_ms"] == least else f"{w['median_ms']:.1f}"
+            for w in (wires["fp32"], wires["fp16"])
+        ]
+        cell = " / ".join(shown)
+        if method == "spardl":
+            reads = wires["fp32"]["data_dependent_ops"] + wires["fp16"]["data_dependent_ops"]
+            cell += f" (ops per call {wires['fp32']['ops']} / {wires['fp16']['ops']}, " + (
+                "no reads at either wire)" if reads == 0 else f"{reads} reads)"
+            )
+        lines.append(f"| {BENCH_NAMES.get(method, method.upper())} | {cell} |")
+    return "\n".join(lines) + "\n"
 
 
 def lean_replay_table(root: str) -> str:
@@ -657,6 +720,18 @@ TABLES = {
         "**bert-base on the H200, overlapped against blocking.**",
         "runs/lean-engine/gpu-h200-2026-11-27/run*_bert_*.jsonl",
         gpu_bert_table,
+    ),
+    "early-post": Table(
+        "docs/PERFORMANCE.md",
+        "six pairs with the trees alternated (`early_post/`)",
+        os.path.join(SEVENTH, "early_post"),
+        early_post_table,
+    ),
+    "fixed-rows-1gbit": Table(
+        "docs/PERFORMANCE.md",
+        "**With fixed-size rows at the fp16 wire.**",
+        os.path.join(LEAN, "bench_1gbit_p4_rows.json"),
+        fixed_rows_table,
     ),
     "lean-replay": Table(
         "docs/PERFORMANCE.md",

@@ -42,6 +42,8 @@ __all__ = [
     "ops_lists_fp16_table",
     "SEVENTH",
     "early_post_table",
+    "FIFTH",
+    "buffer_reuse_table",
     "BENCH_NAMES",
     "fixed_rows_table",
     "lean_replay_table",
@@ -321,6 +323,41 @@ def early_post_table(root: str) -> str:
         ratios = [ms[(w, "fp16")] / ms[(w, "fp32")] for w in ("before", "after")]
         cells = [f"{t:.1f}" for t in times] + [f"{r:.3f}" for r in ratios]
         lines.append(f"| {pair} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+FIFTH = os.path.join("runs", "lean-engine", "2026-11-28-fifth")
+
+#: The fifth round's table: (label, file suffix) per row; columns before, this tree, no reuse.
+_FIFTH_ROWS = [
+    *((f"20 calls, {n} pair", str(i)) for i, n in enumerate(("1st", "2nd", "3rd", "4th"), 1)),
+    *((f"20 calls, {n} pair", f"pair_{i}") for i, n in ((1, "5th"), (2, "6th"))),
+    *((f"30 calls, {n} triple", f"30calls_{i}") for i, n in enumerate(("1st", "2nd", "3rd"), 1)),
+]
+
+
+def buffer_reuse_table(root: str) -> str:
+    """Return docs/PERFORMANCE.md's table of the fifth round (message buffers reused).
+
+    SparDL's median ms, fp32 / fp16, per run of ``runs/lean-engine/2026-11-28-fifth/``: the
+    tree before (409e37b), this tree (4cd171d) and this tree with the buffers not reused; an
+    empty cell where that tree did not run.
+    """
+    trees = ("409e37b", "4cd171d", "4cd171d-noreuse")
+    lines = [
+        "| run | 409e37b (before) | this tree | this tree, buffers not reused |",
+        "|---|---|---|---|",
+    ]
+    for label, suffix in _FIFTH_ROWS:
+        cells = []
+        for tree in trees:
+            path = os.path.join(FIFTH, f"bench_1gbit_spardl_{tree}_{suffix}.json")
+            if not os.path.exists(os.path.join(root, path)):
+                cells.append("")
+                continue
+            ms = {r["wire"]: r["median_ms"] for r in _load(root, path) if r["method"] == "spardl"}
+            cells.append(f"{ms['fp32']:.1f} / {ms['fp16']:.1f}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -726,6 +763,12 @@ TABLES = {
         "six pairs with the trees alternated (`early_post/`)",
         os.path.join(SEVENTH, "early_post"),
         early_post_table,
+    ),
+    "buffer-reuse": Table(
+        "docs/PERFORMANCE.md",
+        "the command of the first table in this section otherwise), each tree's scripts run with",
+        FIFTH,
+        buffer_reuse_table,
     ),
     "fixed-rows-1gbit": Table(
         "docs/PERFORMANCE.md",

@@ -431,16 +431,16 @@ class BucketPipeline:
             flag = (~torch.isfinite(flat.sum(dtype=torch.float32))).float().reshape(1)
             live.sync.reset_traffic()
             if live.sync.allreduce_sum_(flag).item() > 0:
-                self._note(space, flat.numel(), live.sync.traffic_counts(), start, None)
+                skipped = call_record(live.sync.traffic_counts(), None, {})
+                self._note(space, flat.numel(), skipped, start)
                 return torch.full_like(flat, float("nan"))
         grad = flat if flat.dtype == torch.float32 else flat.float()
         averaged = live.sync.allreduce(grad, out=live.out)
-        self._note(space, flat.numel(), live.sync.traffic_counts(), start, live.sync.stats)
+        self._note(space, flat.numel(), live.sync.stats, start)
         return averaged if flat.dtype == torch.float32 else averaged.to(flat.dtype)
 
-    def _note(self, space, numel, traffic: dict, start, stats) -> None:
-        record = call_record(traffic, None, {}) if stats is None else dict(stats)
-        record.update(traffic)  # (the call's, and a skipped bucket's finiteness check)
+    def _note(self, space, numel, record: dict, start) -> None:
+        """Keep bucket ``space``'s ``record`` (its call's, or a skipped bucket's check's)."""
         with self._lock:
             self._stats.append(
                 {

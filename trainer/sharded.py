@@ -56,17 +56,13 @@ class _Clock:
         self.seconds = 0.0
         self.records: list = []
 
-    def timed(self, action, sent, record=None):
-        """Run ``action()`` and keep its record: ``record()`` (a synchronizer's ``stats``, read
-        after the call), else one of ``sent()`` bytes, all of its time communication (FSDP's
-        own reduction)."""
+    def timed(self, action, record):
+        """Run ``action()`` and keep ``record(seconds it took)``, read after the call."""
         started = time.perf_counter()
         result = action()
         elapsed = time.perf_counter() - started
         self.seconds += elapsed
-        if record is None:
-            record = lambda: _native_record(sent(), {"comm": elapsed, "total": elapsed})  # noqa: E731
-        self.records.append(record())
+        self.records.append(record(elapsed))
         return result
 
 
@@ -88,9 +84,10 @@ class _NativeReduceScatter(ReduceScatter):
         self, output_tensor, input_tensor, group=None, op=dist.ReduceOp.AVG, async_op=False
     ):
         size = dist.get_world_size(group)
-        self.clock.timed(
+        nbytes = input_tensor.numel() * input_tensor.element_size() * (size - 1) / size
+        self.clock.timed(  # all of its time is communication
             lambda: dist.reduce_scatter_single(output_tensor, input_tensor, op=op, group=group),
-            lambda: input_tensor.numel() * input_tensor.element_size() * (size - 1) / size,
+            lambda elapsed: _native_record(nbytes, {"comm": elapsed, "total": elapsed}),
         )
         return None
 
@@ -104,16 +101,16 @@ class _TimedReduceScatter(_NativeReduceScatter):
     def __call__(
         self, output_tensor, input_tensor, group=None, op=dist.ReduceOp.AVG, async_op=False
     ):
-        stats = lambda: self.inner.synchronizers[input_tensor.numel()].stats  # noqa: E731
-        self.clock.timed(lambda: self.inner(output_tensor, input_tensor, group, op), None, stats)
+        stats = lambda _: self.inner.synchronizers[input_tensor.numel()].stats  # noqa: E731
+        self.clock.timed(lambda: self.inner(output_tensor, input_tensor, group, op), stats)
 
 
 def _timed_hook(hook, clock: _Clock):
     """A sparse replica hook, timed and counted."""
 
     def timed(reduce_output):
-        stats = lambda: hook.synchronizers[reduce_output.numel()].stats  # noqa: E731
-        clock.timed(lambda: hook(reduce_output), None, stats)
+        stats = lambda _: hook.synchronizers[reduce_output.numel()].stats  # noqa: E731
+        clock.timed(lambda: hook(reduce_output), stats)
 
     return timed
 

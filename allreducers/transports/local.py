@@ -205,8 +205,10 @@ class LocalTransport(Transport):
         """Ordered mode: the round's operations wait for those before them, not for each other."""
         if not self.group.ordered:
             return super()._start_round(send, receive)
-        for peer in {part[i] for part, i in ((send, 1), (receive, 0)) if part is not None}:
-            self._in_order(peer)
+        if send is not None:
+            self._in_order(send.dest)
+        if receive is not None:
+            self._in_order(receive.source)
         self._grouped = True
         try:  # the receive first: posted with the send, never behind it
             _, posted = super()._start_round(None, receive)

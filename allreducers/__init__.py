@@ -6,7 +6,9 @@
 - :mod:`.halving`: recursive-halving pair exchanges (R-SAG).
 - :mod:`.engine`: :func:`run_schedule`, :func:`allgather_lists`, :func:`allgather_rows`,
   :class:`MessageBuffers`.
-- :mod:`.wire`: the codec, which owns the bytes of every message (ZEN's partitions included).
+- :mod:`.wire`: the codec, which owns the bytes of every message (ZEN's partitions included):
+  value formats x layouts, a package.
+- :mod:`.device`: :func:`device_tensor`, host integers on a device without a wait.
 - :mod:`.checks`: :func:`check_choice`, the one check of an option that names one of a few.
 - :mod:`.regions`: windowed split-and-reduce over regions (Ok-Topk's second engine).
 - :mod:`.hashing`: ZEN's hash partition of the indices among the ranks.
@@ -14,6 +16,7 @@
 """
 
 from .checks import check_choice
+from .device import device_tensor
 from .engine import (
     MessageBuffers,
     PhaseTimer,
@@ -32,7 +35,7 @@ from .rotation import rotation_schedule
 from .schedule import Step, ceil_log2, cyclic
 from .srs import srs_block_schedule, srs_round_shapes, srs_schedule
 from .tree import binomial_broadcast_schedule, binomial_reduce_schedule
-from .wire import WIRES, Codec, PartitionCodec, check_wire, codec, device_tensor
+from .wire import WIRES, Codec, PartitionCodec, check_wire, codec
 
 __all__ = [
     "Step",

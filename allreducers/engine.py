@@ -15,8 +15,9 @@ import torch
 
 from allreducers.transports import Incoming, Outgoing, Transport
 
+from .device import device_tensor
 from .schedule import Step
-from .wire import codec, device_tensor
+from .wire import codec
 
 __all__ = [
     "SparseList",

@@ -12,10 +12,11 @@ from collections import deque
 import numpy as np
 import torch
 
+from .device import device_tensor
 from .engine import index_add_in_order
 from .rotation import rotation_schedule
 from .transports import Incoming, Outgoing
-from .wire import codec, device_tensor
+from .wire import codec
 
 __all__ = ["run_windowed", "RegionReducer"]
 

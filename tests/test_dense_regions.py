@@ -95,7 +95,7 @@ def test_the_counter_adds_the_bytes_of_new_tensors_only():
 def test_segment_counts_by_search_and_by_scatter_agree_with_a_count(dtype):
     """The CPU's binary search and the device's scatter-add give each list's entries per
     65,536-wide segment (here on CPU tensors both)."""
-    from allreducers.wire import _Lists, _scattered_counts, _searched_counts
+    from allreducers.wire.layout import Lists, scattered_counts, searched_counts
 
     generator = torch.Generator().manual_seed(0)
     span, counts = 5 * PIECE + 17, [0, 1, 900, 3000, 2]
@@ -106,9 +106,9 @@ def test_segment_counts_by_search_and_by_scatter_agree_with_a_count(dtype):
         [[int(((part >> 16) == s).sum()) for s in range(segments)] for part in parts],
         dtype=torch.int32,
     )
-    lists = _Lists(counts, indices.device)
-    assert torch.equal(_searched_counts(indices, lists, segments), expected)
-    assert torch.equal(_scattered_counts(indices, lists, segments).view(len(counts), -1), expected)
+    lists = Lists(counts, indices.device)
+    assert torch.equal(searched_counts(indices, lists, segments), expected)
+    assert torch.equal(scattered_counts(indices, lists, segments).view(len(counts), -1), expected)
 
 
 @pytest.mark.parametrize("wire", WIRES)

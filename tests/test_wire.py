@@ -1,4 +1,4 @@
-"""The wire codec (allreducers/wire.py) and every registered method at every wire format."""
+"""The wire codec (allreducers/wire/) and every registered method at every wire format."""
 
 import math
 
@@ -329,3 +329,38 @@ def test_dense_regions_longer_than_one_exponent_piece_keep_every_invariant(wire)
             assert all(torch.equal(call["results"][0], other) for other in call["results"])
             error, scale = mass_error(call, 3)
             assert error <= 1e-5 * scale
+
+
+# The package: a value format per wire, one layout for both 16-bit wires ------------------------
+
+PUBLIC_BEFORE = [
+    "WIRES", "PIECE", "check_wire", "codec", "Codec", "Fp32Codec", "CompactCodec", "Fp16Codec",
+    "Bf16Codec", "device_tensor", "byte_view", "PARTITION_INDEX", "COO", "BITMAP",
+    "bitmap_words", "bitmap_padded", "choose_form", "pack_bits", "unpack_bits", "Partition",
+    "PartitionCodec",
+]  # fmt: skip
+
+
+def test_every_name_the_wire_module_had_imports_from_the_package():
+    import allreducers.device
+    import allreducers.wire as package
+
+    missing = [name for name in PUBLIC_BEFORE if not hasattr(package, name)]
+    assert not missing, missing
+    assert package.device_tensor is allreducers.device.device_tensor
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_each_codec_carries_values_through_its_wires_format_only(wire):
+    from allreducers.wire.compact import Bf16Codec, CompactCodec, Fp16Codec
+    from allreducers.wire.formats import FORMATS
+
+    coder = codec(wire)
+    assert coder.format is FORMATS[wire] and coder.format.name == wire
+    # The 16-bit codecs are the one byte layout: they define no method, only their format.
+    for kind in (Fp16Codec, Bf16Codec):
+        assert not [name for name, value in vars(kind).items() if callable(value)], kind
+        assert issubclass(kind, CompactCodec)
+    values = torch.tensor([3.0, -1e-3, 1234.5678, 0.0])
+    assert torch.equal(coder.quantize(values), coder.format.quantize(values))
+    assert coder.exponent(values) == coder.format.exponent(values)

@@ -20,7 +20,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from ..wire import device_tensor
+from ..device import device_tensor
 from .base import Capabilities, PostedReceive, Transport
 
 __all__ = ["TorchDistributedTransport"]

@@ -23,24 +23,38 @@ as in DiLoCo; so do the buffers (batch-norm statistics).
 
 Like DDP, it starts every rank from rank 0's parameters (one exact all-reduce at construction).
 ``comm`` is an ``mpi4py`` communicator, a ``torch.distributed`` process group or a transport.
+
+``overlap=True`` overlaps each outer synchronization with the next round's inner steps, as
+Streaming DiLoCo (arXiv 2501.18512) overlaps its fragments and the one-step-delayed variant of
+Kale et al. (arXiv 2502.12996) does: at round t's end the ranks start averaging Δ_t on the
+process's communication thread (``compressors.pipeline.comm_thread``) and take the outer step
+of Δ_{t-1}, whose average arrived meanwhile, so round t + 1 starts at once from θ_0 updated by
+the round before; each averaged Δ is applied one round late (the first round's end applies
+nothing). The synchronization in flight uses ``comm`` while the caller computes: the caller
+must not use the same communicator until :meth:`DiLoCo.wait` returns, or passes one of the
+outer synchronization's own (``MPI.COMM_WORLD.Dup()`` with ``MPI_THREAD_MULTIPLE``; a
+``torch.distributed`` group of its own), as the trainer does.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import threading
 import time
 
 import torch
 
 from allreducers.transports import as_transport
 
+from .pipeline import comm_thread, side_stream
 from .registry import create
 
 __all__ = ["DiLoCo", "outer_update", "check_outer", "FORMAT"]
 
-#: The version of :meth:`DiLoCo.state_dict`'s format.
-FORMAT = 1
+#: The version of :meth:`DiLoCo.state_dict`'s format (2: ``outer_overlap`` and ``pending`` added;
+#: a state of format 1 loads as one without a pending average).
+FORMAT = 2
 
 
 def outer_update(delta, momentum, lr: float, mu: float, nesterov: bool, out=None) -> torch.Tensor:
@@ -72,12 +86,17 @@ class DiLoCo:
         comm: an ``mpi4py`` communicator, a ``torch.distributed`` process group or a transport.
         synchronizer: instead of ``method``, ``density`` and its options: a synchronizer
             already created (``compressors.create``) over ``comm`` for the parameters' numel.
+        overlap: average each round's Δ on the communication thread during the next round,
+            and apply it one round late (see the module).
         **method_options: the method's options (``wire="fp16"``, ``teams=2``, ...).
 
     Attributes:
-        steps: inner steps so far; outer_steps: outer steps so far.
+        steps: inner steps so far; outer_steps: outer steps taken so far (with ``overlap``,
+            one fewer than the rounds ended: the last round's average is still in flight).
         synchronizer: the outer synchronizer (its ``stats`` are the last outer call's).
-        seconds: the last :meth:`step`'s synchronization and outer update, 0 between them.
+        seconds: the last :meth:`step`'s synchronization and outer update, 0 between them;
+            with ``overlap``, the part the caller waited: the wait for the round before's
+            average, the outer step and the start of this round's.
 
     Raises:
         ValueError: a bad ``local_steps``, ``outer_lr`` or ``outer_momentum``, no trainable
@@ -96,6 +115,7 @@ class DiLoCo:
         outer_momentum: float = 0.9,
         nesterov: bool = True,
         synchronizer=None,
+        overlap: bool = False,
         **method_options,
     ) -> None:
         check_outer(local_steps, outer_lr, outer_momentum)
@@ -106,6 +126,9 @@ class DiLoCo:
         self.local_steps, self.outer_lr = int(local_steps), float(outer_lr)
         self.outer_momentum, self.nesterov = float(outer_momentum), bool(nesterov)
         self.transport = as_transport(comm)
+        self.overlap = bool(overlap)
+        if self.overlap:
+            self.transport.check_threads("DiLoCo's overlapped outer synchronization")
         numel = sum(p.numel() for p in self.params)
         if synchronizer is None:
             synchronizer = create(method, self.transport, numel, density, **method_options)
@@ -127,6 +150,8 @@ class DiLoCo:
         self._average = torch.empty(numel, device=device)
         self.steps = self.outer_steps = 0
         self.seconds = 0.0
+        self._flight = None  # overlap: the synchronization in flight (_Flight)
+        self._ready = False  # overlap: _average holds a round's averaged Δ, not applied yet
 
     def _flat(self, out=None) -> torch.Tensor:
         """The parameters as one float32 vector (into ``out``, else a new one)."""
@@ -172,22 +197,54 @@ class DiLoCo:
         if self.steps % self.local_steps:
             return False
         started = time.perf_counter()
-        delta = torch.sub(self.start, self._flat(out=self._delta), out=self._delta)
-        average = self.synchronizer.allreduce(delta, out=self._average)
-        mu, nesterov = self.outer_momentum, self.nesterov
-        self.start.sub_(outer_update(average, self.momentum, self.outer_lr, mu, nesterov, average))
+        if self.overlap:
+            self._overlapped_round()
+        else:
+            delta = torch.sub(self.start, self._flat(out=self._delta), out=self._delta)
+            self._outer_step(self.synchronizer.allreduce(delta, out=self._average))
         self._write(self.start)
-        self.outer_steps += 1
         self.seconds = time.perf_counter() - started
         return True
+
+    def _outer_step(self, average: torch.Tensor) -> None:
+        """Move θ_0 by the outer step of the averaged Δ ``average`` (overwritten)."""
+        mu, nesterov = self.outer_momentum, self.nesterov
+        self.start.sub_(outer_update(average, self.momentum, self.outer_lr, mu, nesterov, average))
+        self.outer_steps += 1
+
+    def _overlapped_round(self) -> None:
+        """End a round with ``overlap``: apply the round before's average, start this one's."""
+        self.wait()  # Δ_{t-1} averaged into _average; _delta is free again
+        torch.sub(self.start, self._flat(out=self._delta), out=self._delta)
+        if self._ready:
+            self._ready = False
+            self._outer_step(self._average)
+        self._flight = _Flight(self.transport, self.synchronizer, self._delta, self._average)
+
+    def wait(self) -> None:
+        """Wait for the synchronization in flight (``overlap``), if one is.
+
+        Its average is kept, and applied at the next round's end. In short slices, so that
+        Ctrl-C reaches the caller meanwhile.
+
+        Raises:
+            Exception: the error that ended that synchronization, re-raised.
+        """
+        flight, self._flight = self._flight, None
+        if flight is not None:
+            flight.result()
+            self._ready = True
 
     def state_dict(self) -> dict:
         """Return everything that carries across rounds, on the CPU.
 
-        The round's start θ_0, the outer momentum, the counts and the synchronizer's state. With
-        the inner optimizer's and the model's state (the caller's) a run continues
-        bit-identically.
+        The round's start θ_0, the outer momentum, the counts and the synchronizer's state, and
+        with ``overlap`` the averaged Δ not applied yet (``pending``; a synchronization in
+        flight is waited for first: a collective then). With the inner optimizer's and the
+        model's state (the caller's) a run continues bit-identically.
         """
+        self.wait()
+        pending = self._average.cpu().clone() if self._ready else None
         return {
             "diloco": FORMAT,
             "numel": self.start.numel(),
@@ -201,16 +258,20 @@ class DiLoCo:
             "outer_steps": self.outer_steps,
             "start": self.start.cpu().clone(),
             "momentum": None if self.momentum is None else self.momentum.cpu().clone(),
+            "outer_overlap": self.overlap,
+            "pending": pending,
             "synchronizer": self.synchronizer.state_dict(),
         }
 
     def state_mismatch(self, state) -> str | None:
         """Why ``state`` (a :meth:`state_dict`) cannot be loaded here, or ``None``."""
-        if not isinstance(state, dict) or state.get("diloco") != FORMAT:
+        if not isinstance(state, dict) or state.get("diloco") not in (1, FORMAT):
             return (
                 f"not a DiLoCo state of format {FORMAT} (a synchronizer's of per-step "
                 "synchronization, without local steps?)"
             )
+        if bool(state.get("outer_overlap", False)) != self.overlap:
+            return f"outer_overlap {bool(state.get('outer_overlap', False))} (here {self.overlap})"
         if state.get("local_steps") != self.local_steps:
             return f"local_steps {state.get('local_steps')} (here {self.local_steps})"
         start = state.get("start")
@@ -236,14 +297,61 @@ class DiLoCo:
         problem = self.state_mismatch(state)
         if problem:
             raise ValueError(f"DiLoCo: the saved state does not fit: {problem}")
+        self.wait()  # a synchronization in flight writes the synchronizer's state
         self.start.copy_(state["start"])
         if self.momentum is not None:
             self.momentum.copy_(state["momentum"])
         self.synchronizer.load_state_dict(state["synchronizer"])
         self.steps, self.outer_steps = int(state["steps"]), int(state["outer_steps"])
+        pending = state.get("pending")
+        self._ready = pending is not None
+        if self._ready:
+            self._average.copy_(pending)
         if state.get("resharded_from") and self.steps % self.local_steps:
             self.steps -= self.steps % self.local_steps
             self._write(self.start)
+
+
+class _Flight:
+    """One outer synchronization run on the communication thread (``overlap``).
+
+    ``synchronizer.allreduce(delta, out=average)`` as a job of ``transport``'s communication
+    thread; on CUDA on the side stream, after what the caller's stream wrote into ``delta``.
+    """
+
+    def __init__(self, transport, synchronizer, delta, average) -> None:
+        self._done, self._error = threading.Event(), None
+        stream = ready = None
+        if delta.is_cuda:  # the side stream must see what the caller's stream wrote
+            stream, ready = side_stream(transport, delta.device), torch.cuda.Event()
+            ready.record(torch.cuda.current_stream(delta.device))
+        self._stream = stream
+
+        def job():
+            try:
+                if stream is None:
+                    synchronizer.allreduce(delta, out=average)
+                else:
+                    with torch.cuda.stream(stream):
+                        stream.wait_event(ready)
+                        synchronizer.allreduce(delta, out=average)
+                    stream.synchronize()
+            except BaseException as error:  # handed to the caller's thread by result()
+                self._error = error
+            finally:
+                self._done.set()
+
+        if not comm_thread(transport).put(job):
+            comm_thread(transport).put(job)  # the old thread ended just now
+
+    def result(self) -> None:
+        """Wait for the job; re-raise its error; order the caller's stream after it."""
+        while not self._done.wait(0.05):
+            pass
+        if self._error is not None:
+            raise self._error
+        if self._stream is not None:
+            torch.cuda.current_stream(self._stream.device).wait_stream(self._stream)
 
 
 def check_outer(local_steps, outer_lr, outer_momentum) -> None:

@@ -247,3 +247,106 @@ def test_a_state_of_other_local_steps_or_of_a_plain_synchronizer_is_refused():
     steps, plain = local_group(1).run(body)[0]
     assert steps == "local_steps 2 (here 3)"
     assert "without local steps?" in plain
+
+
+# overlap: each round's average applied one round late ----------------------------------------
+
+
+def _delayed_reference(transport, method, steps, local_steps, options):
+    """The overlapped schedule written out, blocking: at round t's end Δ_t is averaged at once
+    and θ_0 takes the outer step of Δ_{t-1}."""
+    model = _model(transport.rank)
+    sync = compressors.create(method, transport, numel=40, density=0.2, **options)
+    start = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    if transport.rank:
+        start.zero_()
+    transport.allreduce_sum_(start)
+    momentum, held, starts = torch.zeros(40), None, []
+
+    def write(flat):
+        with torch.no_grad():
+            offset = 0
+            for p in model.parameters():
+                p.copy_(flat[offset : offset + p.numel()].view_as(p))
+                offset += p.numel()
+
+    write(start)
+    inner = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(steps):
+        _inner(model, inner, transport.rank, step)
+        if (step + 1) % local_steps:
+            continue
+        delta = start - _flat(model)
+        average = sync.allreduce(delta).clone()
+        if held is not None:
+            start -= outer_update(held, momentum, 0.7, 0.9, True)
+            starts.append(start.clone())
+        held = average
+        write(start)
+    return starts
+
+
+@pytest.mark.parametrize("method,options", [("dense", {}), ("spardl", {"wire": "fp16"})])
+def test_overlapped_rounds_give_the_bits_of_the_blocking_one_round_late_schedule(method, options):
+    def body(transport):
+        model = _model(transport.rank)
+        outer = DiLoCo(
+            model, comm=transport, method=method, density=0.2, local_steps=3, overlap=True,
+            **options,
+        )  # fmt: skip
+        inner, starts = torch.optim.SGD(model.parameters(), lr=0.1), []
+        for step in range(12):
+            _inner(model, inner, transport.rank, step)
+            if outer.step() and outer.outer_steps:
+                starts.append(outer.start.clone())
+        assert outer.outer_steps == 3  # four rounds ended; the last average is in flight
+        outer.wait()
+        return starts, _delayed_reference(transport, method, 12, 3, options)
+
+    results = local_group(3).run(body)
+    for starts, reference in results:
+        assert len(starts) == len(reference) == 3
+        for mine, theirs, first in zip(starts, reference, results[0][0]):
+            assert torch.equal(mine, theirs) and torch.equal(mine, first)
+
+
+def test_an_overlapped_checkpoint_keeps_the_average_in_flight_and_resumes_bit_identically():
+    def run(transport, stop=None, state=None):
+        model = _model(transport.rank)
+        outer = DiLoCo(model, comm=transport, method="topk", density=0.2, local_steps=2,
+                       overlap=True)  # fmt: skip
+        inner = torch.optim.SGD(model.parameters(), lr=0.1)
+        first = 0
+        if state is not None:
+            model.load_state_dict(state["model"])
+            inner.load_state_dict(state["inner"])
+            outer.load_state_dict(state["outer"])
+            first = state["step"]
+        for step in range(first, 9):
+            _inner(model, inner, transport.rank, step)
+            outer.step()
+            if step + 1 == stop:
+                saved = {"model": model.state_dict(), "inner": inner.state_dict()}
+                return {**saved, "outer": outer.state_dict(), "step": stop}
+        outer.wait()
+        return _flat(model), outer.start.clone(), outer.outer_steps
+
+    def body(transport):
+        whole = run(transport)
+        state = run(transport, stop=4)  # a round's end: Δ of round 2 in flight
+        assert state["outer"]["pending"] is not None
+        again = run(transport, state=state)
+        return whole, again
+
+    for whole, again in local_group(2).run(body):
+        assert torch.equal(whole[0], again[0]) and torch.equal(whole[1], again[1])
+        assert whole[2] == again[2] == 3
+
+
+def test_an_overlapped_state_does_not_load_into_a_blocking_one():
+    def body(transport):
+        outer = DiLoCo(_model(), comm=transport, local_steps=2, overlap=True)
+        plain = DiLoCo(_model(), comm=transport, local_steps=2)
+        return plain.state_mismatch(outer.state_dict())
+
+    assert "outer_overlap True (here False)" in local_group(1).run(body)[0]

@@ -66,6 +66,7 @@ BAD_INPUT = [
     (["--local-steps", "5", "--outer-lr", "0"], "--outer-lr must be a number > 0, got 0.0"),
     (["--local-steps", "5", "--outer-momentum", "1"], "--outer-momentum must lie in [0, 1)"),
     (["--outer-lr", "0.5"], "--outer-lr only act with --local-steps H > 1"),
+    (["--outer-overlap"], "--outer-overlap only act with --local-steps H > 1"),
     (["--local-steps", "5", "--fsdp"], "--local-steps with --fsdp: local steps need every rank"),
     (["--local-steps", "5", "--method", "powersgd"], "--local-steps with powersgd: a DDP method"),
     (

@@ -80,3 +80,20 @@ def test_a_resume_within_a_round_is_bit_identical_and_another_world_restarts_it(
     ] * 3
     starts = [s["synchronizer"]["start"] for s in states]
     assert all(torch.equal(starts[0], start) for start in starts)
+
+
+def test_an_overlapped_run_applies_each_average_a_round_late_and_resumes_bit_identically(tmp_path):
+    """--outer-overlap: rounds end after 3 and 6; the first applies nothing, the second the
+    first's average, and the second's is in flight at the checkpoint after 8 (kept in it)."""
+    run(2, tmp_path / "straight", "--outer-overlap")
+    shutil.copytree(tmp_path / "straight" / "ckpt", tmp_path / "again" / "ckpt")
+    shutil.rmtree(tmp_path / "again" / "ckpt" / "epoch-0001")  # killed after iteration 4
+    run(2, tmp_path / "again", "--outer-overlap", "--resume")
+    for rank in range(2):
+        a, b = model(tmp_path / "straight", rank), model(tmp_path / "again", rank)
+        outer = a["synchronizer"]
+        assert (outer["steps"], outer["outer_steps"], outer["outer_overlap"]) == (8, 1, True)
+        assert outer["pending"] is not None
+        assert all(torch.equal(a["model"][key], b["model"][key]) for key in a["model"])
+        for key in ("start", "pending"):
+            assert torch.equal(outer[key], b["synchronizer"][key])

@@ -354,8 +354,11 @@ def build_synchronization(args, settings, model, device, run_info, comm):
             **({"residual_dtype": synchronizer.residual_dtype} if sparse else {}),
         )
         return synchronizer
+    # --outer-overlap: the outer synchronization runs on the communication thread while the
+    # loop's own collectives go on, so it gets a communicator of its own.
+    own = comm.Dup() if args.local_steps > 1 and args.outer_overlap else comm
     flat = build_synchronizer(
-        args, sum(p.numel() for p in model.parameters() if p.requires_grad), comm
+        args, sum(p.numel() for p in model.parameters() if p.requires_grad), own
     )
     run_info["effective_density"] = effective_density(flat, comm)
     if args.local_steps > 1:
@@ -387,9 +390,11 @@ def _local_sync(args, synchronizer, model, device, run_info, comm):
         outer_momentum=args.outer_momentum,
         nesterov=args.outer_optimizer == "nesterov",
         synchronizer=synchronizer,
+        overlap=args.outer_overlap,
     )
     run_info.update(
         overlap=False,
+        outer_overlap=args.outer_overlap,
         bucket_mb=None,
         local_steps=args.local_steps,
         outer_optimizer=args.outer_optimizer,

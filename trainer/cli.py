@@ -369,13 +369,21 @@ def _local_flags(local):
         metavar="M",
         help="with --local-steps H > 1: the outer momentum, in [0, 1) (default: 0.9)",
     )
+    local.add_argument(
+        "--outer-overlap",
+        action="store_true",
+        help="with --local-steps H > 1: average each round's pseudo-gradient on a "
+        "communication thread while the next round's steps compute, and apply it one round "
+        "late (Streaming DiLoCo's overlap; needs MPI_THREAD_MULTIPLE, mpi4py's default) "
+        "(default: off)",
+    )
 
 
 def _local_problems(args):
     """What ``--local-steps`` and the outer flags cannot be; fills in the outer defaults."""
     given = [
         f"--{key.replace('_', '-')}" for key in OUTER_DEFAULTS if getattr(args, key) is not None
-    ]
+    ] + (["--outer-overlap"] if args.outer_overlap else [])
     for key, value in OUTER_DEFAULTS.items():
         if getattr(args, key) is None:
             setattr(args, key, value)

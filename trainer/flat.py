@@ -18,6 +18,8 @@ relies on and nothing else:
 - ``after_step()``: after the optimizer's step, what the synchronization does then, returning
   its seconds, which count as the step's (exposed) synchronization: local SGD's outer step
   (:class:`trainer.local.LocalSync`), nothing for the others;
+- ``close()``: at the end of training, wait for what is still in flight (local SGD's overlapped
+  outer synchronization; nothing for the others);
 - ``evaluation()``: a context within which the model is the one to evaluate (local SGD's outer
   parameters, the same on every rank; the model itself for the others);
 - ``state_dict()``, ``load_state_dict(state)`` and ``state_mismatch(state)``: the
@@ -50,6 +52,9 @@ class StepDefaults:
     def evaluation(self):
         """The model as it is is the one to evaluate (the protocol's ``evaluation``)."""
         return contextlib.nullcontext()
+
+    def close(self) -> None:
+        """Nothing is left in flight at the end of training (the protocol's ``close``)."""
 
 
 class WholeState(StepDefaults):

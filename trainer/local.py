@@ -5,7 +5,9 @@ Each worker steps its own optimizer on its own gradient; every H-th step, after 
 step, :class:`compressors.diloco.DiLoCo` averages the pseudo-gradient with the run's method
 (dense, or any registered method at its density and wire, with its error feedback) and takes
 the outer step. The loop calls :meth:`LocalSync.after_step` there and counts its time as the
-step's synchronization, all of it exposed.
+step's synchronization, all of it exposed: with ``--outer-overlap`` that is the wait for the
+round before's average, the outer step and the start of this round's, while the averaging runs
+on the communication thread during the next round's steps (and their time is compute).
 """
 
 from __future__ import annotations
@@ -64,6 +66,10 @@ class LocalSync(WholeState):
         its seconds (0 on the other steps)."""
         self.synchronized = self.outer.step()
         return self.outer.seconds
+
+    def close(self) -> None:
+        """At the end of training: wait for an outer synchronization still in flight."""
+        self.outer.wait()
 
     def evaluation(self):
         """The outer parameters, the same on every rank, are the model to evaluate."""

@@ -127,7 +127,11 @@ class Trainer:
         """
         try:
             with self.interrupt.deferred():
-                self._fit()
+                try:
+                    self._fit()
+                except Stopped:  # every rank stops at this step: nothing left in flight
+                    self.synchronizer.close()
+                    raise
         finally:
             self.log.close()
 
@@ -141,6 +145,7 @@ class Trainer:
             self._save(Position(self.epoch))
             if self.epoch < self.max_epochs:  # a Ctrl-C during evaluation stops here
                 self._agree(f"the end of epoch {self.epoch}")
+        self.synchronizer.close()  # nothing in flight once training ends
 
     @property
     def global_batch(self):

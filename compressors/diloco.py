@@ -91,6 +91,8 @@ class DiLoCo:
         **method_options: the method's options (``wire="fp16"``, ``teams=2``, ...).
 
     Attributes:
+        thread_seconds: with ``overlap``, the last synchronization waited for's seconds on the
+            communication thread (0 without).
         steps: inner steps so far; outer_steps: outer steps taken so far (with ``overlap``,
             one fewer than the rounds ended: the last round's average is still in flight).
         synchronizer: the outer synchronizer (its ``stats`` are the last outer call's).
@@ -152,6 +154,8 @@ class DiLoCo:
         self.seconds = 0.0
         self._flight = None  # overlap: the synchronization in flight (_Flight)
         self._ready = False  # overlap: _average holds a round's averaged Δ, not applied yet
+        self._done_stats = None  # overlap: the stats of the last synchronization waited for
+        self.thread_seconds = 0.0
 
     def _flat(self, out=None) -> torch.Tensor:
         """The parameters as one float32 vector (into ``out``, else a new one)."""
@@ -183,7 +187,13 @@ class DiLoCo:
 
     @property
     def stats(self) -> dict:
-        """The last outer synchronization's statistics (the synchronizer's)."""
+        """The last outer synchronization's statistics (the synchronizer's).
+
+        With ``overlap``, those of the last one waited for (a copy taken then: the one in
+        flight writes the synchronizer's meanwhile).
+        """
+        if self.overlap:
+            return self._done_stats if self._done_stats is not None else self.synchronizer.stats
         return self.synchronizer.stats
 
     @torch.no_grad()
@@ -232,7 +242,8 @@ class DiLoCo:
         """
         flight, self._flight = self._flight, None
         if flight is not None:
-            flight.result()
+            self.thread_seconds = flight.result()
+            self._done_stats = dict(self.synchronizer.stats)
             self._ready = True
 
     def state_dict(self) -> dict:
@@ -320,7 +331,7 @@ class _Flight:
     """
 
     def __init__(self, transport, synchronizer, delta, average) -> None:
-        self._done, self._error = threading.Event(), None
+        self._done, self._error, self._seconds = threading.Event(), None, 0.0
         stream = ready = None
         if delta.is_cuda:  # the side stream must see what the caller's stream wrote
             stream, ready = side_stream(transport, delta.device), torch.cuda.Event()
@@ -328,6 +339,7 @@ class _Flight:
         self._stream = stream
 
         def job():
+            started = time.perf_counter()
             try:
                 if stream is None:
                     synchronizer.allreduce(delta, out=average)
@@ -339,19 +351,24 @@ class _Flight:
             except BaseException as error:  # handed to the caller's thread by result()
                 self._error = error
             finally:
+                self._seconds = time.perf_counter() - started
                 self._done.set()
 
         if not comm_thread(transport).put(job):
             comm_thread(transport).put(job)  # the old thread ended just now
 
-    def result(self) -> None:
-        """Wait for the job; re-raise its error; order the caller's stream after it."""
+    def result(self) -> float:
+        """Wait for the job; re-raise its error; order the caller's stream after it.
+
+        Returns the job's seconds on the communication thread.
+        """
         while not self._done.wait(0.05):
             pass
         if self._error is not None:
             raise self._error
         if self._stream is not None:
             torch.cuda.current_stream(self._stream.device).wait_stream(self._stream)
+        return self._seconds
 
 
 def check_outer(local_steps, outer_lr, outer_momentum) -> None:

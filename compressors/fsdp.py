@@ -41,6 +41,7 @@ from allreducers.checks import check_choice
 from allreducers.transports import Transport
 from allreducers.transports.torchdist import TorchDistributedTransport
 
+from .fsdp_layout import group_shapes, padded_numel
 from .state import FeedbackState
 
 __all__ = [
@@ -181,6 +182,11 @@ class _Sparse:
         self.residual_dtype = check_choice("residual_dtype", residual_dtype, RESIDUAL_DTYPES)
         self._syncs = _Synchronizers(method, group, density, options)
         self._slots = {} if self.residual_dtype == "bf16" else None  # numel -> _Slot
+        #: The shapes of the parameter group's parameters in FSDP2's order (:func:`attach`
+        #: sets them; ``compressors.fsdp_layout``), which let ``compressors.reshard`` map the
+        #: residuals to another number of ranks; ``None``: not known.
+        self.shapes = None
+        self._layouts: dict = {}  # numel -> the shapes its vectors were laid out from, or None
 
     @property
     def synchronizers(self) -> dict:
@@ -203,6 +209,7 @@ class _Sparse:
         a time per process; :func:`attach` makes siblings).
         """
         twin = copy.copy(self)
+        twin.shapes, twin._layouts = None, {}
         if self._slots is None:
             syncs = self._syncs
             twin._syncs = _Synchronizers(syncs.method, syncs.group, syncs.density, syncs.options)
@@ -319,6 +326,22 @@ class SparseReduceScatter(_Sparse, ReduceScatter):
     ):
         super().__init__(method, group, density, residual_dtype, options)
 
+    def state_dict(self) -> dict:
+        """This rank's residuals by vector length (see :class:`_Sparse`), with the layouts.
+
+        ``layouts``: per vector length the shapes of the group's parameters it was laid out
+        from (``compressors.fsdp_layout``), ``None`` where they were not known; what
+        ``compressors.reshard`` needs to map the residuals to another number of ranks.
+        """
+        state = super().state_dict()
+        layouts = {numel: self._layouts.get(numel) for numel in state["synchronizers"]}
+        return dict(state, seam="reduce_scatter", layouts=layouts)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a :meth:`state_dict` (see :class:`_Sparse`), its layouts with it."""
+        super().load_state_dict(state)
+        self._layouts.update(state.get("layouts") or {})
+
     def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """Return an uninitialized buffer of ``size`` (FSDP's ``Comm.allocate``)."""
         return torch.empty(*size, dtype=dtype, device=device)
@@ -331,7 +354,11 @@ class SparseReduceScatter(_Sparse, ReduceScatter):
         Runs to completion (``async_op`` or not) and returns ``None``.
         """
         numel = input_tensor.numel()
-        factor = _factor(op, self._syncs.get(numel, group).size)
+        size = self._syncs.get(numel, group).size
+        factor = _factor(op, size)
+        if numel not in self._layouts:  # the shapes, where they give FSDP's vector its length
+            fits = self.shapes is not None and padded_numel(self.shapes, size) == numel
+            self._layouts[numel] = [list(shape) for shape in self.shapes] if fits else None
         flat = input_tensor.reshape(-1)
         if flat.dtype != torch.float32:
             flat = flat.float()
@@ -436,6 +463,7 @@ def attach(
                 method, replica_group, density, residual_dtype, **options
             )
         if replica_group is None:
+            comm.shapes = group_shapes(module, lambda m: isinstance(m, FSDPModule))
             module.set_custom_reduce_scatter(comm)
         else:
             module.set_all_reduce_hook(comm)

@@ -25,7 +25,11 @@ It takes the states of one synchronizer, of one :class:`~compressors.ddp.SparDLS
 hook, per bucket layout), of the bucket pipeline the trainer saves, and of
 :class:`~compressors.diloco.DiLoCo` (its round's start and outer momentum are the same on every
 rank and carry over; its synchronizer's error feedback is resharded; a state taken within a
-round makes the loading ranks start that round again, see ``DiLoCo.load_state_dict``).
+round makes the loading ranks start that round again, see ``DiLoCo.load_state_dict``), and of
+one FSDP module's :class:`~compressors.fsdp.SparseReduceScatter`, whose residuals are in FSDP2's
+reduce-scatter layout, which depends on P: each is taken back to the parameters, resharded, and
+laid out for the new P (``compressors.fsdp_layout``). The sparse replica hook's (HSDP) are
+refused: they are of a shard within a host.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import copy
 
 import torch
 
+from .fsdp_layout import padded, padded_numel, unpadded
 from .state import COMMON_KEYS, DTYPES
 
 __all__ = ["reshard", "pending_update"]
@@ -47,8 +52,9 @@ def reshard(states, size: int) -> list:
 
     Args:
         states: the P ranks' ``state_dict()``s in rank order: of one synchronizer, of one
-            ``SparDLState`` (``compressors.ddp``), a bucket pipeline's (``{"buckets": ...}``) or
-            a ``DiLoCo``'s (``compressors.diloco``).
+            ``SparDLState`` (``compressors.ddp``), a bucket pipeline's (``{"buckets": ...}``),
+            a ``DiLoCo``'s (``compressors.diloco``) or one FSDP module's sparse reduce-scatter
+            (``compressors.fsdp.SparseReduceScatter``).
         size: the new number of ranks, at least 1.
 
     Returns:
@@ -57,7 +63,8 @@ def reshard(states, size: int) -> list:
 
     Raises:
         ValueError: an empty list, a bad ``size``, states of different synchronizers, or a
-            kind of state it cannot map (FSDP's seams, whose vector layout is FSDP's shards).
+            kind of state it cannot map (the HSDP replica hook's, whose vector is a host's
+            shard; an FSDP state without its recorded layout).
     """
     states = list(states)
     if not states:
@@ -70,10 +77,7 @@ def reshard(states, size: int) -> list:
         return copy.deepcopy(states)
     first = states[0]
     if "synchronizers" in first:
-        raise ValueError(
-            "reshard: FSDP's residuals follow FSDP's shards of each parameter, which change "
-            "with the world size; they are resharded only to the same number of ranks"
-        )
+        return _reshard_fsdp(states, size)
     if "buckets" in first:
         return _reshard_buckets(states, size)
     if "diloco" in first:
@@ -171,6 +175,56 @@ def _reshard_buckets(states: list, size: int) -> list:
         if "size" in state:
             state["size"] = size
         resharded.append(state)
+    return resharded
+
+
+def _reshard_fsdp(states: list, size: int) -> list:
+    """Reshard the states of one FSDP module's sparse reduce-scatter (``compressors.fsdp``).
+
+    Each parameter group's residual (and velocity) is FSDP2's reduce-scatter layout for the old
+    number of ranks: it is taken back to the group's parameters, resharded as one
+    synchronizer's (:func:`_reshard_synchronizer`) and laid out for ``size`` ranks
+    (``compressors.fsdp_layout``), under the vector length of that layout.
+    """
+    first, old = states[0], len(states)
+    if first.get("seam") != "reduce_scatter":
+        raise ValueError(
+            "reshard: a sparse replica hook's residuals (HSDP) are of a shard within a host, "
+            "whose size changes with the ranks per host; they are resharded only to the same "
+            "number of ranks"
+        )
+    numels = sorted(first["synchronizers"])
+    for rank, state in enumerate(states):
+        if sorted(state.get("synchronizers", {})) != numels:
+            raise ValueError(
+                f"reshard: rank {rank} holds other parameter groups than rank 0 (states of "
+                "different FSDP modules or runs?)"
+            )
+    resharded = [dict(first, synchronizers={}, layouts={}) for _ in range(size)]
+    for numel in numels:
+        shapes = (first.get("layouts") or {}).get(numel)
+        if shapes is None:
+            raise ValueError(
+                f"reshard: FSDP's layout of the parameter group of {numel} entries is not "
+                "recorded (a state saved before 2026-12-07, or a group whose parameters are "
+                "not those compressors.fsdp.attach found); resume on the same number of ranks"
+            )
+        entries = []
+        for state in states:
+            mine = dict(state["synchronizers"][numel])
+            for buffer in ("residual", "velocity"):
+                if isinstance(mine.get(buffer), torch.Tensor):
+                    mine[buffer] = unpadded(mine[buffer].reshape(-1), shapes, old)
+            mine["numel"] = mine["residual"].numel()
+            entries.append(mine)
+        target = padded_numel(shapes, size)
+        for rank, mine in enumerate(_reshard_synchronizer(entries, size)):
+            for buffer in ("residual", "velocity"):
+                if buffer in mine:
+                    mine[buffer] = padded(mine[buffer], shapes, size)
+            mine["numel"] = target
+            resharded[rank]["synchronizers"][target] = mine
+            resharded[rank]["layouts"][target] = shapes
     return resharded
 
 

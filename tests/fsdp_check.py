@@ -5,7 +5,8 @@ every registered method's reduce-scatter gives FSDP's own gradients, with FSDP's
 sums forced (the model has 3 parameter groups and, at P = 4, a bias of 3 entries, fewer than
 P); the replica hook over 2 "hosts" of 2 ranks gives plain FSDP's over all 4 and leaves the
 replicas with the same bits; a sparse run learns with the same weights on every rank; states
-round-trip; with ``residual_dtype="bf16"`` density 1 still gives FSDP's gradients and the
+round-trip and reshard to P + 1 ranks per parameter (the layout attach recorded); with
+``residual_dtype="bf16"`` density 1 still gives FSDP's gradients and the
 modules share one float32 synchronizer per size; FSDP2's mixed precision (bf16 parameters, fp32
 reduction) works. Rank 0 prints "passed".
 """
@@ -20,6 +21,8 @@ from torch.distributed.fsdp import fully_shard
 
 import compressors
 from compressors.fsdp import SparseReduceScatter, attach, host_groups, sparse_replica_hook
+from compressors.fsdp_layout import unpadded
+from compressors.reshard import pending_update
 
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
@@ -83,6 +86,24 @@ saved = torch.load(buffer, weights_only=True)
 again = SparseReduceScatter("spardl", None, 0.1, wire="fp16")
 again.load_state_dict(saved["0"])
 assert any(state["residual"].abs().sum() > 0 for state in saved["0"]["synchronizers"].values())
+# attach recorded each group's layout, FSDP2's vector length at this P: the residuals reshard
+# to P + 1 ranks per parameter, the pending update kept and the padding rows empty.
+everyone = [None] * world
+dist.all_gather_object(everyone, saved)
+for name, state in saved.items():
+    if not state["synchronizers"]:
+        continue  # the root holds no parameter of its own
+    (numel,) = state["synchronizers"]
+    shapes = state["layouts"][numel]
+    assert shapes is not None, f"module {name!r}: no layout recorded"
+    states = [mine[name] for mine in everyone]
+    new = compressors.reshard(states, world + 1)
+    (target,) = new[0]["synchronizers"]
+    before = unpadded(
+        pending_update([s["synchronizers"][numel] for s in states]).float(), shapes, world
+    )
+    after = pending_update([s["synchronizers"][target] for s in new]).float()
+    assert torch.allclose(unpadded(after, shapes, world + 1), before, atol=1e-6), name
 
 # residual_dtype="bf16": FSDP's gradients at density 1; sparse, the modules share float32 work.
 for method in ("spardl", "topk"):

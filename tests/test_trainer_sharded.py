@@ -74,6 +74,7 @@ def test_flags_that_cannot_combine_exit_2_with_one_line(tmp_path, workers, extra
 def test_a_sharded_run_resumes_as_if_it_had_never_stopped(tmp_path, monkeypatch, workers, extra):
     """Two epochs straight equal one epoch, then a resume for the second: the same rows, and
     the same model, momentum and residuals in the last checkpoint (gathered from the shards).
+    The sparse FSDP run then goes on on 3 ranks, its residuals resharded per parameter.
     With ``--residual-dtype bf16`` the residuals are saved in bf16, and the run and its
     checkpoints say so, and a resume without it is refused in one line (exit 2)."""
     monkeypatch.setenv("SPARDL_CLUSTER", json.dumps({"hosts": 2, "ranks_per_host": 2}))
@@ -128,6 +129,16 @@ def test_a_sharded_run_resumes_as_if_it_had_never_stopped(tmp_path, monkeypatch,
                 assert sync["residual"].dtype == _RESIDUAL_DTYPES[dtype], (name, numel)
         assert saved[0]["synchronizer"]["residual_dtype"] == dtype
         assert saved[0]["run_info"]["residual_dtype"] == dtype
+    if workers == 2 and dtype == "fp32" and "--fsdp" in extra:  # on 3 ranks: resharded
+        more = mpiexec(
+            3,
+            "main_trainer.py",
+            *("--max-epochs", "3", "--max-iters", "3", "--momentum", "0.9"),
+            *("--checkpoint-dir", str(tmp_path / "resumed-ckpt"), "--resume", *extra),
+            timeout=240,
+        )
+        assert more.returncode == 0, more.stderr
+        assert "of a 2-rank run on 3 ranks; residuals resharded" in more.stdout
     if dtype == "bf16":  # resumed with float32 residuals: refused
         flags = [flag for flag in extra if flag not in ("--residual-dtype", "bf16")]
         checkpoints = str(tmp_path / "resumed-ckpt")

@@ -27,7 +27,9 @@ class LocalSync(WholeState):
 
     Attributes:
         stats: the protocol's; the outer call's (its bytes and phases) on a step that ran one,
-            zeros on the others, and ``outer_steps`` so far on every step.
+            zeros on the others, and ``outer_steps`` so far on every step. With overlap, the
+            call waited for on that step, and ``sync_seconds`` its time on the communication
+            thread plus the exposed part.
     """
 
     overlaps_backward = False
@@ -49,9 +51,11 @@ class LocalSync(WholeState):
         """This step's statistics (see the class)."""
         # an inner step's: nothing sent (the one record, compressors.stats)
         taken = self.outer.stats if self.synchronized else call_record({}, None, {"total": 0.0})
+        overlapped = self.synchronized and self.outer.overlap
         return {
             **taken,
-            "sync_seconds": 0.0,
+            # overlapped: the whole synchronization, the call on the thread and the exposed part
+            "sync_seconds": self.outer.thread_seconds + self.outer.seconds if overlapped else 0.0,
             "compute_end": None,
             "outer_steps": self.outer.outer_steps,
         }

@@ -234,6 +234,8 @@ class Trainer:
             self.scheduler.step()
             outer = self.synchronizer.after_step()  # local SGD's outer step: exposed
             sync_seconds, exposed = sync_seconds + outer, exposed + outer
+            if outer:  # overlapped, its whole synchronization ran on the communication thread
+                sync_seconds = max(sync_seconds, self.synchronizer.stats["sync_seconds"])
             self.global_step += 1
             ran = done + meter.iterations + 1  # this run's iterations of the epoch
             if (

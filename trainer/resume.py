@@ -105,12 +105,14 @@ def _load(checkpoints, position, ranks):
 
 def reshard_state(states, size):
     """The trainer's synchronizer states of P ranks (``synchronizer`` of each checkpoint) for
-    ``size`` ranks: the flat synchronizer's and the overlapped buckets' error feedback by
-    ``compressors.reshard``, PowerSGD's error feedback by :func:`trainer.powersgd_state.reshard`;
+    ``size`` ranks: the flat synchronizer's, the overlapped buckets' and FSDP's sparse
+    reduce-scatters' error feedback by ``compressors.reshard`` (FSDP's per module, each in
+    FSDP2's layout of its parameters), PowerSGD's by :func:`trainer.powersgd_state.reshard`;
     DDP's other native methods and dense FSDP hold none.
 
     Raises:
-        ValueError: FSDP with a sparse method (its residuals follow FSDP's shards).
+        ValueError: HSDP with a sparse method (its residuals are of a host's shard), or what
+            ``compressors.reshard`` refuses.
     """
     first = states[0]
     if first.get("ddp") and "powersgd" in first:
@@ -118,12 +120,20 @@ def reshard_state(states, size):
         return [dict(first, powersgd=state) for state in mapped]
     if first.get("ddp") or (first.get("fsdp") and not first.get("comms")):
         return [dict(first) for _ in range(size)]
-    if first.get("fsdp"):
+    if first.get("fsdp") == "hsdp":
         raise ValueError(
-            f"--{first['fsdp']} with {first.get('method')}: its residuals follow FSDP's shards "
-            "of each parameter and are not resharded to another number of ranks yet; resume "
-            f"on {len(states)} ranks"
+            f"--hsdp with {first.get('method')}: its residuals are of each host's shard and are "
+            f"not resharded to another number of ranks; resume on {len(states)} ranks"
         )
+    if first.get("fsdp"):
+        comms = {
+            name: compressors.reshard([state["comms"][name] for state in states], size)
+            for name in first["comms"]
+        }
+        return [
+            dict(first, comms={name: mapped[rank] for name, mapped in comms.items()})
+            for rank in range(size)
+        ]
     return compressors.reshard(states, size)
 
 

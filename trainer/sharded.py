@@ -40,6 +40,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from compressors.fsdp import ReduceScatter, SparseReduceScatter, host_groups, sparse_replica_hook
+from compressors.fsdp_layout import group_shapes
 from compressors.stats import call_record, summed
 from trainer.checkpoint import mode_mismatch
 from trainer.flat import StepDefaults
@@ -188,7 +189,8 @@ class FSDPSync(StepDefaults):
                 comm_ = first = sparse_replica_hook(
                     method, replica_group, density, self.residual_dtype, **self.options
                 )
-            if per_host is None:
+            if per_host is None:  # its parameters' shapes: what a reshard to another P needs
+                comm_.shapes = group_shapes(module, lambda m: isinstance(m, FSDPModule))
                 module.set_custom_reduce_scatter(_TimedReduceScatter(comm_, self._clock))
             else:
                 module.set_custom_reduce_scatter(_NativeReduceScatter(self._clock))

@@ -298,7 +298,12 @@ def _previous(sequence: tuple, item):
     return sequence[sequence.index(item) - 1]
 
 
-SEVENTH = os.path.join("runs", "lean-engine", "2026-11-28-seventh")
+SEVENTH = os.path.join(LEAN, "2026-11-28-seventh")
+
+
+def _spardl_medians(root: str, path: str) -> dict:
+    """SparDL's median ms per wire in one bench rows file."""
+    return {r["wire"]: r["median_ms"] for r in _load(root, path) if r["method"] == "spardl"}
 
 
 def early_post_table(root: str) -> str:
@@ -316,9 +321,7 @@ def early_post_table(root: str) -> str:
         ms = {}
         for when in ("before", "after"):
             path = os.path.join(SEVENTH, "early_post", f"{when}_{pair}.json")
-            for row in _load(root, path):
-                if row["method"] == "spardl":
-                    ms[(when, row["wire"])] = row["median_ms"]
+            ms.update({(when, w): t for w, t in _spardl_medians(root, path).items()})
         times = [ms[(w, wire)] for wire in ("fp32", "fp16") for w in ("before", "after")]
         ratios = [ms[(w, "fp16")] / ms[(w, "fp32")] for w in ("before", "after")]
         cells = [f"{t:.1f}" for t in times] + [f"{r:.3f}" for r in ratios]
@@ -326,7 +329,7 @@ def early_post_table(root: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-FIFTH = os.path.join("runs", "lean-engine", "2026-11-28-fifth")
+FIFTH = os.path.join(LEAN, "2026-11-28-fifth")
 
 #: The fifth round's table: (label, file suffix) per row; columns before, this tree, no reuse.
 _FIFTH_ROWS = [
@@ -355,7 +358,7 @@ def buffer_reuse_table(root: str) -> str:
             if not os.path.exists(os.path.join(root, path)):
                 cells.append("")
                 continue
-            ms = {r["wire"]: r["median_ms"] for r in _load(root, path) if r["method"] == "spardl"}
+            ms = _spardl_medians(root, path)
             cells.append(f"{ms['fp32']:.1f} / {ms['fp16']:.1f}")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -604,13 +607,15 @@ def zen_bytes_table(root: str) -> str:
 
 #: Experiment e's rows (scripts/experiments/local_sgd.sh).
 LOCAL_SGD = "runs/local-sgd/epyc2-2026-12-07"
+#: Experiment e's rows of the outer step overlapped (--outer-overlap) or damped.
+LOCAL_SGD_OUTER = "runs/local-sgd/epyc2-2026-12-07-overlap"
 
 
-def _local_sgd(rate: str) -> Callable[[str], str]:
+def _local_sgd(rate: str, where: str = LOCAL_SGD) -> Callable[[str], str]:
     """Experiment e's table of ``rate`` (local SGD and DiLoCo against per-step rows)."""
 
     def make(root: str) -> str:
-        folder = os.path.join(root, LOCAL_SGD)
+        folder = os.path.join(root, where)
         return _section(_quiet(lambda: experiments.seeds_table(folder, [0.8, 0.85])), rate)
 
     return make
@@ -670,6 +675,12 @@ TABLES = {
     ),
     "local-sgd-10mbit": Table(
         "docs/EXPERIMENTS.md", "### e at 10 Mbit/s", f"{LOCAL_SGD}/10mbit", _local_sgd("10mbit")
+    ),
+    "local-sgd-outer": Table(
+        "docs/EXPERIMENTS.md",
+        "### e, the outer step overlapped or damped, at 100 Mbit/s",
+        f"{LOCAL_SGD_OUTER}/100mbit",
+        _local_sgd("100mbit", LOCAL_SGD_OUTER),
     ),
     "tta-seeds-100mbit": Table(
         "docs/EXPERIMENTS.md",

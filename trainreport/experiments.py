@@ -38,6 +38,14 @@ __all__ = [
     "main",
 ]
 
+#: DiLoCo rows with other outer settings (``--outer-overlap``, ``--outer-momentum``,
+#: ``--outer-lr``): the label's suffix and what it adds to the row's description.
+_VARIANTS = {
+    "_m05": "outer momentum 0.5",
+    "_overlap": "overlapped",
+    "_overlap_m05": "overlapped, outer momentum 0.5",
+    "_overlap_lr035": "overlapped, outer learning rate 0.35",
+}
 #: Method labels of the time-to-accuracy runs, in table order.
 ORDER = (
     "dense",
@@ -54,6 +62,7 @@ ORDER = (
     "spardl_fp16_mc",
     "spardl_local",
     *(f"diloco_{outer}_h{h}" for h in (10, 50) for outer in ("dense", "spardl", "topk")),
+    *(f"diloco_spardl_h10{variant}" for variant in _VARIANTS),
 )
 #: What each label ran, for the table.
 DESCRIPTIONS = {
@@ -74,6 +83,10 @@ DESCRIPTIONS = {
         f"diloco_{outer}_h{h}": f"DiLoCo, H = {h}, {name} outer synchronization"
         for h in (10, 50)
         for outer, name in (("dense", "dense"), ("spardl", "SparDL's"), ("topk", "TopkA's"))
+    },
+    **{
+        f"diloco_spardl_h10{variant}": f"DiLoCo, H = 10, SparDL's outer synchronization, {what}"
+        for variant, what in _VARIANTS.items()
     },
 }
 #: The exit status of ``timeout``: the run was stopped at its time cap.

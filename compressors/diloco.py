@@ -47,7 +47,7 @@ import torch
 
 from allreducers.transports import as_transport
 
-from .pipeline import comm_thread, side_stream
+from .pipeline import post, side_stream
 from .registry import create
 
 __all__ = ["DiLoCo", "outer_update", "check_outer", "FORMAT"]
@@ -354,8 +354,7 @@ class _Flight:
                 self._seconds = time.perf_counter() - started
                 self._done.set()
 
-        if not comm_thread(transport).put(job):
-            comm_thread(transport).put(job)  # the old thread ended just now
+        post(transport, job)
 
     def result(self) -> float:
         """Wait for the job; re-raise its error; order the caller's stream after it.

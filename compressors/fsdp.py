@@ -52,6 +52,7 @@ __all__ = [
     "sparse_replica_hook",
     "host_groups",
     "attach",
+    "module_shapes",
 ]
 
 try:  # FSDP2's interface; its module moved between releases
@@ -427,6 +428,14 @@ def host_groups(ranks_per_host: int) -> tuple:
     return shard, replica
 
 
+def module_shapes(module) -> list | None:
+    """Return the shapes of the parameters FSDP2 reduces for the FSDP module ``module``.
+
+    In FSDP2's order (``compressors.fsdp_layout.group_shapes``): a reduce-scatter's ``shapes``.
+    """
+    return group_shapes(module, lambda m: isinstance(m, FSDPModule))
+
+
 def attach(
     model,
     method: str = "spardl",
@@ -463,7 +472,7 @@ def attach(
                 method, replica_group, density, residual_dtype, **options
             )
         if replica_group is None:
-            comm.shapes = group_shapes(module, lambda m: isinstance(m, FSDPModule))
+            comm.shapes = module_shapes(module)
             module.set_custom_reduce_scatter(comm)
         else:
             module.set_all_reduce_hook(comm)

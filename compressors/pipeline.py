@@ -48,6 +48,7 @@ __all__ = [
     "IDLE_SECONDS",
     "CommThread",
     "comm_thread",
+    "post",
     "side_stream",
     "require_thread_support",
     "BucketPipeline",
@@ -137,6 +138,15 @@ def comm_thread(transport: Transport) -> CommThread:
         if thread is None or not thread.thread.is_alive() or thread._stopped or thread._closing:
             thread = _threads[key] = CommThread(f"spardl-comm-{key[-1]}", forget)
         return thread
+
+
+def post(transport: Transport, job) -> None:
+    """Queue ``job`` on the communication thread of ``transport``'s rank.
+
+    A new thread takes it where the last one ended just now.
+    """
+    if not comm_thread(transport).put(job):
+        comm_thread(transport).put(job)  # the old thread ended just now
 
 
 _streams: dict = {}
@@ -259,8 +269,7 @@ class BucketPipeline:
             if cuda is not None:
                 self._sides.add(cuda[0])
         job = self._job(list(keys), list(sizes), flat, space % self._spaces, future, cuda)
-        if not comm_thread(self.transport).put(job):
-            comm_thread(self.transport).put(job)  # the old thread ended just now
+        post(self.transport, job)
         return future
 
     def synchronize(self, keys, sizes, flat: torch.Tensor, space: int = 0) -> torch.Tensor:

@@ -39,8 +39,13 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
-from compressors.fsdp import ReduceScatter, SparseReduceScatter, host_groups, sparse_replica_hook
-from compressors.fsdp_layout import group_shapes
+from compressors.fsdp import (
+    ReduceScatter,
+    SparseReduceScatter,
+    host_groups,
+    module_shapes,
+    sparse_replica_hook,
+)
 from compressors.stats import call_record, summed
 from trainer.checkpoint import mode_mismatch
 from trainer.flat import StepDefaults
@@ -190,7 +195,7 @@ class FSDPSync(StepDefaults):
                     method, replica_group, density, self.residual_dtype, **self.options
                 )
             if per_host is None:  # its parameters' shapes: what a reshard to another P needs
-                comm_.shapes = group_shapes(module, lambda m: isinstance(m, FSDPModule))
+                comm_.shapes = module_shapes(module)
                 module.set_custom_reduce_scatter(_TimedReduceScatter(comm_, self._clock))
             else:
                 module.set_custom_reduce_scatter(_NativeReduceScatter(self._clock))

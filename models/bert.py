@@ -80,6 +80,14 @@ def bert_base(num_classes, input_shape, vocab_size):
     )
 
 
+def bert_large(num_classes, input_shape, vocab_size):
+    """BERT-Large: 24 layers, hidden 1024, 16 heads, feed-forward 4096 (not a trainer model: the
+    GPU-cluster projection's gradient shapes, syncbench.gpu_projection)."""
+    return _bert(
+        num_classes, input_shape, vocab_size, layers=24, hidden=1024, heads=16, intermediate=4096
+    )
+
+
 def _bert(num_classes, input_shape, vocab_size, **size):
     if num_classes != vocab_size:
         raise ValueError(

@@ -172,6 +172,20 @@ def test_a_checkpoint_between_outer_steps_resumes_bit_identically():
     assert all(torch.equal(a, b) for a, b in zip(straight, resumed))
 
 
+def test_a_start_already_the_same_is_not_sent_again():
+    """``same_start=True``: no all-reduce of the parameters at construction (the trainer has
+    broadcast them); each rank keeps what it holds, where the default takes rank 0's."""
+
+    def body(transport):
+        kept, taken = _model(transport.rank), _model(transport.rank)
+        DiLoCo(kept, comm=transport, local_steps=2, same_start=True)
+        DiLoCo(taken, comm=transport, local_steps=2)
+        return _flat(kept), _flat(taken), _flat(_model(transport.rank)), _flat(_model(0))
+
+    for kept, taken, own, first in local_group(3).run(body):
+        assert torch.equal(kept, own) and torch.equal(taken, first)
+
+
 def test_a_reshard_keeps_the_pending_update_and_restarts_the_round():
     def body(transport, steps):
         model = _model(transport.rank)

@@ -33,6 +33,7 @@ def test_a_number_changed_in_a_document_is_named(tmp_path, capsys, name, page, o
         "runs/elastic",
         "runs/headline",
         "runs/local-sgd",
+        "runs/gpu-projection",
     ):
         shutil.copytree(ROOT / part, tmp_path / part)
     shutil.copy(ROOT / "README.md", tmp_path / "README.md")  # the headline table

@@ -381,7 +381,7 @@ def build_synchronization(args, settings, model, device, run_info, comm):
 
 def _local_sync(args, synchronizer, model, device, run_info, comm):
     """``--local-steps`` H > 1: DiLoCo with ``synchronizer`` as its outer synchronization
-    (collective: every rank starts from rank 0's weights, which it already holds)."""
+    (every rank starts from rank 0's weights, which the trainer broadcast: ``same_start``)."""
     outer = DiLoCo(
         model,
         comm=synchronizer.transport,
@@ -391,6 +391,7 @@ def _local_sync(args, synchronizer, model, device, run_info, comm):
         nesterov=args.outer_optimizer == "nesterov",
         synchronizer=synchronizer,
         overlap=args.outer_overlap,
+        same_start=True,
     )
     run_info.update(
         overlap=False,

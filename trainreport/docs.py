@@ -29,7 +29,7 @@ import re
 import sys
 from typing import Callable, NamedTuple
 
-from trainreport import citations, elastic, experiments, headline
+from trainreport import citations, elastic, experiments, headline, projection
 
 __all__ = [
     "Table",
@@ -46,12 +46,14 @@ __all__ = [
     "buffer_reuse_table",
     "BENCH_NAMES",
     "fixed_rows_table",
+    "bench_p4_table",
     "lean_replay_table",
     "lean_bench_table",
     "HOOK_NAMES",
     "lean_ddp_table",
     "lean_ddp_table_again",
     "GPU",
+    "GPU_PROJECTION",
     "gpu_replay_table",
     "gpu_ops_table",
     "gpu_bert_table",
@@ -368,14 +370,18 @@ BENCH_NAMES = {"spardl": "SparDL", "gtopk": "gTop-k", "topk": "TopkA", "oktopk":
 
 
 def fixed_rows_table(root: str) -> str:
-    """Return docs/PERFORMANCE.md's table "with fixed-size rows at the fp16 wire" (2026-11-27).
+    """Return docs/PERFORMANCE.md's table "with fixed-size rows at the fp16 wire" (2026-11-27)."""
+    return bench_p4_table(root, "bench_1gbit_p4_rows.json")
 
-    ``runs/lean-engine/bench_1gbit_p4_rows.json``: median ms at fp32 / fp16 per method, the
-    floor rows left out, by the fp32 time, the least in bold; SparDL's row adds its operations
-    per call and its data-dependent reads.
+
+def bench_p4_table(root: str, name: str) -> str:
+    """A table of the shaped 1 Gbit/s bench at P = 4, ``runs/lean-engine/NAME``.
+
+    Median ms at fp32 / fp16 per method, the floor rows left out, by the fp32 time, the least in
+    bold; SparDL's row adds its operations per call and its data-dependent reads.
     """
     cells: dict = {}
-    for row in _load(root, os.path.join(LEAN, "bench_1gbit_p4_rows.json")):
+    for row in _load(root, os.path.join(LEAN, name)):
         if not row["method"].startswith("floor"):
             cells.setdefault(row["method"], {})[row["wire"]] = row
     least = min(row["median_ms"] for wires in cells.values() for row in wires.values())
@@ -393,6 +399,10 @@ def fixed_rows_table(root: str) -> str:
             )
         lines.append(f"| {BENCH_NAMES.get(method, method.upper())} | {cell} |")
     return "\n".join(lines) + "\n"
+
+
+def _bench_p4(name: str) -> Callable[[str], str]:
+    return lambda root: bench_p4_table(root, name)
 
 
 def lean_replay_table(root: str) -> str:
@@ -611,6 +621,15 @@ LOCAL_SGD = "runs/local-sgd/epyc2-2026-12-07"
 LOCAL_SGD_OUTER = "runs/local-sgd/epyc2-2026-12-07-overlap"
 
 
+#: The GPU-cluster projection's rows (scripts/experiments/gpu_projection.sh).
+GPU_PROJECTION = "runs/gpu-projection/epyc2-2026-12-08/projection.json"
+
+
+def _projection(root: str) -> str:
+    """The projection's tables (:func:`trainreport.projection.projection_tables`)."""
+    return projection.projection_tables(_load(root, GPU_PROJECTION))
+
+
 def _local_sgd(rate: str, where: str = LOCAL_SGD) -> Callable[[str], str]:
     """Experiment e's table of ``rate`` (local SGD and DiLoCo against per-step rows)."""
 
@@ -681,6 +700,12 @@ TABLES = {
         "### e, the outer step overlapped or damped, at 100 Mbit/s",
         f"{LOCAL_SGD_OUTER}/100mbit",
         _local_sgd("100mbit", LOCAL_SGD_OUTER),
+    ),
+    "local-sgd-outer-10mbit": Table(
+        "docs/EXPERIMENTS.md",
+        "### e, the outer step damped, at 10 Mbit/s",
+        f"{LOCAL_SGD_OUTER}/10mbit",
+        _local_sgd("10mbit", LOCAL_SGD_OUTER),
     ),
     "tta-seeds-100mbit": Table(
         "docs/EXPERIMENTS.md",
@@ -787,6 +812,24 @@ TABLES = {
         os.path.join(LEAN, "bench_1gbit_p4_rows.json"),
         fixed_rows_table,
     ),
+    "numpy-path-1gbit": Table(
+        "docs/PERFORMANCE.md",
+        "**With the NumPy path**",
+        os.path.join(LEAN, "bench_1gbit_p4_numpy.json"),
+        _bench_p4("bench_1gbit_p4_numpy.json"),
+    ),
+    "split-1gbit": Table(
+        "docs/PERFORMANCE.md",
+        "**Once more on 2026-11-28**",
+        os.path.join(LEAN, "bench_1gbit_p4_split.json"),
+        _bench_p4("bench_1gbit_p4_split.json"),
+    ),
+    "requantize-1gbit": Table(
+        "docs/PERFORMANCE.md",
+        "- **All methods, the command above** (8 calls), median ms:",
+        os.path.join(LEAN, "bench_1gbit_p4_requantize.json"),
+        _bench_p4("bench_1gbit_p4_requantize.json"),
+    ),
     "lean-replay": Table(
         "docs/PERFORMANCE.md",
         "One rank's local work alone, replayed",
@@ -840,6 +883,18 @@ TABLES = {
         "**DDP hooks, VGG-16, 4 ranks, batch 16, torchrun with Gloo**",
         "runs/lean-engine/ddp_*.json",
         lean_ddp_table,
+    ),
+    "gpu-projection-vgg16": Table(
+        "docs/CHOOSING.md",
+        "**VGG-16's gradient**",
+        GPU_PROJECTION,
+        _nth_table(_projection, 0),
+    ),
+    "gpu-projection-bert-large": Table(
+        "docs/CHOOSING.md",
+        "**BERT-large's gradient**",
+        GPU_PROJECTION,
+        _nth_table(_projection, 1),
     ),
     "lean-ddp-hooks-again": Table(
         "docs/PERFORMANCE.md",

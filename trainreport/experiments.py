@@ -63,6 +63,7 @@ ORDER = (
     "spardl_local",
     *(f"diloco_{outer}_h{h}" for h in (10, 50) for outer in ("dense", "spardl", "topk")),
     *(f"diloco_spardl_h10{variant}" for variant in _VARIANTS),
+    "diloco_dense_h10_m05",
 )
 #: What each label ran, for the table.
 DESCRIPTIONS = {
@@ -88,6 +89,7 @@ DESCRIPTIONS = {
         f"diloco_spardl_h10{variant}": f"DiLoCo, H = 10, SparDL's outer synchronization, {what}"
         for variant, what in _VARIANTS.items()
     },
+    "diloco_dense_h10_m05": "DiLoCo, H = 10, dense outer synchronization, outer momentum 0.5",
 }
 #: The exit status of ``timeout``: the run was stopped at its time cap.
 CAPPED = 124

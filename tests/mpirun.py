@@ -46,6 +46,33 @@ def mpiexec(workers, *args, timeout=240):
     )
 
 
+def mpiexec_together(runs, timeout=240):
+    """Start every ``(workers, args)`` of ``runs`` at once, as :func:`mpiexec` would run each;
+    return their results in order (a run past ``timeout`` is killed, its return code nonzero).
+
+    Independent runs overlap their start-up (imports, data) with each other's work."""
+    started = [
+        subprocess.Popen(
+            command(workers, *args),
+            cwd=ROOT,
+            env=environment(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for workers, args in runs
+    ]
+    results = []
+    for process in started:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, err = process.communicate()
+        results.append(subprocess.CompletedProcess(process.args, process.returncode, out, err))
+    return results
+
+
 def torchrun(workers, script, timeout=240):
     """Run ``torchrun --standalone --nproc-per-node workers script`` from the repository root."""
     return subprocess.run(

@@ -9,7 +9,7 @@ import torch
 from mpi4py import MPI
 
 import main_trainer
-from tests.mpirun import ROOT, FirstOf, command, environment
+from tests.mpirun import ROOT, FirstOf, command, environment, mpiexec_together
 from trainer import cli
 from trainer.distributed import UsageError
 from trainer.torch_ddp import powersgd_entries
@@ -40,27 +40,15 @@ RUNS = {
 def runs(tmp_path_factory):
     """Every run of RUNS on 2 ranks, 3 iterations of one epoch, started together."""
     base = tmp_path_factory.mktemp("ddp_methods")
-    started = {}
-    for name, flags in RUNS.items():
-        argv = command(2, "main_trainer.py", "--max-epochs", "1", "--max-iters", "3", *flags)
-        argv += ["--log-dir", str(base / name), "--checkpoint-dir", str(base / name / "ckpt")]
-        started[name] = subprocess.Popen(
-            argv,
-            cwd=ROOT,
-            env=environment(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-    results = {}
-    for name, process in started.items():
-        try:
-            _, err = process.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            _, err = process.communicate()
-        results[name] = (process.returncode, err, base / name)
-    return results
+    argv = {
+        name: ("main_trainer.py", "--max-epochs", "1", "--max-iters", "3", *flags)
+        + ("--log-dir", str(base / name), "--checkpoint-dir", str(base / name / "ckpt"))
+        for name, flags in RUNS.items()
+    }
+    results = mpiexec_together([(2, args) for args in argv.values()], timeout=300)
+    return {
+        name: (result.returncode, result.stderr, base / name) for name, result in zip(argv, results)
+    }
 
 
 def _row(directory):

@@ -44,8 +44,9 @@ from pathlib import Path
 
 import numpy as np
 
+from . import cli
 from .network import Cluster, parse_rate
-from .simulator import network_seconds, record_calls, simulated_numel
+from .simulator import record_calls, simulated_numel, traffic_between
 
 __all__ = [
     "GPUS_PER_NODE",
@@ -275,14 +276,18 @@ def sparse_rows(
     """Record ``name`` at ``workers`` ranks once; its rows for every model and link."""
     numel = simulated_numel(100_000, workers, density)
     per_rank = record_calls(name, options, workers, numel, density, 3, warmup=1)
-    timed = [[records[c] for records in per_rank] for c in (1, 2)]
+    # each timed call's traffic between ranks, per round, once for every model and link
+    traffic = [traffic_between([records[c] for records in per_rank]) for c in (1, 2)]
+    clusters = {rate: gpu_cluster(rate) for rate in RATES}
     rows = []
     for model, model_numel in MODELS.items():
         scale = model_numel / numel
         bounds = local.bounds(label, workers, model_numel)
-        for rate in RATES:
-            cluster = gpu_cluster(rate)
-            seconds = statistics.fmean(network_seconds(call, cluster, scale) for call in timed)
+        for rate, cluster in clusters.items():
+            seconds = statistics.fmean(
+                float(cluster.traffic_seconds(messages, sent * scale).sum())
+                for messages, sent in traffic
+            )
             rows.append(_row(model, model_numel, label, workers, rate, seconds, bounds, "rounds"))
     return rows
 
@@ -326,10 +331,7 @@ def main(argv=None) -> list:
     )
     parser.add_argument("--json", metavar="FILE", help="write the projected rows here")
     args = parser.parse_args(argv)
-    try:
-        workers = [int(p) for p in args.workers.split(",")]
-    except ValueError:
-        parser.error(f"--workers takes comma-separated integers, got {args.workers!r}")
+    workers = cli.usage_checked(parser, cli.positive_ints, args.workers, "--workers")
     if not 0 < args.density <= 1 or min(workers) < GPUS_PER_NODE:
         parser.error(f"--density in (0, 1] and every P at least {GPUS_PER_NODE}")
     local = GpuLocalWork.from_rows(_load(args.replays), _load(args.ops))

@@ -9,22 +9,17 @@
 #   projection.json                the projected rows (python -m syncbench.gpu_projection)
 #   projection.txt                 its tables and the fit's check
 #
-# Settings (environment): PYTHON (default the python3 on the PATH); WORKERS (the projected P,
+# Settings (environment): PYTHON (default .venv/bin/python, as common.sh has it); WORKERS (the projected P,
 # default 8,16,32,64,128,256); REPLAYS (the GPU replay rows, default the kept H200 rows of
 # 2026-11-28 under runs/lean-engine/).
 set -euo pipefail
-
-if [ "$#" -ne 1 ] || [ "${1:0:1}" = - ]; then
-  echo "usage: $0 OUT (settings in the environment: see the script's header)" >&2
-  exit 2
-fi
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+source "$(dirname "$0")/common.sh"
+usage_out "$0" "$@"
 out=$(mkdir -p "$1" && cd "$1" && pwd)
-python=$(command -v "${PYTHON:-python3}")
 gpu="$root/runs/lean-engine/gpu-h200-2026-11-28"
 : "${WORKERS:=8,16,32,64,128,256}"
 : "${REPLAYS:=$gpu/replay_call1.json $gpu/call2_replay_1.json $gpu/call2_replay_2.json $gpu/call3_replay_1.json $gpu/call3_replay_2.json $gpu/call3_replay_3.json}"
-export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 cd "$root"
 for wire in fp32 fp16; do
   "$python" -m syncbench.opcount --methods spardl,topk,gtopk --workers 2,4,8,16,32 \
